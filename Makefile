@@ -1,0 +1,33 @@
+# nvml-mock-sysfs: render mock NVIDIA GPUs into PCI sysfs.
+GO        ?= go
+BIN       := bin/nvml-mock-sysfs
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# One static binary: containers run it from the overlay, whatever their libc.
+export CGO_ENABLED := 0
+
+.PHONY: all build deps test vet lint bench fuzz clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) ./cmd/nvml-mock-sysfs
+
+# Installs the real consumers and runtimes the end-to-end tests drive
+# (pciutils, hwloc, podman, runc) when running as root; skips otherwise.
+deps:
+	@./.ci/install-deps
+
+vet:
+	$(GO) vet ./...
+
+lint: vet
+	$(GO) run $(STATICCHECK) ./...
+
+test: deps build lint
+	$(GO) test -count=1 -timeout 20m ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+
+clean:
+	rm -rf bin

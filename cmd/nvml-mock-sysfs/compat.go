@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"text/tabwriter"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+func runCompat(e *env, args []string) int {
+	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys] [--profile NAME|FILE] [--format table|json]")
+	var root, sysfs, prof, containerRoot, format string
+	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
+	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
+	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "with --sysfs: where the overlay is mounted, to find its effective profile")
+	fs.StringVar(&format, "format", "table", "table or json")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if root != "" && sysfs != "" {
+		return usageError(e, "compat: give --root or --sysfs, not both")
+	}
+	if format != "table" && format != "json" {
+		return usageError(e, "compat: --format %q: want table or json", format)
+	}
+	overlayDir := root
+	if sysfs == "" {
+		if root == "" {
+			root = overlay.DefaultRoot
+		}
+		overlayDir, sysfs = root, path.Join(root, "sys")
+	} else if overlayDir == "" {
+		overlayDir = containerRoot
+	}
+	m, err := expectedMachine(prof, overlayDir)
+	if err != nil {
+		return fail(e, "compat: %v", err)
+	}
+	report := compat.Run(m, sysfs)
+	if err := writeReport(e, report, format); err != nil {
+		return fail(e, "compat: %v", err)
+	}
+	if !report.OK() {
+		return exitFailure
+	}
+	return exitOK
+}
+
+// expectedMachine loads the profile to check against: the one named, or the
+// effective profile a render left in the overlay.
+func expectedMachine(prof, overlayDir string) (*profile.Machine, error) {
+	if prof == "" {
+		p, err := profile.LoadFile(path.Join(overlayDir, plan.ProfileFile))
+		if err != nil {
+			return nil, fmt.Errorf("no profile given and no effective profile in the overlay: %w", err)
+		}
+		return profile.Normalize(path.Join(overlayDir, plan.ProfileFile), p, profile.Options{})
+	}
+	return overlay.LoadMachine(prof, "")
+}
+
+func writeReport(e *env, r *compat.Report, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "CONSUMER\tDEVICE\tRESULT\tDETAIL\n")
+	for _, x := range r.Results {
+		res := "ok"
+		if !x.OK {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Consumer, x.Device, res, x.Detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fails := len(r.Failures())
+	_, err := fmt.Fprintf(e.stdout, "%d checks at %s, %d failed\n", len(r.Results), r.Sysfs, fails)
+	return err
+}

@@ -1,0 +1,119 @@
+// Command nvml-mock-sysfs renders mock NVIDIA GPUs into a PCI sysfs overlay
+// that containers mount at /sys/bus/pci/devices, and checks that the real
+// consumers (deviceattribute, go-nvlib, lspci) resolve it.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// env is what a command may touch of the process.
+type env struct {
+	stdout, stderr io.Writer
+	// executable returns this binary's bytes, for render to install.
+	executable func() ([]byte, error)
+}
+
+type command struct {
+	name    string
+	summary string
+	run     func(e *env, args []string) int
+}
+
+func commands() []command {
+	return []command{
+		{"render", "render a profile into the overlay", runRender},
+		{"compat", "run the real consumer libraries against a rendered tree", runCompat},
+		{"profiles", "list the built-in profiles, or print one", runProfiles},
+	}
+}
+
+func main() {
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: readExecutable}
+	os.Exit(run(e, os.Args[1:]))
+}
+
+func readExecutable() ([]byte, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+}
+
+func run(e *env, args []string) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(e.stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(e, args[1:])
+		}
+	}
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: unknown command %q\n\n", args[0])
+	usage(e.stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: nvml-mock-sysfs <command> [flags]\n\nCommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'nvml-mock-sysfs <command> -h' for a command's flags.\n")
+}
+
+// newFlags makes a flag set that reports, rather than exits, on bad flags.
+func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(e.stderr, "Usage: nvml-mock-sysfs %s %s\n\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; it returns an exit code when the command must stop.
+func parse(fs *flag.FlagSet, args []string) (int, bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "nvml-mock-sysfs %s: unexpected arguments: %s\n", fs.Name(), strings.Join(fs.Args(), " "))
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// fail prints one line and returns the failure exit code.
+func fail(e *env, format string, args ...any) int {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", strings.Join(strings.Fields(msg), " "))
+	return exitFailure
+}
+
+// usageError prints one line and returns the usage exit code.
+func usageError(e *env, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", fmt.Sprintf(format, args...))
+	return exitUsage
+}

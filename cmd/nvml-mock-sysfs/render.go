@@ -1,0 +1,107 @@
+package main
+
+import (
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+)
+
+func runRender(e *env, args []string) int {
+	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [flags]")
+	var o overlay.Options
+	var hierarchy, hostDevices string
+	var dryRun, noBinary bool
+	fs.StringVar(&o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file")
+	fs.StringVar(&o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
+	fs.StringVar(&o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
+	fs.StringVar(&hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
+	fs.StringVar(&hostDevices, "host-devices", string(overlay.HostDevicesNone), "none, or merge to also list the node's own PCI devices")
+	fs.StringVar(&o.HostSysfs, "host-sysfs", plan.DefaultHostSysfs, "the host's sysfs, for CPUs and --host-devices merge")
+	fs.DurationVar(&o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
+	fs.BoolVar(&o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
+	fs.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
+	fs.BoolVar(&noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	o.Hierarchy = boards.Hierarchy(hierarchy)
+	if hierarchy != "" && !o.Hierarchy.Valid() {
+		return usageError(e, "render: --hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
+	}
+	o.HostDevices = overlay.HostDevices(hostDevices)
+	if o.HostDevices != overlay.HostDevicesNone && o.HostDevices != overlay.HostDevicesMerge {
+		return usageError(e, "render: --host-devices %q: want none or merge", hostDevices)
+	}
+	if err := writer.CheckRoot(o.Root); err != nil {
+		return usageError(e, "render: --root: %v", err)
+	}
+	if err := plan.ValidateContainerRoot(o.ContainerRoot); err != nil {
+		return usageError(e, "render: --container-root: %v", err)
+	}
+	if dryRun {
+		p, err := overlay.Plan(o)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		printSummary(e, p, o, nil)
+		if err := p.Tree.Format(e.stdout); err != nil {
+			return fail(e, "%v", err)
+		}
+		return exitOK
+	}
+	if !noBinary && e.executable != nil {
+		bin, err := e.executable()
+		if err != nil {
+			return fail(e, "render: read own binary to install: %v", err)
+		}
+		o.Binary = bin
+	}
+	p, st, err := overlay.Render(o)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	printSummary(e, p, o, &st)
+	return exitOK
+}
+
+func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
+	m := p.Machine
+	var gpus, switches, bridges int
+	for _, n := range p.Tree.Nodes() {
+		switch {
+		case n.Role.IsBridge():
+			bridges++
+		case n.Device.Kind == profile.NVSwitch:
+			switches++
+		default:
+			gpus++
+		}
+	}
+	verb := "planned"
+	if st != nil {
+		verb = "rendered"
+	}
+	fmt.Fprintf(e.stdout, "%s %s into %s\n", verb, m.Source, o.Root)
+	fmt.Fprintf(e.stdout, "  GPUs %d, NVSwitches %d, root complexes %d, bridges %d, hierarchy %s\n",
+		gpus, switches, len(p.Tree.RootComplexes), bridges, m.Hierarchy)
+	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
+	fmt.Fprintf(e.stdout, "  links       %s -> mount at /sys/bus/pci/devices\n", path.Join(o.Root, plan.LinksDir))
+	if st == nil {
+		return
+	}
+	fmt.Fprintf(e.stdout, "  wrote %d files, %d links, %d directories (%d bytes); unchanged %d files, %d links; removed %d\n",
+		st.FilesWritten, st.LinksWritten, st.DirsCreated, st.BytesWritten, st.FilesUnchanged, st.LinksUnchanged, st.Removed)
+	for _, f := range st.Foreign {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: warning: %s holds %q, which no render made; go-nvlib aborts its scan on an unreadable entry\n", path.Join(o.Root, plan.LinksDir), f)
+	}
+	for _, k := range st.Kept {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: warning: kept stale %s: it holds files no render made\n", path.Join(o.Root, k))
+	}
+}

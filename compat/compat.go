@@ -1,0 +1,367 @@
+// Package compat runs the real consumer libraries against a rendered tree
+// and compares every answer with the profile: deviceattribute (the NVIDIA
+// DRA driver's pcieRoot and numaNode) and go-nvlib's nvpci (GPU Feature
+// Discovery, the device plugin). It never re-implements their logic; where
+// a library changes its rules, a row here turns red.
+package compat
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// KernelSysfs is where consumers read by default.
+const KernelSysfs = "/sys"
+
+// Consumer names, as the matrix shows them.
+const (
+	PCIeRoot        = "deviceattribute.pcieRoot"
+	NUMAScalar      = "deviceattribute.numaNode"
+	NUMAList        = "deviceattribute.numaNode(list)"
+	AllDevices      = "nvpci.GetAllDevices"
+	GPUs            = "nvpci.GetGPUs"
+	GPUByBusID      = "nvpci.GetGPUByPciBusID"
+	NVSwitches      = "nvpci.GetNVSwitches"
+	BARMemory       = "nvpci.GetTotalAddressableMemory"
+	Warnings        = "nvpci warnings"
+	ReferencePlain  = "reference: plain escaped link"
+	ReferenceAnchor = "reference: anchored link"
+)
+
+// Result is one consumer's answer for one device (or for the whole scan).
+type Result struct {
+	Consumer string `json:"consumer"`
+	Device   string `json:"device"`
+	OK       bool   `json:"ok"`
+	// Detail is the evidence: what the library answered, or its own error.
+	Detail string `json:"detail"`
+}
+
+// Report is the matrix for one sysfs location.
+type Report struct {
+	Sysfs   string   `json:"sysfs"`
+	Results []Result `json:"results"`
+}
+
+// OK reports whether every row passed.
+func (r *Report) OK() bool {
+	for _, x := range r.Results {
+		if !x.OK {
+			return false
+		}
+	}
+	return true
+}
+
+// Failures returns the rows that failed.
+func (r *Report) Failures() []Result {
+	var out []Result
+	for _, x := range r.Results {
+		if !x.OK {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// Run checks a sysfs tree against the machine it should show. sysfs is
+// "/sys" to read where consumers read by default, or <root>/sys for a tree
+// on the host.
+func Run(m *profile.Machine, sysfs string) *Report {
+	c := &checker{m: m, sysfs: sysfs, report: &Report{Sysfs: sysfs}}
+	c.deviceAttributes()
+	c.nvpciScan()
+	c.reference()
+	return c.report
+}
+
+type checker struct {
+	m      *profile.Machine
+	sysfs  string
+	report *Report
+}
+
+func (c *checker) add(consumer, device string, ok bool, format string, args ...any) {
+	c.report.Results = append(c.report.Results, Result{Consumer: consumer, Device: device, OK: ok, Detail: fmt.Sprintf(format, args...)})
+}
+
+// attrMods points deviceattribute at the tree; at /sys it runs with no
+// options at all, exactly as the DRA driver does.
+func (c *checker) attrMods() []deviceattribute.MachineModifier {
+	if c.sysfs == KernelSysfs {
+		return nil
+	}
+	return []deviceattribute.MachineModifier{deviceattribute.WithFSFromRoot(c.sysfs)}
+}
+
+func (c *checker) deviceAttributes() {
+	for _, d := range c.m.Devices {
+		bdf := d.Address.String()
+		want := d.RootComplex.String()
+		attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bdf, c.attrMods()...)
+		switch {
+		case err != nil:
+			c.add(PCIeRoot, bdf, false, "%v", err)
+		case attr.Value.StringValue == nil || *attr.Value.StringValue != want:
+			c.add(PCIeRoot, bdf, false, "got %s, want %s", describe(attr), want)
+		default:
+			c.add(PCIeRoot, bdf, true, "%s", want)
+		}
+		for _, form := range []deviceattribute.AttributeForm{deviceattribute.ScalarAttribute, deviceattribute.ListAttribute} {
+			name := NUMAScalar
+			if form == deviceattribute.ListAttribute {
+				name = NUMAList
+			}
+			attr, err := deviceattribute.GetNUMANodeAttributeByPCIBusID(bdf, form, c.attrMods()...)
+			c.numa(name, bdf, d.NUMANode, attr, err)
+		}
+	}
+}
+
+func (c *checker) numa(name, bdf string, want int, attr deviceattribute.DeviceAttribute, err error) {
+	if want < 0 {
+		// numa_node -1: the attribute must not be published.
+		if err != nil {
+			c.add(name, bdf, true, "not published (numa_node=%d)", want)
+		} else {
+			c.add(name, bdf, false, "published %s for numa_node=%d", describe(attr), want)
+		}
+		return
+	}
+	if err != nil {
+		c.add(name, bdf, false, "%v", err)
+		return
+	}
+	v := attr.Value
+	switch {
+	case v.IntValue != nil && *v.IntValue == int64(want):
+		c.add(name, bdf, true, "%d", want)
+	case len(v.IntValues) > 0 && v.IntValues[0] == int64(want):
+		c.add(name, bdf, true, "%v", v.IntValues)
+	default:
+		c.add(name, bdf, false, "got %s, want %d", describe(attr), want)
+	}
+}
+
+func describe(a deviceattribute.DeviceAttribute) string {
+	v := a.Value
+	switch {
+	case v.StringValue != nil:
+		return *v.StringValue
+	case v.IntValue != nil:
+		return fmt.Sprint(*v.IntValue)
+	case v.IntValues != nil:
+		return fmt.Sprint(v.IntValues)
+	}
+	return "nothing"
+}
+
+// warnings collects go-nvlib's warnings instead of letting them reach the log.
+type warnings struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnings) Warningf(format string, args ...any) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.msgs = append(w.msgs, strings.TrimSpace(fmt.Sprintf(format, args...)))
+}
+
+func (c *checker) nvpci() (nvpci.Interface, *warnings) {
+	w := &warnings{}
+	opts := []nvpci.Option{nvpci.WithLogger(w)}
+	if c.sysfs != KernelSysfs {
+		opts = append(opts, nvpci.WithPCIDevicesRoot(c.sysfs+"/bus/pci/devices"))
+	}
+	return nvpci.New(opts...), w
+}
+
+func (c *checker) nvpciScan() {
+	lib, warn := c.nvpci()
+	want := map[string]profile.Device{}
+	for _, d := range c.m.Devices {
+		want[d.Address.String()] = d
+	}
+	all, err := lib.GetAllDevices()
+	if err != nil {
+		c.add(AllDevices, "*", false, "%v", err)
+	} else {
+		// Every NVIDIA function the library finds must be one the profile
+		// declares, with its identity; Mellanox functions are the host's.
+		var found []string
+		ok := true
+		var problems []string
+		for _, d := range all {
+			if d.Vendor != boards.VendorNVIDIA {
+				continue
+			}
+			found = append(found, d.Address)
+			exp, known := want[d.Address]
+			if !known {
+				ok = false
+				problems = append(problems, d.Address+" is not in the profile")
+				continue
+			}
+			if p := mismatch(d, exp); p != "" {
+				ok = false
+				problems = append(problems, d.Address+": "+p)
+			}
+		}
+		if missing := missingFrom(found, keys(want)); len(missing) > 0 {
+			ok = false
+			problems = append(problems, "missing "+strings.Join(missing, ", "))
+		}
+		if ok {
+			c.add(AllDevices, "*", true, "%d NVIDIA functions, ids, class and numa_node as in the profile", len(found))
+		} else {
+			c.add(AllDevices, "*", false, "%s", strings.Join(problems, "; "))
+		}
+	}
+	c.setCheck(GPUs, profile.GPU, lib.GetGPUs)
+	if hasKind(c.m, profile.NVSwitch) {
+		c.setCheck(NVSwitches, profile.NVSwitch, lib.GetNVSwitches)
+	}
+	for _, d := range c.m.GPUs() {
+		bdf := d.Address.String()
+		g, err := lib.GetGPUByPciBusID(bdf)
+		switch {
+		case err != nil:
+			c.add(GPUByBusID, bdf, false, "%v", err)
+		case g == nil:
+			c.add(GPUByBusID, bdf, false, "not a GPU to go-nvlib")
+		default:
+			if p := mismatch(g, d); p != "" {
+				c.add(GPUByBusID, bdf, false, "%s", p)
+			} else {
+				c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
+			}
+			c.barMemory(g, d)
+		}
+	}
+	c.warnings(warn)
+}
+
+// warnings reports what go-nvlib logged. A real GPU node bound to nvidia
+// (not vfio-pci) has no vfio-dev directory, and pci.ids may not name a new
+// board, so those two warnings are what a real node logs too; any other
+// warning means a file the library wanted is missing.
+func (c *checker) warnings(w *warnings) {
+	var benign, bad []string
+	seen := map[string]bool{}
+	for _, m := range w.msgs {
+		if seen[m] {
+			continue
+		}
+		seen[m] = true
+		if strings.Contains(m, "unable to detect IOMMU FD") || strings.Contains(m, "unable to get device name") {
+			benign = append(benign, m)
+		} else {
+			bad = append(bad, m)
+		}
+	}
+	if len(bad) > 0 {
+		c.add(Warnings, "*", false, "%s", strings.Join(bad, "; "))
+		return
+	}
+	if len(benign) > 0 {
+		c.add(Warnings, "*", true, "%d warnings a real node logs too (no vfio-dev, name not in pci.ids)", len(benign))
+	}
+}
+
+func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
+	bdf := d.Address.String()
+	got32, got64 := g.Resources.GetTotalAddressableMemory(false)
+	want32, want64 := boards.BARTotals(d.DeviceID, d.BAR1Bytes)
+	if got32 != want32 || got64 != want64 {
+		c.add(BARMemory, bdf, false, "32-bit %d, 64-bit %d; want %d and %d (BAR1 %d)", got32, got64, want32, want64, d.BAR1Bytes)
+		return
+	}
+	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", bytesize(d.BAR1Bytes), bytesize(got64))
+}
+
+func bytesize(n uint64) string {
+	for _, u := range []struct {
+		s    string
+		size uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d %s", n/u.size, u.s)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// setCheck compares a go-nvlib list with the profile's devices of a kind.
+func (c *checker) setCheck(name string, kind profile.Kind, get func() ([]*nvpci.NvidiaPCIDevice, error)) {
+	devs, err := get()
+	if err != nil {
+		c.add(name, "*", false, "%v", err)
+		return
+	}
+	var got, want []string
+	for _, d := range devs {
+		got = append(got, d.Address)
+	}
+	for _, d := range c.m.Devices {
+		if d.Kind == kind {
+			want = append(want, d.Address.String())
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if slices.Equal(got, want) {
+		c.add(name, "*", true, "exactly the profile's %d %ss", len(want), kind)
+		return
+	}
+	c.add(name, "*", false, "got %v, want %v", got, want)
+}
+
+func mismatch(d *nvpci.NvidiaPCIDevice, exp profile.Device) string {
+	var p []string
+	check := func(field string, got, want uint64) {
+		if got != want {
+			p = append(p, fmt.Sprintf("%s 0x%x, want 0x%x", field, got, want))
+		}
+	}
+	check("vendor", uint64(d.Vendor), uint64(exp.Vendor))
+	check("device", uint64(d.Device), uint64(exp.DeviceID))
+	check("subsystem_vendor", uint64(d.SubsystemVendor), uint64(exp.SubsystemVendor))
+	check("subsystem_device", uint64(d.SubsystemDevice), uint64(exp.SubsystemDevice))
+	check("class", uint64(d.Class), uint64(exp.Class))
+	if d.NumaNode != exp.NUMANode {
+		p = append(p, fmt.Sprintf("numa_node %d, want %d", d.NumaNode, exp.NUMANode))
+	}
+	return strings.Join(p, ", ")
+}
+
+func hasKind(m *profile.Machine, k profile.Kind) bool {
+	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
+}
+
+func keys(m map[string]profile.Device) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func missingFrom(found, want []string) []string {
+	var out []string
+	for _, w := range want {
+		if !slices.Contains(found, w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}

@@ -1,0 +1,148 @@
+// Package boards records what real NVIDIA boards show in PCI sysfs: the
+// identities, BAR layouts and PCIe hierarchies from ../shared/REAL-HARDWARE.md.
+// Built-in profiles are written from it, and the planner uses it to give a
+// profile's GPUs the BAR layout and bridge hierarchy of their real machine.
+package boards
+
+// VendorNVIDIA is NVIDIA's PCI vendor id.
+const VendorNVIDIA uint16 = 0x10de
+
+// Hierarchy names a shape of PCIe tree between a root complex and a GPU.
+type Hierarchy string
+
+const (
+	// Flat is a cloud VM or a PCIe card: the GPU on the root bus or behind
+	// one root port.
+	Flat Hierarchy = "flat"
+	// HGX is an H100/H200 baseboard: root port, then a PCIe switch (upstream
+	// port at depth 4 below /sys, downstream port), then the GPU.
+	HGX Hierarchy = "hgx"
+	// DGX is a DGX A100: root port, then two cascaded PCIe switches.
+	DGX Hierarchy = "dgx"
+)
+
+// Hierarchies lists the valid hierarchy names.
+func Hierarchies() []Hierarchy { return []Hierarchy{Flat, HGX, DGX} }
+
+// Valid reports whether h names a known hierarchy.
+func (h Hierarchy) Valid() bool {
+	for _, k := range Hierarchies() {
+		if h == k {
+			return true
+		}
+	}
+	return false
+}
+
+// BARLayout says which BARs a GPU implements and how.
+type BARLayout int
+
+const (
+	// Classic is the pre-Hopper layout (A100, L40, T4): BAR0 16 MiB 32-bit
+	// non-prefetchable, BAR1 (the "BAR1" of nvidia-smi) and BAR3 32 MiB, both
+	// 64-bit prefetchable.
+	Classic BARLayout = iota
+	// Hopper (H100, H200, GB200): BAR0 16 MiB, BAR2 (nvidia-smi's BAR1) and
+	// BAR4 32 MiB, all 64-bit prefetchable.
+	Hopper
+)
+
+// Board is one real board's identity.
+type Board struct {
+	Name            string // the product name nvidia-smi prints
+	Device          uint16
+	SubsystemDevice uint16 // subsystem vendor is NVIDIA on every board here
+	BAR1Bytes       uint64 // 0 where no capture told us
+	LinkGen         int
+	LinkWidth       int
+	Hierarchy       Hierarchy
+	BARs            BARLayout
+	NVSwitchDevice  uint16 // the NVSwitch that boards of this kind pair with, 0 if none
+}
+
+const (
+	mib = uint64(1) << 20
+	gib = uint64(1) << 30
+)
+
+// All returns every known board.
+func All() []Board {
+	return []Board{
+		{Name: "NVIDIA A100-SXM4-40GB", Device: 0x20b0, SubsystemDevice: 0x134f, BAR1Bytes: 64 * gib, LinkGen: 4, LinkWidth: 16, Hierarchy: DGX, BARs: Classic, NVSwitchDevice: 0x1af1},
+		{Name: "NVIDIA A100 PCIe 40GB", Device: 0x20f1, SubsystemDevice: 0x145f, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
+		{Name: "NVIDIA A100 80GB PCIe", Device: 0x20b5, SubsystemDevice: 0x1533, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
+		{Name: "NVIDIA H100 80GB HBM3", Device: 0x2330, SubsystemDevice: 0x16c1, BAR1Bytes: 128 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: HGX, BARs: Hopper, NVSwitchDevice: 0x22a3},
+		{Name: "NVIDIA H100 PCIe", Device: 0x2331, SubsystemDevice: 0x1626, LinkGen: 5, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper},
+		{Name: "NVIDIA H200", Device: 0x2335, SubsystemDevice: 0x18be, LinkGen: 5, LinkWidth: 16, Hierarchy: HGX, BARs: Hopper, NVSwitchDevice: 0x22a3},
+		{Name: "NVIDIA GB200", Device: 0x2941, SubsystemDevice: 0x2046, BAR1Bytes: 256 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper},
+		{Name: "NVIDIA L40S", Device: 0x26b9, SubsystemDevice: 0x1851, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
+		{Name: "Tesla T4", Device: 0x1eb8, SubsystemDevice: 0x12a2, BAR1Bytes: 256 * mib, LinkGen: 3, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
+		{Name: "Tesla V100-SXM2-32GB", Device: 0x1db5, SubsystemDevice: 0x1249, LinkGen: 3, LinkWidth: 16, Hierarchy: HGX, BARs: Classic},
+	}
+}
+
+// Lookup finds a board by its PCI device id.
+func Lookup(device uint16) (Board, bool) {
+	for _, b := range All() {
+		if b.Device == device {
+			return b, true
+		}
+	}
+	return Board{}, false
+}
+
+// BARLayoutOf gives the BAR layout of a device id: the board's where known,
+// otherwise the classic layout that most NVIDIA GPUs have.
+func BARLayoutOf(device uint16) BARLayout {
+	if b, ok := Lookup(device); ok {
+		return b.BARs
+	}
+	return Classic
+}
+
+// HierarchyOf gives the hierarchy of a device id's real machine; an unknown
+// GPU gets the HGX shape, the commonest multi-GPU server.
+func HierarchyOf(device uint16) Hierarchy {
+	if b, ok := Lookup(device); ok {
+		return b.Hierarchy
+	}
+	return HGX
+}
+
+// NVSwitchDeviceFor gives the NVSwitch device id that pairs with a GPU.
+func NVSwitchDeviceFor(gpuDevice uint16) uint16 {
+	if b, ok := Lookup(gpuDevice); ok && b.NVSwitchDevice != 0 {
+		return b.NVSwitchDevice
+	}
+	return 0x22a3 // third-generation NVSwitch, the one current boards carry
+}
+
+// BAR is one base address register of a board.
+type BAR struct {
+	Index    int // 0..5
+	Size     uint64
+	Is64     bool
+	Prefetch bool
+}
+
+// BARs gives a GPU's BARs: its board's layout, with nvidia-smi's BAR1 of
+// bar1 bytes.
+func BARs(device uint16, bar1 uint64) []BAR {
+	if BARLayoutOf(device) == Hopper {
+		return []BAR{{0, 16 * mib, true, true}, {2, bar1, true, true}, {4, 32 * mib, true, true}}
+	}
+	return []BAR{{0, 16 * mib, false, false}, {1, bar1, true, true}, {3, 32 * mib, true, true}}
+}
+
+// BARTotals sums a GPU's 32-bit and 64-bit BARs, as go-nvlib's
+// GetTotalAddressableMemory reports them.
+func BARTotals(device uint16, bar1 uint64) (mem32, mem64 uint64) {
+	for _, b := range BARs(device, bar1) {
+		if b.Is64 {
+			mem64 += b.Size
+		} else {
+			mem32 += b.Size
+		}
+	}
+	return mem32, mem64
+}

@@ -1,0 +1,173 @@
+// Package builtin holds the profiles that ship with the tool, written from
+// the facts in REAL-HARDWARE.md: each has its real board's identity, BAR1
+// size, link and PCIe hierarchy.
+package builtin
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// Default is the profile used when none is named: a DGX A100.
+const Default = "a100"
+
+// Builtin is one shipped profile.
+type Builtin struct {
+	Name        string
+	Description string
+	Profile     func() *profile.Profile
+}
+
+// All lists the built-in profiles.
+func All() []Builtin {
+	return []Builtin{
+		{Name: "a100", Description: "DGX A100: 8x A100-SXM4-40GB behind two cascaded PCIe switches, 6 NVSwitches, 2 NUMA nodes", Profile: a100},
+		{Name: "h100", Description: "HGX H100: 8x H100 80GB HBM3 (SXM5), each behind a PCIe switch on its own root complex, 4 NVSwitches", Profile: h100},
+		{Name: "gb200", Description: "GB200 compute tray: 4x GB200 behind Grace root ports, 2 NUMA nodes", Profile: gb200},
+		{Name: "t4", Description: "cloud VM (like AWS g4dn.12xlarge): 4x T4 on the root bus, no NUMA affinity", Profile: t4},
+	}
+}
+
+// Names lists the built-in profile names.
+func Names() []string {
+	var names []string
+	for _, b := range All() {
+		names = append(names, b.Name)
+	}
+	return names
+}
+
+// Get returns a built-in profile by name.
+func Get(name string) (*profile.Profile, bool) {
+	for _, b := range All() {
+		if b.Name == name {
+			return b.Profile(), true
+		}
+	}
+	return nil, false
+}
+
+// Load resolves --profile: a built-in name, or else a file path. It returns
+// the profile and the name to use for it in messages.
+func Load(nameOrPath string) (*profile.Profile, string, error) {
+	if nameOrPath == "" {
+		nameOrPath = Default
+	}
+	if !strings.ContainsAny(nameOrPath, "/.") {
+		if p, ok := Get(nameOrPath); ok {
+			return p, "built-in " + nameOrPath, nil
+		}
+		if _, err := os.Stat(nameOrPath); err != nil {
+			return nil, "", fmt.Errorf("profile %q: not a built-in (%s) and not a file: %w", nameOrPath, strings.Join(Names(), ", "), err)
+		}
+	}
+	p, err := profile.LoadFile(nameOrPath)
+	return p, nameOrPath, err
+}
+
+type gpuSpec struct {
+	bus  string
+	rc   string
+	numa int
+}
+
+// build makes a profile of identical GPUs from one board's facts.
+func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec) *profile.Profile {
+	b, ok := boards.Lookup(board)
+	if !ok {
+		panic(fmt.Sprintf("builtin: board %04x is not in the boards table", board))
+	}
+	p := &profile.Profile{
+		Version: "1.0",
+		DeviceDefaults: profile.DeviceConfig{
+			Name: b.Name,
+			PCI: profile.PCIConfig{
+				DeviceID:    profile.Pack(boards.VendorNVIDIA, b.Device),
+				SubsystemID: profile.Pack(boards.VendorNVIDIA, b.SubsystemDevice),
+			},
+			PCIe: profile.PCIeConfig{
+				MaxLinkGen: ptr(b.LinkGen), CurrentLinkGen: ptr(b.LinkGen),
+				MaxLinkWidth: ptr(b.LinkWidth), CurrentLinkWidth: ptr(b.LinkWidth),
+			},
+			BAR1Memory: profile.MemoryConfig{TotalBytes: ptr(b.BAR1Bytes)},
+		},
+		PCIeTopology: &profile.PCIeTopology{Hierarchy: string(h)},
+	}
+	rcIndex := map[string]int{}
+	place := func(s gpuSpec) {
+		i, ok := rcIndex[s.rc]
+		if !ok {
+			i = len(p.PCIeTopology.RootComplexes)
+			rcIndex[s.rc] = i
+			p.PCIeTopology.RootComplexes = append(p.PCIeTopology.RootComplexes, profile.RootComplexConfig{ID: s.rc, NUMANode: ptr(s.numa)})
+		}
+		rc := &p.PCIeTopology.RootComplexes[i]
+		rc.Devices = append(rc.Devices, s.bus)
+	}
+	for i, g := range gpus {
+		p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(i), PCI: profile.PCIConfig{BusID: g.bus}})
+		place(g)
+	}
+	if len(switches) > 0 {
+		p.NVLink = &profile.NVLink{}
+		for _, s := range switches {
+			p.NVLink.Switches = append(p.NVLink.Switches, profile.NVSwitchConfig{BDF: s.bus})
+			place(s)
+		}
+	}
+	slices.SortStableFunc(p.PCIeTopology.RootComplexes, func(a, b profile.RootComplexConfig) int { return strings.Compare(a.ID, b.ID) })
+	return p
+}
+
+// a100 is a DGX A100: GPUs in pairs per root complex, each behind a
+// PEX88096 switch cascade; NVSwitches behind their own switch.
+func a100() *profile.Profile {
+	return build(0x20b0, boards.DGX, []gpuSpec{
+		{"0000:07:00.0", "pci0000:00", 0}, {"0000:0f:00.0", "pci0000:00", 0},
+		{"0000:47:00.0", "pci0000:40", 0}, {"0000:4e:00.0", "pci0000:40", 0},
+		{"0000:87:00.0", "pci0000:80", 1}, {"0000:90:00.0", "pci0000:80", 1},
+		{"0000:b7:00.0", "pci0000:a0", 1}, {"0000:bd:00.0", "pci0000:a0", 1},
+	}, []gpuSpec{
+		{"0000:c4:00.0", "pci0000:c0", 1}, {"0000:c5:00.0", "pci0000:c0", 1}, {"0000:c6:00.0", "pci0000:c0", 1},
+		{"0000:c7:00.0", "pci0000:c0", 1}, {"0000:c8:00.0", "pci0000:c0", 1}, {"0000:c9:00.0", "pci0000:c0", 1},
+	})
+}
+
+// h100 is an HGX H100 with the bus numbers of a real capture: each GPU on its
+// own root complex, three bridges deep, as pci0000:15/15:01.0/16:00.0/17:00.0/18:00.0.
+func h100() *profile.Profile {
+	return build(0x2330, boards.HGX, []gpuSpec{
+		{"0000:53:00.0", "pci0000:50", 0}, {"0000:64:00.0", "pci0000:61", 0},
+		{"0000:75:00.0", "pci0000:72", 0}, {"0000:86:00.0", "pci0000:83", 0},
+		{"0000:97:00.0", "pci0000:94", 1}, {"0000:a8:00.0", "pci0000:a5", 1},
+		{"0000:b9:00.0", "pci0000:b6", 1}, {"0000:ca:00.0", "pci0000:c7", 1},
+	}, []gpuSpec{
+		{"0000:05:00.0", "pci0000:00", 0}, {"0000:06:00.0", "pci0000:00", 0},
+		{"0000:07:00.0", "pci0000:00", 0}, {"0000:08:00.0", "pci0000:00", 0},
+	})
+}
+
+// gb200 is one GB200 compute tray with the bus numbers of a real capture:
+// two Grace CPUs, each with two GPUs behind root ports.
+func gb200() *profile.Profile {
+	return build(0x2941, boards.Flat, []gpuSpec{
+		{"0000:29:00.0", "pci0000:00", 0}, {"0000:3f:00.0", "pci0000:00", 0},
+		{"0000:9c:00.0", "pci0000:80", 1}, {"0000:b2:00.0", "pci0000:80", 1},
+	}, nil)
+}
+
+// t4 is a cloud VM: four T4s on the root bus at 00:1b.0-00:1e.0, the last as
+// in a real capture, with no NUMA affinity as VMs report.
+func t4() *profile.Profile {
+	return build(0x1eb8, boards.Flat, []gpuSpec{
+		{"0000:00:1b.0", "pci0000:00", -1}, {"0000:00:1c.0", "pci0000:00", -1},
+		{"0000:00:1d.0", "pci0000:00", -1}, {"0000:00:1e.0", "pci0000:00", -1},
+	}, nil)
+}
+
+func ptr[T any](v T) *T { return &v }

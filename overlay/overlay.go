@@ -1,0 +1,118 @@
+// Package overlay renders nvml-mock profiles into a PCI sysfs overlay: a
+// tree of device directories and a links directory that containers mount
+// at /sys/bus/pci/devices, leaving the real /sys/devices untouched.
+//
+// The work is split three ways. profile reads and normalises the user's
+// YAML; plan turns it into every path, link text and file content without
+// touching disk; writer puts a plan on disk. This package ties them together.
+package overlay
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+)
+
+// DefaultRoot is where the overlay lives on the host.
+const DefaultRoot = "/var/lib/nvml-mock"
+
+// HostDevices says what to do with the node's own PCI devices.
+type HostDevices string
+
+const (
+	// HostDevicesNone lists only the mock devices.
+	HostDevicesNone HostDevices = "none"
+	// HostDevicesMerge also lists the node's real devices.
+	HostDevicesMerge HostDevices = "merge"
+)
+
+// Options configure a render.
+type Options struct {
+	Profile       string // a built-in name or a file; default builtin.Default
+	Root          string // default DefaultRoot
+	ContainerRoot string // default plan.DefaultContainerRoot
+	Hierarchy     boards.Hierarchy
+	HostDevices   HostDevices
+	HostSysfs     string // default /sys
+	// Binary, if set, is installed at <root>/bin/nvml-mock-sysfs.
+	Binary []byte
+	Writer writer.Options
+}
+
+// LoadMachine resolves and normalises a profile.
+func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error) {
+	p, source, err := builtin.Load(nameOrPath)
+	if err != nil {
+		return nil, err
+	}
+	return profile.Normalize(source, p, profile.Options{Hierarchy: h})
+}
+
+// Plan loads the profile and plans the overlay, reading the host's CPUs
+// (and devices, when merging) from its sysfs.
+func Plan(opts Options) (*plan.Plan, error) {
+	m, err := LoadMachine(opts.Profile, opts.Hierarchy)
+	if err != nil {
+		return nil, err
+	}
+	hostSysfs := opts.HostSysfs
+	if hostSysfs == "" {
+		hostSysfs = plan.DefaultHostSysfs
+	}
+	sysfs := os.DirFS(hostSysfs)
+	cpus, err := plan.ReadHostCPUs(sysfs)
+	if err != nil {
+		// Without the host's CPU topology (a test sysfs, say), render as a
+		// one-CPU host rather than fail: only local_cpus depends on it.
+		cpus = plan.SingleCPU()
+	}
+	po := plan.Options{ContainerRoot: opts.ContainerRoot, Host: cpus, HostSysfs: hostSysfs}
+	switch opts.HostDevices {
+	case "", HostDevicesNone:
+	case HostDevicesMerge:
+		devs, err := plan.ReadHostDevices(sysfs.(fs.ReadLinkFS))
+		if err != nil {
+			return nil, err
+		}
+		po.HostDevices = devs
+	default:
+		return nil, fmt.Errorf("--host-devices %q: want none or merge", opts.HostDevices)
+	}
+	p, err := plan.New(m, po)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Binary != nil {
+		p.Entries = append([]plan.Entry{
+			{Path: "bin", Kind: plan.Dir, Mode: 0o755},
+			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Data: opts.Binary},
+		}, p.Entries...)
+	}
+	return p, nil
+}
+
+// Render plans the overlay and writes it into the root.
+func Render(opts Options) (*plan.Plan, writer.Stats, error) {
+	root := opts.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	if err := writer.CheckRoot(root); err != nil {
+		return nil, writer.Stats{}, err
+	}
+	p, err := Plan(opts)
+	if err != nil {
+		return nil, writer.Stats{}, err
+	}
+	st, err := writer.Apply(root, p, opts.Writer)
+	if err != nil {
+		return p, st, fmt.Errorf("render into %s: %w", root, err)
+	}
+	return p, st, nil
+}

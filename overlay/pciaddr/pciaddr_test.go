@@ -1,0 +1,72 @@
+package pciaddr
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{in: "0000:07:00.0", want: "0000:07:00.0"},
+		{in: "0000:0F:00.0", want: "0000:0f:00.0"},
+		{in: "00000000:3B:00.0", want: "0000:3b:00.0"},
+		{in: "0000000A:C1:1F.7", want: "000a:c1:1f.7"},
+		{in: "ABCD:ef:01.3", want: "abcd:ef:01.3"},
+		{in: "", wantErr: "no domain"},
+		{in: "07:00.0", wantErr: "4 or 8"},
+		{in: "00010000:07:00.0", wantErr: "must start with 0000"},
+		{in: "000:07:00.0", wantErr: "4 or 8"},
+		{in: "0000:7:00.0", wantErr: "bus has 2"},
+		{in: "0000:07:20.0", wantErr: "device number"},
+		{in: "0000:07:00.8", wantErr: "function number"},
+		{in: "0000:07:00.0 ", wantErr: "DD.F"},
+		{in: "0000:0g:00.0", wantErr: "bus"},
+		{in: "+000:07:00.0", wantErr: "domain"},
+		{in: "0000:../00.0", wantErr: "bus"},
+		{in: "0000:07:00.0/../../etc", wantErr: "DD.F"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := Parse(tt.in)
+			if tt.wantErr != "" {
+				require.ErrorContains(t, err, tt.wantErr)
+				require.ErrorContains(t, err, "is not a PCI address")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got.String())
+			require.True(t, IsBDF(got.String()))
+		})
+	}
+}
+
+func TestIsBDF(t *testing.T) {
+	require.True(t, IsBDF("0000:07:00.0"))
+	require.False(t, IsBDF("0000:0F:00.0"), "upper case is fatal to libpci")
+	require.False(t, IsBDF("00000000:07:00.0"), "sysfs never uses the 8-digit domain")
+	require.False(t, IsBDF(".anchor"))
+}
+
+func TestRootComplex(t *testing.T) {
+	rc, err := ParseRootComplex("PCI0000:C0")
+	require.NoError(t, err)
+	require.Equal(t, "pci0000:c0", rc.String())
+	for _, bad := range []string{"pci0000:0", "pci0000-00", "pcixxxx:00", "../../etc", "pci0000:00/..", ""} {
+		_, err := ParseRootComplex(bad)
+		require.ErrorContains(t, err, "not a root complex id", bad)
+	}
+	a, err := Parse("0000:80:00.0")
+	require.NoError(t, err)
+	require.Equal(t, RootComplex{Bus: 0x80}, a.RootComplex())
+	require.Equal(t, -1, RootComplex{Bus: 0x00}.Compare(RootComplex{Bus: 0x80}))
+	require.Equal(t, 1, RootComplex{Domain: 2}.Compare(RootComplex{Domain: 1, Bus: 0xff}))
+	b, err := Parse("0000:07:00.1")
+	require.NoError(t, err)
+	require.Equal(t, -1, b.Compare(a))
+	require.Equal(t, 0, a.Compare(a))
+}

@@ -1,0 +1,87 @@
+package plan
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// linkSpeed is the kernel's spelling of a PCIe generation's speed.
+func linkSpeed(gen int) string {
+	switch gen {
+	case 1:
+		return "2.5 GT/s PCIe"
+	case 2:
+		return "5.0 GT/s PCIe"
+	case 3:
+		return "8.0 GT/s PCIe"
+	case 4:
+		return "16.0 GT/s PCIe"
+	case 5:
+		return "32.0 GT/s PCIe"
+	case 6:
+		return "64.0 GT/s PCIe"
+	}
+	return "Unknown"
+}
+
+// modalias is what udev and go-nvlib's VFIO lookup match drivers against.
+func modalias(id Identity) string {
+	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X",
+		id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice,
+		byte(id.Class>>16), byte(id.Class>>8), byte(id.Class))
+}
+
+// resourceFile renders the resource file: "start end flags" per line, as
+// many lines as the kernel prints for the header type.
+func resourceFile(n *Node) string {
+	lines := typ0Lines
+	if n.Role.IsBridge() {
+		lines = typ1Lines
+	}
+	byIndex := map[int]bar{}
+	for _, b := range n.bars {
+		byIndex[b.index] = b
+	}
+	var sb strings.Builder
+	sb.Grow(lines * 57)
+	for i := 0; i < lines; i++ {
+		var start, end, flags uint64
+		if b, ok := byIndex[i]; ok {
+			start, end, flags = b.start, b.end(), b.flags
+		}
+		fmt.Fprintf(&sb, "0x%016x 0x%016x 0x%016x\n", start, end, flags)
+	}
+	return sb.String()
+}
+
+// driverOf names the driver a real node binds each function to.
+func driverOf(n *Node) string {
+	switch n.Role {
+	case RootPort, SwitchUp, SwitchDown:
+		return "pcieport"
+	case Endpoint:
+		if n.Device.Kind == profile.NVSwitch {
+			return "nvidia-nvswitch"
+		}
+		return "nvidia"
+	}
+	return ""
+}
+
+func uevent(n *Node, driver string) string {
+	var b strings.Builder
+	if driver != "" {
+		fmt.Fprintf(&b, "DRIVER=%s\n", driver)
+	}
+	id := n.Identity
+	fmt.Fprintf(&b, "PCI_CLASS=%X\nPCI_ID=%04X:%04X\nPCI_SUBSYS_ID=%04X:%04X\nPCI_SLOT_NAME=%s\nMODALIAS=%s\n",
+		id.Class, id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice, n.Address, modalias(id))
+	return b.String()
+}
+
+func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
+
+func decimal(v int) string { return strconv.Itoa(v) + "\n" }

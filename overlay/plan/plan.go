@@ -1,0 +1,387 @@
+// Package plan turns a normalised profile into the complete overlay tree:
+// every directory, file content and link text, before anything touches disk.
+//
+// The tree has two parts. Device directories sit where the kernel would put
+// them, under <root>/sys/devices/pciDDDD:BB/<bridges>/<bdf>. The links
+// directory <root>/sys/bus/pci/devices, which containers see at
+// /sys/bus/pci/devices, holds one symlink per device:
+//
+//   - a bridge's link escapes to the container root:
+//     ../../../../opt/nvml-mock/sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0
+//   - an endpoint's link starts from such a bridge whose directory sits four
+//     levels below sys/ (its anchor), then climbs four levels and walks down:
+//     0000:16:00.0/../../../../devices/pci0000:15/0000:15:01.0/.../0000:18:00.0
+//
+// Lexically the endpoint's text cleans to devices/pci0000:15/.../0000:18:00.0,
+// which is what deviceattribute's pcieRoot parses; physically the kernel
+// follows the anchor into the overlay, climbs to the overlay's sys/ and finds
+// the GPU. The loop link <root>/opt/nvml-mock -> .. makes the same text
+// resolve on the host at <root>, in a container at /opt/nvml-mock, and at
+// /sys/bus/pci/devices.
+package plan
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io/fs"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// Paths inside the overlay root.
+const (
+	// LinksDir is the directory bind-mounted at /sys/bus/pci/devices.
+	LinksDir = "sys/bus/pci/devices"
+	// ProfileFile is the effective profile, which verify checks against.
+	ProfileFile = "effective-profile.yaml"
+	// BinaryFile is where render installs its own binary for verify.
+	BinaryFile = "bin/nvml-mock-sysfs"
+	// DefaultContainerRoot is where containers see the overlay.
+	DefaultContainerRoot = "/opt/nvml-mock"
+	// DefaultHostSysfs is where the host's own devices are read from.
+	DefaultHostSysfs = "/sys"
+)
+
+// linksDepth is how deep the links directory sits below any root it is
+// mounted under (sys/bus/pci/devices, /sys/bus/pci/devices).
+const linksDepth = 4
+
+// Kind is what an entry is on disk.
+type Kind uint8
+
+const (
+	Dir Kind = iota
+	File
+	Symlink
+)
+
+func (k Kind) String() string { return [...]string{"directory", "file", "symlink"}[k] }
+
+// Entry is one path of the overlay.
+type Entry struct {
+	Path   string      // slash-separated, relative to the overlay root
+	Kind   Kind        //
+	Mode   fs.FileMode // permission bits of a directory or file
+	Data   []byte      // a file's content
+	Target string      // a symlink's text
+}
+
+// Plan is the whole overlay, in the order it is safe to write: directories
+// and files first, then the links inside the device tree, then bridges'
+// entries in the links directory, then endpoints' entries, whose text
+// passes through the bridges'.
+type Plan struct {
+	Machine       *profile.Machine
+	Tree          *Tree
+	ContainerRoot string
+	Entries       []Entry
+}
+
+// Options shape a plan.
+type Options struct {
+	// ContainerRoot is where containers mount the overlay; default /opt/nvml-mock.
+	ContainerRoot string
+	// Host gives local_cpus its CPUs; the zero value means one CPU.
+	Host HostCPUs
+	// HostDevices are the node's own PCI devices to list beside the mock ones.
+	HostDevices []HostDevice
+	// HostSysfs is where HostDevices live on the host; default /sys.
+	HostSysfs string
+}
+
+// New plans the overlay for a machine.
+func New(m *profile.Machine, opts Options) (*Plan, error) {
+	if opts.ContainerRoot == "" {
+		opts.ContainerRoot = DefaultContainerRoot
+	}
+	if err := ValidateContainerRoot(opts.ContainerRoot); err != nil {
+		return nil, err
+	}
+	if opts.HostSysfs == "" {
+		opts.HostSysfs = DefaultHostSysfs
+	}
+	if opts.Host.Possible == 0 {
+		opts.Host = SingleCPU()
+	}
+	var reserved []pciaddr.Address
+	for _, h := range opts.HostDevices {
+		reserved = append(reserved, h.Address)
+	}
+	for _, h := range opts.HostDevices {
+		for _, d := range m.Devices {
+			if d.Address == h.Address {
+				return nil, fmt.Errorf("mock %s %s collides with host device %s (%s): move the mock device or drop --host-devices merge", d.Kind, d.Address, h.Address, h.Target)
+			}
+		}
+	}
+	t, err := BuildTree(m, BuildOptions{Reserved: reserved})
+	if err != nil {
+		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
+	}
+	fillBridgeLinks(t)
+	assignBARs(t)
+	b := &builder{opts: opts, tree: t, dirs: map[string]bool{}, shadows: map[string]bool{}}
+	if err := b.build(m); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
+	}
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, Entries: b.entries()}, nil
+}
+
+// ValidateContainerRoot refuses a container root the loop link cannot serve.
+func ValidateContainerRoot(p string) error {
+	bad := func(why string) error { return fmt.Errorf("container root %q: %s", p, why) }
+	switch {
+	case !path.IsAbs(p):
+		return bad("must be absolute")
+	case path.Clean(p) != p:
+		return bad("must be clean (no trailing slash, no . or ..)")
+	case p == "/":
+		return bad("must not be /")
+	}
+	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
+	switch first {
+	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile:
+		return bad("must not start at /" + first + ", which the overlay or the kernel uses")
+	}
+	return nil
+}
+
+// fillBridgeLinks gives each bridge the fastest link below it, as firmware
+// trains a port to its device; a bridge with nothing below trains to Gen2 x1.
+func fillBridgeLinks(t *Tree) {
+	var fill func(n *Node) profile.Link
+	fill = func(n *Node) profile.Link {
+		if n.Role == Endpoint {
+			return n.Link
+		}
+		l := profile.Link{}
+		for _, c := range n.Children {
+			cl := fill(c)
+			l.MaxGen, l.MaxWidth = max(l.MaxGen, cl.MaxGen), max(l.MaxWidth, cl.MaxWidth)
+		}
+		if l.MaxGen == 0 {
+			l = profile.Link{MaxGen: 2, MaxWidth: 1}
+		}
+		l.CurrentGen, l.CurrentWidth = l.MaxGen, l.MaxWidth
+		n.Link = l
+		return l
+	}
+	for _, rc := range t.RootComplexes {
+		for _, n := range rc.Children {
+			fill(n)
+		}
+	}
+}
+
+// builder collects entries in phases, each in a deterministic order.
+type builder struct {
+	opts    Options
+	tree    *Tree
+	dirs    map[string]bool
+	shadows map[string]bool // host-device shadow links already planned
+	files   []Entry         // directories and files, parents first
+	inTree  []Entry         // symlinks inside the device tree
+	bridges []Entry         // links-directory entries of bridges and host devices
+	ends    []Entry         // links-directory entries of endpoints
+}
+
+func (b *builder) entries() []Entry {
+	out := make([]Entry, 0, len(b.files)+len(b.inTree)+len(b.bridges)+len(b.ends))
+	out = append(out, b.files...)
+	out = append(out, b.inTree...)
+	out = append(out, b.bridges...)
+	return append(out, b.ends...)
+}
+
+func (b *builder) dir(p string) {
+	if p == "." || b.dirs[p] {
+		return
+	}
+	if parent := path.Dir(p); parent != "." {
+		b.dir(parent)
+	}
+	b.dirs[p] = true
+	b.files = append(b.files, Entry{Path: p, Kind: Dir, Mode: 0o755})
+}
+
+func (b *builder) file(p string, data []byte) {
+	b.dir(path.Dir(p))
+	b.files = append(b.files, Entry{Path: p, Kind: File, Mode: 0o644, Data: data})
+}
+
+func (b *builder) text(dir, name, s string) { b.file(dir+"/"+name, []byte(s)) }
+
+func link(p, target string) Entry { return Entry{Path: p, Kind: Symlink, Target: target} }
+
+func (b *builder) build(m *profile.Machine) error {
+	b.dir(LinksDir)
+	effective, err := profile.Marshal(m.Effective(), "The effective profile that nvml-mock-sysfs rendered; verify checks against it.\nGenerated: do not edit. Render again to change it.")
+	if err != nil {
+		return err
+	}
+	b.file(ProfileFile, effective)
+
+	// The loop link: <root>/<container root> -> <root>.
+	rel := strings.TrimPrefix(b.opts.ContainerRoot, "/")
+	levels := strings.Count(rel, "/")
+	loop := "."
+	if levels > 0 {
+		loop = strings.TrimSuffix(strings.Repeat("../", levels), "/")
+	}
+	if parent := path.Dir(rel); parent != "." {
+		b.dir(parent)
+	}
+	b.inTree = append(b.inTree, link(rel, loop))
+
+	multi := multiFunctionDevices(b.tree)
+	for _, rc := range b.tree.RootComplexes {
+		b.dir("sys/devices/" + rc.ID.String())
+	}
+	for _, n := range b.tree.Nodes() {
+		b.node(n, multi[devKey(n.Address)])
+	}
+	return b.hostDevices()
+}
+
+func devKey(a pciaddr.Address) [3]uint16 { return [3]uint16{a.Domain, uint16(a.Bus), uint16(a.Device)} }
+
+func multiFunctionDevices(t *Tree) map[[3]uint16]bool {
+	count := map[[3]uint16]int{}
+	for _, n := range t.Nodes() {
+		count[devKey(n.Address)]++
+	}
+	multi := map[[3]uint16]bool{}
+	for k, c := range count {
+		multi[k] = c > 1
+	}
+	return multi
+}
+
+// up climbs from a directory depth levels below sys/ to sys/.
+func up(depth int) string { return strings.Repeat("../", depth) }
+
+func (b *builder) node(n *Node, multiFunction bool) {
+	dir := "sys/" + n.SysPath()
+	bdf := n.Address.String()
+	b.dir(dir)
+	id := n.Identity
+	irq := 24 + n.ordinal%200
+	driver := driverOf(n)
+	cpus := b.opts.Host.cpusOf(n.NUMANode)
+	b.text(dir, "vendor", hex16(id.Vendor))
+	b.text(dir, "device", hex16(id.Device))
+	b.text(dir, "subsystem_vendor", hex16(id.SubsystemVendor))
+	b.text(dir, "subsystem_device", hex16(id.SubsystemDevice))
+	b.text(dir, "class", fmt.Sprintf("0x%06x\n", id.Class))
+	b.text(dir, "revision", fmt.Sprintf("0x%02x\n", id.Revision))
+	b.text(dir, "irq", decimal(irq))
+	b.text(dir, "numa_node", decimal(n.NUMANode))
+	b.text(dir, "modalias", modalias(id)+"\n")
+	b.text(dir, "resource", resourceFile(n))
+	b.file(dir+"/config", configSpace(n, irq, multiFunction))
+	b.text(dir, "enable", "1\n")
+	b.text(dir, "d3cold_allowed", "1\n")
+	b.text(dir, "power_state", "D0\n")
+	b.text(dir, "uevent", uevent(n, driver))
+	b.text(dir, "local_cpus", cpuMask(cpus, b.opts.Host.Possible)+"\n")
+	b.text(dir, "local_cpulist", cpus.String()+"\n")
+	b.text(dir, "current_link_speed", linkSpeed(n.Link.CurrentGen)+"\n")
+	b.text(dir, "max_link_speed", linkSpeed(n.Link.MaxGen)+"\n")
+	b.text(dir, "current_link_width", decimal(n.Link.CurrentWidth))
+	b.text(dir, "max_link_width", decimal(n.Link.MaxWidth))
+	if n.Role.IsBridge() {
+		b.text(dir, "secondary_bus_number", decimal(int(n.Secondary)))
+		b.text(dir, "subordinate_bus_number", decimal(int(n.Subordinate)))
+	}
+	depth := n.Depth()
+	if driver != "" {
+		ddir := "sys/bus/pci/drivers/" + driver
+		b.dir(ddir)
+		b.inTree = append(b.inTree,
+			link(dir+"/driver", up(depth)+"bus/pci/drivers/"+driver),
+			link(ddir+"/"+bdf, up(4)+n.SysPath()))
+	}
+	group := strconv.Itoa(n.ordinal)
+	gdir := "sys/kernel/iommu_groups/" + group
+	b.text(gdir, "type", "DMA\n")
+	b.dir(gdir + "/devices")
+	b.inTree = append(b.inTree,
+		link(dir+"/iommu_group", up(depth)+"kernel/iommu_groups/"+group),
+		link(gdir+"/devices/"+bdf, up(4)+n.SysPath()))
+
+	entry := LinksDir + "/" + bdf
+	if n.Role.IsBridge() {
+		b.bridges = append(b.bridges, link(entry, b.escapedTarget(n)))
+		return
+	}
+	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
+}
+
+// escapedTarget is the plain form: out of sysfs and into the overlay at the
+// container root. deviceattribute's pcieRoot rejects it, so only bridges,
+// whose pcieRoot nobody asks, use it.
+func (b *builder) escapedTarget(n *Node) string {
+	return EscapedTarget(b.opts.ContainerRoot, n.SysPath())
+}
+
+// EscapedTarget is the plain escaped link text for a device directory.
+func EscapedTarget(containerRoot, sysPath string) string {
+	return up(linksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
+}
+
+// AnchoredTarget is the two-step link text: through the anchor's entry, up to
+// sys/, down to the device.
+func AnchoredTarget(anchor pciaddr.Address, sysPath string) string {
+	return anchor.String() + "/" + up(anchorDepth) + sysPath
+}
+
+// hostDevices lists the node's own devices with the kernel's link text, which
+// resolves into the real /sys/devices in a container. On the host, the same
+// text lands in the overlay's sys/devices, so a link there leads on to the
+// host's real directory.
+func (b *builder) hostDevices() error {
+	for _, h := range b.opts.HostDevices {
+		p, err := h.SysPath()
+		if err != nil {
+			return err
+		}
+		b.bridges = append(b.bridges, link(LinksDir+"/"+h.Address.String(), h.Target))
+		// Shadow at the first path element the overlay does not have.
+		parts := strings.Split(p, "/")
+		for i := 2; i <= len(parts); i++ {
+			at := "sys/" + strings.Join(parts[:i], "/")
+			if b.dirs[at] {
+				continue
+			}
+			if !b.shadows[at] {
+				b.shadows[at] = true
+				b.inTree = append(b.inTree, link(at, path.Join(b.opts.HostSysfs, strings.Join(parts[:i], "/"))))
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// Digest identifies the plan's content: equal plans have equal digests.
+func (p *Plan) Digest() string {
+	h := sha256.New()
+	var n [8]byte
+	for _, e := range p.Entries {
+		h.Write([]byte(e.Path))
+		h.Write([]byte{0, byte(e.Kind)})
+		binary.LittleEndian.PutUint32(n[:4], uint32(e.Mode))
+		h.Write(n[:4])
+		binary.LittleEndian.PutUint64(n[:], uint64(len(e.Data)))
+		h.Write(n[:])
+		h.Write(e.Data)
+		h.Write([]byte(e.Target))
+		h.Write([]byte{0})
+	}
+	return fmt.Sprintf("sha256:%x", h.Sum(nil))
+}

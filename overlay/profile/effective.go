@@ -1,0 +1,78 @@
+package profile
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Effective writes the machine back as a profile with every value explicit.
+// Normalize turns it into the same machine, so verify can later check a
+// container against exactly what was rendered.
+func (m *Machine) Effective() *Profile {
+	p := &Profile{Version: "1.0"}
+	topo := &PCIeTopology{Hierarchy: string(m.Hierarchy)}
+	byRC := map[string][]string{}
+	var switches []Device
+	for _, d := range m.Devices {
+		byRC[d.RootComplex.String()] = append(byRC[d.RootComplex.String()], d.Address.String())
+		if d.Kind == NVSwitch {
+			switches = append(switches, d)
+			continue
+		}
+		index := d.Index
+		p.Devices = append(p.Devices, DeviceConfig{
+			Index: &index,
+			Name:  d.Name,
+			PCI: PCIConfig{
+				BusID:       d.Address.String(),
+				DeviceID:    Pack(d.Vendor, d.DeviceID),
+				SubsystemID: Pack(d.SubsystemVendor, d.SubsystemDevice),
+				Class:       ptr(Word(d.Class)),
+			},
+			PCIe: PCIeConfig{
+				MaxLinkGen: ptr(d.Link.MaxGen), CurrentLinkGen: ptr(d.Link.CurrentGen),
+				MaxLinkWidth: ptr(d.Link.MaxWidth), CurrentLinkWidth: ptr(d.Link.CurrentWidth),
+			},
+			BAR1Memory: MemoryConfig{TotalBytes: ptr(d.BAR1Bytes)},
+		})
+	}
+	if len(switches) > 0 {
+		// Keep the declared order, so that each switch keeps its index.
+		slices.SortFunc(switches, func(a, b Device) int { return a.Index - b.Index })
+		p.NVLink = &NVLink{}
+		for _, d := range switches {
+			p.NVLink.Switches = append(p.NVLink.Switches, NVSwitchConfig{BDF: d.Address.String(), DeviceID: Pack(d.Vendor, d.DeviceID)})
+		}
+	}
+	for _, rc := range m.RootComplexes {
+		topo.RootComplexes = append(topo.RootComplexes, RootComplexConfig{
+			ID: rc.ID.String(), NUMANode: ptr(rc.NUMANode), Devices: byRC[rc.ID.String()],
+		})
+	}
+	p.PCIeTopology = topo
+	return p
+}
+
+// Marshal writes a profile as YAML.
+func Marshal(p *Profile, header string) ([]byte, error) {
+	var buf bytes.Buffer
+	for _, line := range bytes.Split([]byte(header), []byte("\n")) {
+		if len(line) > 0 {
+			fmt.Fprintf(&buf, "# %s\n", line)
+		}
+	}
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(p); err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func ptr[T any](v T) *T { return &v }

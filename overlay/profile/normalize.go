@@ -1,0 +1,475 @@
+package profile
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+)
+
+// Kind says what a rendered endpoint is.
+type Kind int
+
+const (
+	// GPU is a device of devices[]: class 0x0302xx or 0x0300xx.
+	GPU Kind = iota
+	// NVSwitch is an nvlink.switches[] entry: class 0x068000.
+	NVSwitch
+)
+
+func (k Kind) String() string {
+	if k == NVSwitch {
+		return "nvswitch"
+	}
+	return "gpu"
+}
+
+// Class codes, as the kernel's class file shows them.
+const (
+	Class3DController  uint32 = 0x030200
+	ClassVGAController uint32 = 0x030000
+	ClassNVSwitch      uint32 = 0x068000
+	ClassPCIBridge     uint32 = 0x060400
+)
+
+// Link is a PCIe link's generation (1 = 2.5 GT/s ... 6 = 64 GT/s) and width.
+type Link struct {
+	MaxGen       int
+	CurrentGen   int
+	MaxWidth     int
+	CurrentWidth int
+}
+
+// Device is one PCI endpoint to render.
+type Device struct {
+	Kind            Kind
+	Index           int // devices[].index for a GPU, the position in nvlink.switches for an NVSwitch
+	Name            string
+	Address         pciaddr.Address
+	RootComplex     pciaddr.RootComplex
+	NUMANode        int
+	Vendor          uint16
+	DeviceID        uint16
+	SubsystemVendor uint16
+	SubsystemDevice uint16
+	Class           uint32
+	Revision        uint8
+	BAR1Bytes       uint64
+	Link            Link
+}
+
+// RootComplex is a host bridge and its NUMA node.
+type RootComplex struct {
+	ID       pciaddr.RootComplex
+	NUMANode int
+}
+
+// Machine is a normalised profile: every device with explicit ids, every
+// address lower-case, every device under exactly one root complex.
+type Machine struct {
+	Source        string
+	Hierarchy     boards.Hierarchy
+	RootComplexes []RootComplex // sorted by domain, bus
+	Devices       []Device      // sorted by address
+}
+
+// GPUs returns the machine's GPUs, sorted by address.
+func (m *Machine) GPUs() []Device {
+	var out []Device
+	for _, d := range m.Devices {
+		if d.Kind == GPU {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// Limits on what one profile may ask for, far above any real node.
+const (
+	MaxDevices       = 16384
+	MaxRootComplexes = 4096
+	maxBAR1Bytes     = uint64(1) << 44 // 16 TiB
+	minBAR1Bytes     = uint64(1) << 20
+	revisionA1       = 0xa1 // every board in REAL-HARDWARE.md
+)
+
+// Options adjust normalisation.
+type Options struct {
+	// Hierarchy overrides the profile's pcie_topology.hierarchy.
+	Hierarchy boards.Hierarchy
+}
+
+// Normalize validates a profile and resolves defaults. source names the
+// profile in errors.
+func Normalize(source string, p *Profile, opts Options) (*Machine, error) {
+	n := normalizer{source: source, p: p}
+	return n.run(opts)
+}
+
+type normalizer struct {
+	source string
+	p      *Profile
+}
+
+func (n *normalizer) fail(field, value string, format string, args ...any) error {
+	return &Error{Source: n.source, Field: field, Value: value, Err: fmt.Errorf(format, args...)}
+}
+
+func (n *normalizer) run(opts Options) (*Machine, error) {
+	p := n.p
+	if len(p.Devices) == 0 {
+		return nil, n.fail("devices", "", "a profile needs at least one GPU with pci.bus_id")
+	}
+	if len(p.Devices) > MaxDevices {
+		return nil, n.fail("devices", fmt.Sprint(len(p.Devices)), "more than %d devices", MaxDevices)
+	}
+	m := &Machine{Source: n.source}
+	seen := map[pciaddr.Address]string{}
+	claim := func(a pciaddr.Address, field, value string) error {
+		if other, dup := seen[a]; dup {
+			return n.fail(field, value, "the same PCI address as %s", other)
+		}
+		seen[a] = field
+		return nil
+	}
+	for i := range p.Devices {
+		d, err := n.gpu(i)
+		if err != nil {
+			return nil, err
+		}
+		if err := claim(d.Address, fmt.Sprintf("devices[%d].pci.bus_id", i), p.Devices[i].PCI.BusID); err != nil {
+			return nil, err
+		}
+		m.Devices = append(m.Devices, d)
+	}
+	h, err := n.hierarchy(opts, m.Devices)
+	if err != nil {
+		return nil, err
+	}
+	m.Hierarchy = h
+	if p.NVLink != nil {
+		for i := range p.NVLink.Switches {
+			d, err := n.nvswitch(i, m.Devices[0].DeviceID)
+			if err != nil {
+				return nil, err
+			}
+			if err := claim(d.Address, fmt.Sprintf("nvlink.switches[%d].bdf", i), p.NVLink.Switches[i].BDF); err != nil {
+				return nil, err
+			}
+			m.Devices = append(m.Devices, d)
+		}
+	}
+	if len(m.Devices) > MaxDevices {
+		return nil, n.fail("nvlink.switches", "", "more than %d devices in all", MaxDevices)
+	}
+	if err := n.place(m, seen); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(m.Devices, func(a, b Device) int { return a.Address.Compare(b.Address) })
+	return m, nil
+}
+
+func (n *normalizer) hierarchy(opts Options, gpus []Device) (boards.Hierarchy, error) {
+	if opts.Hierarchy != "" {
+		if !opts.Hierarchy.Valid() {
+			return "", n.fail("--hierarchy", string(opts.Hierarchy), "want one of %v", boards.Hierarchies())
+		}
+		return opts.Hierarchy, nil
+	}
+	if t := n.p.PCIeTopology; t != nil && t.Hierarchy != "" {
+		h := boards.Hierarchy(t.Hierarchy)
+		if !h.Valid() {
+			return "", n.fail("pcie_topology.hierarchy", t.Hierarchy, "want one of %v", boards.Hierarchies())
+		}
+		return h, nil
+	}
+	first := slices.MinFunc(gpus, func(a, b Device) int { return a.Address.Compare(b.Address) })
+	return boards.HierarchyOf(first.DeviceID), nil
+}
+
+func (n *normalizer) gpu(i int) (Device, error) {
+	dc, def := n.p.Devices[i], n.p.DeviceDefaults
+	field := func(f string) string { return fmt.Sprintf("devices[%d].%s", i, f) }
+	d := Device{Kind: GPU, Index: i, Revision: revisionA1}
+	if dc.Index != nil {
+		d.Index = *dc.Index
+	}
+	if dc.PCI.BusID == "" {
+		return d, n.fail(field("pci.bus_id"), "", "missing: every device needs its PCI address")
+	}
+	a, err := pciaddr.Parse(dc.PCI.BusID)
+	if err != nil {
+		return d, n.fail(field("pci.bus_id"), dc.PCI.BusID, "%s", reason(err))
+	}
+	d.Address = a
+	d.Name = firstString(dc.Name, def.Name)
+
+	idField, id := field("pci.device_id"), dc.PCI.DeviceID
+	if id == nil {
+		idField, id = "device_defaults.pci.device_id", def.PCI.DeviceID
+	}
+	if id == nil {
+		return d, n.fail(field("pci.device_id"), "", "missing, and device_defaults.pci.device_id is not set either")
+	}
+	d.Vendor, d.DeviceID = id.Unpack()
+	if d.Vendor != boards.VendorNVIDIA {
+		return d, n.fail(idField, fmt.Sprintf("0x%08X", uint32(*id)), "vendor 0x%04x is not NVIDIA (0x10de); the word is (device<<16)|vendor", d.Vendor)
+	}
+	if sub := firstWord(dc.PCI.SubsystemID, def.PCI.SubsystemID); sub != nil {
+		d.SubsystemVendor, d.SubsystemDevice = sub.Unpack()
+	} else {
+		// Without a subsystem id, say the board is NVIDIA's own reference design.
+		d.SubsystemVendor, d.SubsystemDevice = d.Vendor, d.DeviceID
+	}
+	d.Class = Class3DController
+	if c := firstWord(dc.PCI.Class, def.PCI.Class); c != nil {
+		d.Class = uint32(*c)
+		if d.Class != Class3DController && d.Class != ClassVGAController {
+			return d, n.fail(field("pci.class"), fmt.Sprintf("0x%06x", d.Class), "a GPU is 0x030200 (3D controller) or 0x030000 (VGA); NVSwitches go under nvlink.switches")
+		}
+	}
+	bar1 := firstUint(dc.BAR1Memory.TotalBytes, def.BAR1Memory.TotalBytes)
+	if bar1 == nil {
+		d.BAR1Bytes = 256 << 20
+		if b, ok := boards.Lookup(d.DeviceID); ok && b.BAR1Bytes != 0 {
+			d.BAR1Bytes = b.BAR1Bytes
+		}
+	} else {
+		if *bar1 < minBAR1Bytes || *bar1 > maxBAR1Bytes {
+			return d, n.fail(field("bar1_memory.total_bytes"), fmt.Sprint(*bar1), "want 1 MiB to 16 TiB")
+		}
+		// A BAR is a power of two; round up as firmware sizes it.
+		d.BAR1Bytes = uint64(1) << (64 - bits.LeadingZeros64(*bar1-1))
+	}
+	link, err := n.link(i, dc.PCIe, def.PCIe, d.DeviceID)
+	if err != nil {
+		return d, err
+	}
+	d.Link = link
+	return d, nil
+}
+
+func (n *normalizer) link(i int, pc, def PCIeConfig, device uint16) (Link, error) {
+	gen, width := 4, 16
+	if b, ok := boards.Lookup(device); ok {
+		gen, width = b.LinkGen, b.LinkWidth
+	}
+	pick := func(name string, v, dv *int, fallback int, valid func(int) bool, want string) (int, error) {
+		f := fmt.Sprintf("devices[%d].pcie.%s", i, name)
+		if v == nil {
+			f, v = "device_defaults.pcie."+name, dv
+		}
+		if v == nil {
+			return fallback, nil
+		}
+		if !valid(*v) {
+			return 0, n.fail(f, fmt.Sprint(*v), "want %s", want)
+		}
+		return *v, nil
+	}
+	validGen := func(g int) bool { return g >= 1 && g <= 6 }
+	validWidth := func(w int) bool { return slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, w) }
+	var l Link
+	var err error
+	if l.MaxGen, err = pick("max_link_gen", pc.MaxLinkGen, def.MaxLinkGen, gen, validGen, "a PCIe generation 1..6"); err != nil {
+		return l, err
+	}
+	if l.CurrentGen, err = pick("current_link_gen", pc.CurrentLinkGen, def.CurrentLinkGen, l.MaxGen, validGen, "a PCIe generation 1..6"); err != nil {
+		return l, err
+	}
+	if l.MaxWidth, err = pick("max_link_width", pc.MaxLinkWidth, def.MaxLinkWidth, width, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+		return l, err
+	}
+	if l.CurrentWidth, err = pick("current_link_width", pc.CurrentLinkWidth, def.CurrentLinkWidth, l.MaxWidth, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+		return l, err
+	}
+	return l, nil
+}
+
+func (n *normalizer) nvswitch(i int, gpuDevice uint16) (Device, error) {
+	sc := n.p.NVLink.Switches[i]
+	field := fmt.Sprintf("nvlink.switches[%d].bdf", i)
+	a, err := pciaddr.Parse(sc.BDF)
+	if err != nil {
+		return Device{}, n.fail(field, sc.BDF, "%s", reason(err))
+	}
+	d := Device{
+		Kind: NVSwitch, Index: i, Name: "NVSwitch", Address: a,
+		Vendor: boards.VendorNVIDIA, DeviceID: boards.NVSwitchDeviceFor(gpuDevice),
+		Class: ClassNVSwitch, Revision: revisionA1, Link: Link{MaxGen: 4, CurrentGen: 4, MaxWidth: 8, CurrentWidth: 8},
+	}
+	if sc.DeviceID != nil {
+		d.Vendor, d.DeviceID = sc.DeviceID.Unpack()
+		if d.Vendor != boards.VendorNVIDIA {
+			return d, n.fail(fmt.Sprintf("nvlink.switches[%d].device_id", i), fmt.Sprintf("0x%08X", uint32(*sc.DeviceID)), "vendor 0x%04x is not NVIDIA (0x10de)", d.Vendor)
+		}
+	}
+	d.SubsystemVendor, d.SubsystemDevice = d.Vendor, d.DeviceID
+	return d, nil
+}
+
+// place puts every device under a root complex and checks that the
+// numbering could exist: each root complex owns the buses from its root bus
+// up to the next root complex's root bus in the same domain.
+func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
+	index := map[pciaddr.Address]int{}
+	for i, d := range m.Devices {
+		index[d.Address] = i
+	}
+	placed := map[pciaddr.Address]string{}
+	t := n.p.PCIeTopology
+	if t == nil || len(t.RootComplexes) == 0 {
+		// No topology: each domain's devices hang under one root complex.
+		domains := map[uint16]bool{}
+		for i := range m.Devices {
+			d := &m.Devices[i]
+			d.RootComplex = pciaddr.RootComplex{Domain: d.Address.Domain}
+			if !domains[d.Address.Domain] {
+				domains[d.Address.Domain] = true
+				m.RootComplexes = append(m.RootComplexes, RootComplex{ID: d.RootComplex})
+			}
+		}
+		slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+		return nil
+	}
+	if len(t.RootComplexes) > MaxRootComplexes {
+		return n.fail("pcie_topology.root_complexes", fmt.Sprint(len(t.RootComplexes)), "more than %d root complexes", MaxRootComplexes)
+	}
+	rcField := map[pciaddr.RootComplex]string{}
+	for i, rc := range t.RootComplexes {
+		field := fmt.Sprintf("pcie_topology.root_complexes[%d]", i)
+		id, err := pciaddr.ParseRootComplex(rc.ID)
+		if err != nil {
+			return n.fail(field+".id", rc.ID, "%s", reason(err))
+		}
+		if other, dup := rcField[id]; dup {
+			return n.fail(field+".id", rc.ID, "the same root complex as %s", other)
+		}
+		rcField[id] = field + ".id"
+		numa := 0
+		if rc.NUMANode != nil {
+			numa = *rc.NUMANode
+			if numa < -1 || numa > 1023 {
+				return n.fail(field+".numa_node", fmt.Sprint(numa), "want -1 (no affinity) or a node 0..1023")
+			}
+		}
+		m.RootComplexes = append(m.RootComplexes, RootComplex{ID: id, NUMANode: numa})
+		for j, s := range rc.Devices {
+			df := fmt.Sprintf("%s.devices[%d]", field, j)
+			a, err := pciaddr.Parse(s)
+			if err != nil {
+				return n.fail(df, s, "%s", reason(err))
+			}
+			di, ok := index[a]
+			if !ok {
+				return n.fail(df, s, "not in devices[] or nvlink.switches[]: the topology may only place devices the profile declares")
+			}
+			if other, dup := placed[a]; dup {
+				return n.fail(df, s, "already placed by %s: a device sits under one root complex", other)
+			}
+			placed[a] = df
+			m.Devices[di].RootComplex = id
+		}
+	}
+	slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		if _, ok := placed[d.Address]; ok {
+			continue
+		}
+		// A device the topology leaves out goes under the root complex whose
+		// bus range holds it, as the kernel would find it.
+		rc, ok := covering(m.RootComplexes, d.Address)
+		if !ok {
+			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
+		}
+		d.RootComplex = rc.ID
+		placed[d.Address] = seen[d.Address]
+	}
+	numa := map[pciaddr.RootComplex]int{}
+	for _, rc := range m.RootComplexes {
+		numa[rc.ID] = rc.NUMANode
+	}
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		d.NUMANode = numa[d.RootComplex]
+		if err := n.checkBus(m, d, placed[d.Address]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkBus refuses a device whose bus no real hierarchy could give it.
+func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
+	rc := d.RootComplex
+	value := d.Address.String()
+	switch {
+	case d.Address.Domain != rc.Domain:
+		return n.fail(field, value, "domain %04x differs from its root complex %s", d.Address.Domain, rc)
+	case d.Address.Bus < rc.Bus:
+		return n.fail(field, value, "bus %02x is below the root bus %02x of %s: devices sit on or after their root bus", d.Address.Bus, rc.Bus, rc)
+	case d.Address.Bus == rc.Bus && m.Hierarchy != boards.Flat:
+		return n.fail(field, value, "bus %02x is the root bus of %s: only a flat (VM) hierarchy puts a device on the root bus; use a later bus or pcie_topology.hierarchy: flat", d.Address.Bus, rc)
+	}
+	if next, ok := nextRootComplex(m.RootComplexes, rc); ok && d.Address.Bus >= next.Bus {
+		return n.fail(field, value, "bus %02x lies in the range of %s, not of %s (which owns buses %02x-%02x)", d.Address.Bus, next, rc, rc.Bus, next.Bus-1)
+	}
+	return nil
+}
+
+// covering finds the root complex of a's domain with the highest root bus
+// not above a's bus.
+func covering(rcs []RootComplex, a pciaddr.Address) (RootComplex, bool) {
+	var best RootComplex
+	found := false
+	for _, rc := range rcs {
+		if rc.ID.Domain == a.Domain && rc.ID.Bus <= a.Bus && (!found || rc.ID.Bus > best.ID.Bus) {
+			best, found = rc, true
+		}
+	}
+	return best, found
+}
+
+// nextRootComplex finds the root complex after rc in the same domain.
+func nextRootComplex(rcs []RootComplex, rc pciaddr.RootComplex) (pciaddr.RootComplex, bool) {
+	for _, o := range rcs {
+		if o.ID.Domain == rc.Domain && o.ID.Bus > rc.Bus {
+			return o.ID, true // rcs is sorted
+		}
+	}
+	return pciaddr.RootComplex{}, false
+}
+
+func firstString(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func firstWord(a, b *Word) *Word {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func firstUint(a, b *uint64) *uint64 {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// reason drops the input from a pciaddr error, since Error names the value.
+func reason(err error) string {
+	var pe *pciaddr.ParseError
+	if errors.As(err, &pe) {
+		return pe.Reason()
+	}
+	return err.Error()
+}

@@ -1,0 +1,127 @@
+// Package profile reads the nvml-mock profile YAML that users already have
+// and turns it into a Machine: the normalised, validated description of the
+// PCI devices to render.
+//
+// The split follows the CDI library: schema.go holds the data types of the
+// file, load.go the I/O and YAML decoding, normalize.go the validation that
+// names the file, field and value of every refusal.
+package profile
+
+import (
+	"fmt"
+	"strconv"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Profile is the part of an nvml-mock profile that shapes PCI sysfs. Every
+// other field of the file is ignored.
+type Profile struct {
+	Version        string         `yaml:"version,omitempty"`
+	DeviceDefaults DeviceConfig   `yaml:"device_defaults,omitempty"`
+	Devices        []DeviceConfig `yaml:"devices,omitempty"`
+	NVLink         *NVLink        `yaml:"nvlink,omitempty"`
+	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty"`
+}
+
+// DeviceConfig is one entry of devices[], or device_defaults.
+type DeviceConfig struct {
+	Index      *int         `yaml:"index,omitempty"`
+	Name       string       `yaml:"name,omitempty"`
+	PCI        PCIConfig    `yaml:"pci,omitempty"`
+	PCIe       PCIeConfig   `yaml:"pcie,omitempty"`
+	BAR1Memory MemoryConfig `yaml:"bar1_memory,omitempty"`
+}
+
+// PCIConfig holds a device's PCI identity. DeviceID and SubsystemID are the
+// packed words NVML reports: (device<<16)|vendor.
+type PCIConfig struct {
+	BusID       string `yaml:"bus_id,omitempty"`
+	DeviceID    *Word  `yaml:"device_id,omitempty"`
+	SubsystemID *Word  `yaml:"subsystem_id,omitempty"`
+	// Class is this tool's extension; the default is 0x030200 (3D controller).
+	Class *Word `yaml:"class,omitempty"`
+}
+
+// PCIeConfig holds the link generation and width.
+type PCIeConfig struct {
+	MaxLinkGen       *int `yaml:"max_link_gen,omitempty"`
+	CurrentLinkGen   *int `yaml:"current_link_gen,omitempty"`
+	MaxLinkWidth     *int `yaml:"max_link_width,omitempty"`
+	CurrentLinkWidth *int `yaml:"current_link_width,omitempty"`
+}
+
+// MemoryConfig is bar1_memory; only the total size matters to sysfs.
+type MemoryConfig struct {
+	TotalBytes *uint64 `yaml:"total_bytes,omitempty"`
+}
+
+// NVLink is the nvlink block; its switches become NVSwitch PCI devices.
+type NVLink struct {
+	Switches []NVSwitchConfig `yaml:"switches,omitempty"`
+}
+
+// NVSwitchConfig is one nvlink.switches[] entry.
+type NVSwitchConfig struct {
+	BDF string `yaml:"bdf"`
+	// DeviceID is this tool's extension, packed like pci.device_id.
+	DeviceID *Word `yaml:"device_id,omitempty"`
+}
+
+// PCIeTopology places devices under root complexes.
+type PCIeTopology struct {
+	// Hierarchy is this tool's extension: flat, hgx or dgx.
+	Hierarchy     string              `yaml:"hierarchy,omitempty"`
+	RootComplexes []RootComplexConfig `yaml:"root_complexes"`
+}
+
+// RootComplexConfig is one pcie_topology.root_complexes[] entry.
+type RootComplexConfig struct {
+	ID       string   `yaml:"id"`
+	NUMANode *int     `yaml:"numa_node,omitempty"`
+	Devices  []string `yaml:"devices"`
+}
+
+// Word is a 32-bit value written as a YAML integer (0x20B010DE) or a string
+// holding one ("0x20B010DE").
+type Word uint32
+
+// UnmarshalYAML accepts an integer scalar in any base YAML allows, or a string.
+func (w *Word) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.ScalarNode {
+		return &nodeError{line: n.Line, value: n.Value, err: fmt.Errorf("want a 32-bit number, not a YAML %s", kindName(n.Kind))}
+	}
+	v, err := strconv.ParseUint(n.Value, 0, 32)
+	if err != nil {
+		return &nodeError{line: n.Line, value: n.Value, err: fmt.Errorf("want a 32-bit number such as 0x20B010DE")}
+	}
+	*w = Word(v)
+	return nil
+}
+
+// MarshalYAML writes the upper-case hex form nvml-mock profiles use.
+func (w Word) MarshalYAML() (any, error) {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: fmt.Sprintf("0x%08X", uint32(w))}, nil
+}
+
+// Pack makes the NVML word (device<<16)|vendor.
+func Pack(vendor, device uint16) *Word {
+	w := Word(uint32(device)<<16 | uint32(vendor))
+	return &w
+}
+
+// Unpack splits the NVML word into vendor and device.
+func (w Word) Unpack() (vendor, device uint16) { return uint16(w), uint16(w >> 16) }
+
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "sequence"
+	case yaml.AliasNode:
+		return "alias"
+	default:
+		return "scalar"
+	}
+}

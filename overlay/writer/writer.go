@@ -1,0 +1,401 @@
+// Package writer puts a plan on disk, small and careful: it is the only
+// part of the renderer that touches the filesystem.
+//
+// A render compares every planned entry with what is there and writes only
+// the differences, each through a staged name and rename(2), so a container
+// reading the tree meanwhile sees each entry old or new, never torn. The two
+// mount sources, the root and its links directory, are never removed or
+// recreated, because running containers hold bind mounts of them.
+//
+// State lives in <root>/.nvml-mock-sysfs: the manifest of what the render
+// owns (only those paths are ever pruned), the staging directory, and the
+// completion marker, which is removed before the first change and written
+// after the last, so its presence means the tree is exactly the plan it names.
+package writer
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+)
+
+// Paths of the writer's own state, relative to the root.
+const (
+	StateDir     = ".nvml-mock-sysfs"
+	MarkerFile   = StateDir + "/complete"
+	ManifestFile = StateDir + "/manifest"
+	stagingDir   = StateDir + "/staging"
+)
+
+// Options adjust a render.
+type Options struct {
+	// LockTimeout bounds the wait for another render of the same root.
+	LockTimeout time.Duration
+	// CompareContent compares every file byte for byte even when the marker
+	// says the tree already is this plan.
+	CompareContent bool
+}
+
+// Stats count what a render did.
+type Stats struct {
+	DirsCreated    int
+	FilesWritten   int
+	LinksWritten   int
+	BytesWritten   int64
+	FilesUnchanged int
+	LinksUnchanged int
+	BytesUnchanged int64
+	Removed        int
+	// Foreign lists entries of the links directory that no render made.
+	// go-nvlib aborts its scan on an unreadable one, so they are reported.
+	Foreign []string
+	// Kept lists stale directories left because they hold foreign files.
+	Kept []string
+}
+
+// Written is the number of files and links written.
+func (s Stats) Written() int { return s.FilesWritten + s.LinksWritten }
+
+// CheckRoot refuses roots the writer must never use.
+func CheckRoot(root string) error {
+	switch {
+	case !path.IsAbs(root):
+		return fmt.Errorf("root %q must be an absolute path", root)
+	case path.Clean(root) != root:
+		return fmt.Errorf("root %q must be clean (no trailing slash, . or ..)", root)
+	case root == "/":
+		return fmt.Errorf("root must not be /")
+	}
+	return nil
+}
+
+// Apply makes root hold exactly the plan. It creates root if needed.
+func Apply(root string, p *plan.Plan, opts Options) (Stats, error) {
+	var st Stats
+	if err := CheckRoot(root); err != nil {
+		return st, err
+	}
+	if err := checkModes(p); err != nil {
+		return st, err
+	}
+	if err := mkdirAllRoot(root); err != nil {
+		return st, err
+	}
+	d, err := openRoot(root)
+	if err != nil {
+		return st, err
+	}
+	defer d.close()
+	if err := lock(d.rootFD, root, opts.LockTimeout); err != nil {
+		return st, err
+	}
+	defer unix.Flock(d.rootFD, unix.LOCK_UN)
+	w := &apply{d: d, plan: p, stats: &st}
+	return st, w.run(opts)
+}
+
+func mkdirAllRoot(root string) error {
+	parent := path.Dir(root)
+	if parent != root {
+		if err := mkdirAllRoot(parent); err != nil {
+			return err
+		}
+	}
+	err := unix.Mkdir(root, 0o755)
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("create root %s: %w", root, err)
+	}
+	return nil
+}
+
+// checkModes refuses a plan that would make anything writable by others,
+// set-uid or special: files are 0644 or stricter, directories 0755, and
+// only the installed binary is executable.
+func checkModes(p *plan.Plan) error {
+	for _, e := range p.Entries {
+		if e.Kind == plan.Symlink {
+			continue
+		}
+		if e.Mode&^fs.FileMode(0o755) != 0 || (e.Kind == plan.File && e.Mode&0o111 != 0 && e.Path != plan.BinaryFile) {
+			return fmt.Errorf("plan entry %s has mode %v; refusing", e.Path, e.Mode)
+		}
+		if !ownablePath(e.Path) || strings.Contains(e.Path, "\n") || path.Clean(e.Path) != e.Path || path.IsAbs(e.Path) || strings.HasPrefix(e.Path, "../") || e.Path == StateDir || strings.HasPrefix(e.Path, StateDir+"/") {
+			return fmt.Errorf("plan entry path %q is not a clean relative path of the overlay", e.Path)
+		}
+	}
+	return nil
+}
+
+// lock serialises renders of one root with flock(2) on the root directory
+// itself, so no lock file can be planted to redirect it.
+func lock(fd int, root string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("lock %s: %w", root, err)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("another render holds the lock on %s; gave up after %s", root, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type apply struct {
+	d     *dirs
+	plan  *plan.Plan
+	stats *Stats
+	stage *stager
+}
+
+// change is one planned entry that differs from the disk.
+type change struct {
+	entry   plan.Entry
+	replace bool // something of another kind is there and must go first
+}
+
+func (w *apply) run(opts Options) error {
+	owned, err := w.readManifest()
+	if err != nil {
+		return err
+	}
+	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs())}
+	oldMarker, _ := w.d.readFile(MarkerFile, 4096)
+	deep := opts.CompareContent || !bytes.Equal(oldMarker, marker.bytes())
+
+	planned := make(map[string]plan.Kind, len(w.plan.Entries))
+	for _, e := range w.plan.Entries {
+		planned[e.Path] = e.Kind
+	}
+	var changes []change
+	for _, e := range w.plan.Entries {
+		c, differs, err := w.compare(e, deep, owned)
+		if err != nil {
+			return err
+		}
+		if differs {
+			changes = append(changes, c)
+		}
+	}
+	var stale []ownedEntry
+	for _, o := range owned {
+		if _, ok := planned[o.path]; !ok {
+			stale = append(stale, o)
+		}
+	}
+	slices.SortFunc(stale, func(a, b ownedEntry) int { return a.pos - b.pos })
+	if len(changes) == 0 && len(stale) == 0 && bytes.Equal(oldMarker, marker.bytes()) {
+		return w.reportForeign(planned, owned)
+	}
+
+	// From here the tree changes: withdraw the marker first.
+	if _, err := w.d.remove(MarkerFile, false); err != nil {
+		return err
+	}
+	if err := w.d.mkdir(StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := w.d.removeAll(stagingDir); err != nil {
+		return err
+	}
+	if err := w.d.mkdir(stagingDir, 0o700); err != nil {
+		return err
+	}
+	if w.stage, err = newStager(w.d, stagingDir); err != nil {
+		return err
+	}
+	defer w.stage.close()
+	// Own the union before changing anything, so that a render killed
+	// halfway leaves nothing the next one would not prune.
+	if err := w.writeManifest(union(owned, w.plan.Entries)); err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if err := w.write(c); err != nil {
+			return err
+		}
+	}
+	// Prune in reverse plan order: endpoints' links before the bridges'
+	// they pass through, contents before their directories.
+	for i := len(stale) - 1; i >= 0; i-- {
+		o := stale[i]
+		removed, err := w.d.remove(o.path, o.kind == plan.Dir)
+		if err != nil {
+			return err
+		}
+		if removed {
+			w.stats.Removed++
+		} else if o.kind == plan.Dir {
+			if _, there, _ := w.d.lstat(o.path); there {
+				w.stats.Kept = append(w.stats.Kept, o.path)
+			}
+		}
+	}
+	// The tree reaches the disk before the marker that vouches for it.
+	if err := unix.Syncfs(w.d.rootFD); err != nil {
+		return fmt.Errorf("sync %s: %w", w.d.root, err)
+	}
+	if err := w.writeManifest(manifestOf(w.plan.Entries)); err != nil {
+		return err
+	}
+	if err := w.stage.writeFile(MarkerFile, marker.bytes(), 0o644); err != nil {
+		return err
+	}
+	if err := w.d.removeAll(stagingDir); err != nil {
+		return err
+	}
+	return w.reportForeign(planned, owned)
+}
+
+// compare decides whether an entry must be written. Without deep, a file
+// whose kind, size and mode match is taken as unchanged: the marker vouched
+// that the tree was this very plan.
+func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (change, bool, error) {
+	c := change{entry: e}
+	st, there, err := w.d.lstat(e.Path)
+	if err != nil {
+		return c, false, err
+	}
+	if !there {
+		return c, true, nil
+	}
+	kind, ok := kindOf(st.Mode)
+	if !ok || kind != e.Kind {
+		o, mine := owned[e.Path]
+		if !mine || o.kind != kind {
+			return c, false, fmt.Errorf("refusing to replace %s: found a %s that no render made where the plan has a %s", path.Join(w.d.root, e.Path), describeMode(st.Mode), e.Kind)
+		}
+		c.replace = true
+		return c, true, nil
+	}
+	switch e.Kind {
+	case plan.Dir:
+		return c, st.Mode&0o7777 != uint32(e.Mode.Perm()), nil
+	case plan.Symlink:
+		target, err := w.d.readlink(e.Path)
+		if err != nil {
+			return c, false, err
+		}
+		if target != e.Target {
+			return c, true, nil
+		}
+		w.stats.LinksUnchanged++
+		return c, false, nil
+	}
+	if st.Size != int64(len(e.Data)) || st.Mode&0o7777 != uint32(e.Mode.Perm()) || st.Nlink != 1 {
+		return c, true, nil
+	}
+	if deep {
+		data, err := w.d.readFile(e.Path, st.Size)
+		if err != nil {
+			return c, false, err
+		}
+		if !bytes.Equal(data, e.Data) {
+			return c, true, nil
+		}
+	}
+	w.stats.FilesUnchanged++
+	w.stats.BytesUnchanged += int64(len(e.Data))
+	return c, false, nil
+}
+
+func (w *apply) write(c change) error {
+	e := c.entry
+	if c.replace {
+		if err := w.d.removeAll(e.Path); err != nil {
+			return err
+		}
+	}
+	switch e.Kind {
+	case plan.Dir:
+		w.stats.DirsCreated++
+		return w.d.mkdir(e.Path, uint32(e.Mode.Perm()))
+	case plan.Symlink:
+		w.stats.LinksWritten++
+		return w.stage.symlink(e.Path, e.Target)
+	}
+	w.stats.FilesWritten++
+	w.stats.BytesWritten += int64(len(e.Data))
+	return w.stage.writeFile(e.Path, e.Data, uint32(e.Mode.Perm()))
+}
+
+// reportForeign lists links-directory entries that no render made.
+func (w *apply) reportForeign(planned map[string]plan.Kind, owned map[string]ownedEntry) error {
+	names, err := w.d.list(plan.LinksDir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		p := plan.LinksDir + "/" + n
+		if _, ok := planned[p]; ok {
+			continue
+		}
+		if _, ok := owned[p]; ok {
+			continue
+		}
+		w.stats.Foreign = append(w.stats.Foreign, n)
+	}
+	slices.Sort(w.stats.Foreign)
+	return nil
+}
+
+func kindOf(mode uint32) (plan.Kind, bool) {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return plan.Dir, true
+	case unix.S_IFREG:
+		return plan.File, true
+	case unix.S_IFLNK:
+		return plan.Symlink, true
+	}
+	return 0, false
+}
+
+func describeMode(mode uint32) string {
+	if k, ok := kindOf(mode); ok {
+		return k.String()
+	}
+	return fmt.Sprintf("special file (mode %#o)", mode&unix.S_IFMT)
+}
+
+// Marker is the completion marker's content.
+type Marker struct {
+	Digest  string
+	Entries int
+	GPUs    int
+}
+
+func (m Marker) bytes() []byte {
+	return fmt.Appendf(nil, "digest %s\nentries %d\ngpus %d\n", m.Digest, m.Entries, m.GPUs)
+}
+
+// ReadMarker reads a root's completion marker. An error means the tree is
+// not known to be complete: never rendered, or a render is under way or
+// was interrupted.
+func ReadMarker(fsys fs.FS) (Marker, error) {
+	b, err := fs.ReadFile(fsys, MarkerFile)
+	if err != nil {
+		return Marker{}, fmt.Errorf("no completion marker: %w", err)
+	}
+	var m Marker
+	if _, err := fmt.Sscanf(string(b), "digest %s\nentries %d\ngpus %d\n", &m.Digest, &m.Entries, &m.GPUs); err != nil {
+		return Marker{}, fmt.Errorf("completion marker %s: %w", MarkerFile, err)
+	}
+	return m, nil
+}
