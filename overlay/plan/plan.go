@@ -79,6 +79,7 @@ type Plan struct {
 	Machine       *profile.Machine
 	Tree          *Tree
 	ContainerRoot string
+	HostDevices   []HostDevice // listed beside the mock devices, in kernel form
 	Entries       []Entry
 }
 
@@ -129,7 +130,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, Entries: b.entries()}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries()}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.

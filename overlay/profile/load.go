@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -99,50 +99,112 @@ func Parse(source string, data []byte) (*Profile, error) {
 		return fail(fmt.Errorf("the top level is a YAML %s; want a mapping with device_defaults, devices and pcie_topology", kindName(top.Kind)))
 	}
 	var p Profile
-	if err := top.Decode(&p); err != nil {
-		return nil, decodeError(source, top, err)
+	d := &decoder{source: source, budget: maxDecodeNodes}
+	if err := d.decode(top, reflect.ValueOf(&p).Elem(), ""); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
 
-// nodeError is a decoding failure at a known line of the file.
-type nodeError struct {
-	line  int
-	value string
-	err   error
+// maxDecodeNodes bounds the nodes a decode visits, aliases expanded: far
+// above any real profile, far below what an alias bomb would expand to.
+const maxDecodeNodes = 1 << 20
+
+// decoder fills the schema types from a YAML node tree field by field, so
+// that every error names the exact field (devices[3].pci.bus_id). yaml.v3
+// itself reports only a line.
+type decoder struct {
+	source string
+	budget int
 }
 
-func (e *nodeError) Error() string { return fmt.Sprintf("line %d: %v", e.line, e.err) }
-
-// decodeError turns a YAML decoding error into one that names the field.
-// yaml.v3 reports only a line, so find which field sits on that line.
-func decodeError(source string, top *yaml.Node, err error) error {
-	var ne *nodeError
-	if errors.As(err, &ne) {
-		field, _ := fieldAtLine(top, ne.line)
-		return &Error{Source: source, Field: field, Value: ne.value, Err: fmt.Errorf("%w (line %d)", ne.err, ne.line)}
+func (d *decoder) fail(field string, n *yaml.Node, err error) error {
+	value := ""
+	if n.Kind == yaml.ScalarNode {
+		value = n.Value
 	}
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg := te.Errors[0]
-		line, rest := splitLine(msg)
-		field, value := fieldAtLine(top, line)
-		return &Error{Source: source, Field: field, Value: value, Err: fmt.Errorf("%s (line %d)", describeTypeError(rest), line)}
-	}
-	return &Error{Source: source, Err: err}
+	return &Error{Source: d.source, Field: field, Value: value, Err: fmt.Errorf("%w (line %d)", err, n.Line)}
 }
 
-// splitLine splits "line 12: message" into 12 and "message".
-func splitLine(msg string) (int, string) {
-	head, rest, ok := strings.Cut(msg, ": ")
-	if !ok || !strings.HasPrefix(head, "line ") {
-		return 0, msg
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string) error {
+	if d.budget--; d.budget < 0 {
+		return &Error{Source: d.source, Field: field, Err: errors.New("document contains excessive aliasing")}
 	}
-	n, err := strconv.Atoi(strings.TrimPrefix(head, "line "))
-	if err != nil {
-		return 0, msg
+	if n.Kind == yaml.AliasNode {
+		return d.decode(n.Alias, v, field)
 	}
-	return n, rest
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // an empty value leaves the field unset
+	}
+	if _, custom := v.Addr().Interface().(yaml.Unmarshaler); custom {
+		if err := n.Decode(v.Addr().Interface()); err != nil {
+			return d.fail(field, n, err)
+		}
+		return nil
+	}
+	switch v.Kind() {
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		return d.decode(n, v.Elem(), field)
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			return d.fail(field, n, fmt.Errorf("want a mapping, found a %s", kindName(n.Kind)))
+		}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, value := n.Content[i], n.Content[i+1]
+			f, ok := fieldByTag(v, key.Value)
+			if !ok {
+				continue // nvml-mock profiles carry much that sysfs does not need
+			}
+			if err := d.decode(value, f, join(field, key.Value)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			return d.fail(field, n, fmt.Errorf("want a sequence, found a %s", kindName(n.Kind)))
+		}
+		s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+		for i, item := range n.Content {
+			if err := d.decode(item, s.Index(i), fmt.Sprintf("%s[%d]", field, i)); err != nil {
+				return err
+			}
+		}
+		v.Set(s)
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode {
+		return d.fail(field, n, fmt.Errorf("want %s, found a %s", goTypeName(v.Type().String()), kindName(n.Kind)))
+	}
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		var te *yaml.TypeError
+		if errors.As(err, &te) && len(te.Errors) > 0 {
+			_, msg, _ := strings.Cut(te.Errors[0], ": ")
+			err = errors.New(describeTypeError(msg))
+		}
+		return d.fail(field, n, err)
+	}
+	return nil
+}
+
+func join(field, key string) string {
+	if field == "" {
+		return key
+	}
+	return field + "." + key
+}
+
+// fieldByTag finds the struct field whose yaml tag names key.
+func fieldByTag(v reflect.Value, key string) (reflect.Value, bool) {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == key {
+			return v.Field(i), true
+		}
+	}
+	return reflect.Value{}, false
 }
 
 // describeTypeError rephrases "cannot unmarshal !!str `x` into int" as
@@ -194,51 +256,4 @@ func goTypeName(t string) string {
 		return "an integer"
 	}
 	return t
-}
-
-// fieldAtLine finds the innermost node on a line and returns its path
-// (devices[3].pci.bus_id) and, for a scalar, its value.
-func fieldAtLine(n *yaml.Node, line int) (string, string) {
-	var path, value string
-	var walk func(n *yaml.Node, at string) bool
-	visit := func(k, v *yaml.Node, p string) bool {
-		if v.Kind == yaml.ScalarNode || v.Kind == yaml.AliasNode {
-			if v.Line == line {
-				path, value = p, v.Value
-				return true
-			}
-			return false
-		}
-		if walk(v, p) {
-			return true
-		}
-		if v.Line == line || (k != nil && k.Line == line) {
-			path = p
-			return true
-		}
-		return false
-	}
-	walk = func(n *yaml.Node, at string) bool {
-		switch n.Kind {
-		case yaml.MappingNode:
-			for i := 0; i+1 < len(n.Content); i += 2 {
-				p := n.Content[i].Value
-				if at != "" {
-					p = at + "." + p
-				}
-				if visit(n.Content[i], n.Content[i+1], p) {
-					return true
-				}
-			}
-		case yaml.SequenceNode:
-			for i, v := range n.Content {
-				if visit(nil, v, fmt.Sprintf("%s[%d]", at, i)) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	walk(n, "")
-	return path, value
 }

@@ -89,11 +89,11 @@ type Word uint32
 // UnmarshalYAML accepts an integer scalar in any base YAML allows, or a string.
 func (w *Word) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind != yaml.ScalarNode {
-		return &nodeError{line: n.Line, value: n.Value, err: fmt.Errorf("want a 32-bit number, not a YAML %s", kindName(n.Kind))}
+		return fmt.Errorf("want a 32-bit number, found a %s", kindName(n.Kind))
 	}
 	v, err := strconv.ParseUint(n.Value, 0, 32)
 	if err != nil {
-		return &nodeError{line: n.Line, value: n.Value, err: fmt.Errorf("want a 32-bit number such as 0x20B010DE")}
+		return fmt.Errorf("want a 32-bit number such as 0x20B010DE")
 	}
 	*w = Word(v)
 	return nil

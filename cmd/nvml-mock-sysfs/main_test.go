@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+)
+
+// runCLI runs the command in-process, as main would.
+func runCLI(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	e := &env{stdout: &stdout, stderr: &stderr, executable: func() ([]byte, error) { return []byte("#!binary\n"), nil }}
+	code := run(e, args)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	tests := [][]string{
+		nil,
+		{"frobnicate"},
+		{"render", "--no-such-flag"},
+		{"render", "--hierarchy", "mesh"},
+		{"render", "--host-devices", "all"},
+		{"render", "--root", "relative"},
+		{"render", "--root", "/"},
+		{"render", "--container-root", "/sys/x"},
+		{"render", "extra-arg"},
+		{"compat", "--format", "xml"},
+		{"compat", "--root", "/x", "--sysfs", "/sys"},
+		{"profiles", "--show", "b300"},
+	}
+	for _, args := range tests {
+		code, _, stderr := runCLI(t, args...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+		require.NotEmpty(t, stderr)
+	}
+	code, _, _ := runCLI(t, "render", "-h")
+	require.Equal(t, exitOK, code)
+}
+
+func TestRenderThenCompat(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	code, out, stderr := runCLI(t, "render", "--root", root)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "rendered built-in a100 into "+root)
+	require.Contains(t, out, "GPUs 8, NVSwitches 6, root complexes 5")
+	bin, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
+	require.NoError(t, err)
+	require.Equal(t, "#!binary\n", string(bin), "render installs its own binary")
+	info, err := os.Stat(filepath.Join(root, plan.BinaryFile))
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), info.Mode().Perm())
+
+	code, out, stderr = runCLI(t, "compat", "--root", root)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "deviceattribute.pcieRoot         0000:07:00.0  ok      pci0000:00")
+	require.Contains(t, out, ", 0 failed")
+
+	code, out, _ = runCLI(t, "compat", "--root", root, "--format", "json")
+	require.Equal(t, exitOK, code)
+	var r compat.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.True(t, r.OK())
+	require.Equal(t, filepath.Join(root, "sys"), r.Sysfs)
+
+	// Checked against another profile, the same tree fails: exit 1.
+	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "h100")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, out, "FAIL")
+}
+
+func TestRenderBadProfileIsOneLine(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	require.NoError(t, os.WriteFile(bad, []byte("devices:\n  - pci: {bus_id: \"0000:zz:00.0\", device_id: 0x233010DE}\n"), 0o644))
+	code, _, stderr := runCLI(t, "render", "--root", filepath.Join(dir, "root"), "--profile", bad)
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, bad+": devices[0].pci.bus_id: value \"0000:zz:00.0\"")
+	_, err := os.Stat(filepath.Join(dir, "root"))
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing written for a bad profile")
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4", "--root", root)
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "0000:01:00.0 [1b36:000e] PCI bridge, buses 02-02, anchor")
+	_, err := os.Stat(root)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+func TestProfiles(t *testing.T) {
+	code, out, _ := runCLI(t, "profiles")
+	require.Equal(t, exitOK, code)
+	for _, name := range []string{"a100 (default)", "h100", "gb200", "t4"} {
+		require.Contains(t, out, name)
+	}
+	code, out, _ = runCLI(t, "profiles", "--show", "h100")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "device_id: 0x233010DE")
+	require.Contains(t, out, "hierarchy: hgx")
+}

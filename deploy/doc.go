@@ -1,0 +1,2 @@
+// Package deploy delivers the rendered tree to containers.
+package deploy

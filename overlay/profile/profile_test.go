@@ -1,0 +1,255 @@
+package profile
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+)
+
+// sharedProfiles lists nvml-mock's own profiles, or skips when ../shared is
+// not beside the checkout.
+func sharedProfiles(t *testing.T) []string {
+	t.Helper()
+	files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml")
+	if len(files) == 0 {
+		t.Skip("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data, not this repository")
+	}
+	return files
+}
+
+func load(t *testing.T, path string) *Machine {
+	t.Helper()
+	p, err := LoadFile(path)
+	require.NoError(t, err)
+	m, err := Normalize(path, p, Options{})
+	require.NoError(t, err)
+	return m
+}
+
+func TestSharedProfiles(t *testing.T) {
+	want := map[string]struct {
+		gpus, switches, rcs int
+		device, subsys      uint16
+	}{
+		"a100.yaml":  {8, 6, 2, 0x20b0, 0x1347},
+		"h100.yaml":  {8, 4, 2, 0x2330, 0x1658},
+		"gb200.yaml": {8, 4, 4, 0x2341, 0x1817},
+		"t4.yaml":    {4, 0, 1, 0x1eb8, 0x12a2},
+	}
+	for _, f := range sharedProfiles(t) {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			m := load(t, f)
+			w, ok := want[filepath.Base(f)]
+			require.True(t, ok, "a new shared profile: add its expectations")
+			require.Len(t, m.GPUs(), w.gpus)
+			require.Len(t, m.Devices, w.gpus+w.switches)
+			require.Len(t, m.RootComplexes, w.rcs)
+			for _, d := range m.GPUs() {
+				require.Equal(t, boards.VendorNVIDIA, d.Vendor)
+				require.Equal(t, w.device, d.DeviceID, "the profile's own ids, not the real board's")
+				require.Equal(t, w.subsys, d.SubsystemDevice)
+				require.Equal(t, Class3DController, d.Class)
+				require.True(t, pciaddr.IsBDF(d.Address.String()))
+			}
+		})
+	}
+}
+
+func TestNormalizeUnusualNumbering(t *testing.T) {
+	m := load(t, "../../testdata/profiles/domains.yaml")
+	var got []string
+	for _, d := range m.Devices {
+		got = append(got, d.Address.String()+"@"+d.RootComplex.String())
+	}
+	require.Equal(t, []string{
+		"0001:1a:00.0@pci0001:00", "0001:1b:00.0@pci0001:00",
+		"000a:41:00.0@pci000a:40", "000a:41:00.1@pci000a:40", "000a:c3:00.0@pci000a:c0",
+	}, got)
+	require.Equal(t, -1, m.Devices[0].NUMANode)
+	require.Equal(t, 1, m.Devices[2].NUMANode)
+	require.Equal(t, uint64(128<<30), m.Devices[0].BAR1Bytes)
+	require.Equal(t, Link{MaxGen: 5, CurrentGen: 5, MaxWidth: 16, CurrentWidth: 16}, m.Devices[0].Link)
+	require.Equal(t, boards.HGX, m.Hierarchy, "H100 ids pick the HGX layout")
+}
+
+func TestNormalizeWithoutTopology(t *testing.T) {
+	m := load(t, "../../testdata/profiles/no-topology.yaml")
+	require.Equal(t, []RootComplex{{ID: pciaddr.RootComplex{Domain: 0}}, {ID: pciaddr.RootComplex{Domain: 2}}}, m.RootComplexes)
+	for _, d := range m.Devices {
+		require.Equal(t, pciaddr.RootComplex{Domain: d.Address.Domain}, d.RootComplex)
+		require.Equal(t, 0, d.NUMANode)
+	}
+	require.Equal(t, boards.Flat, m.Hierarchy, "T4 ids pick the flat layout")
+	require.Equal(t, uint64(256<<20), m.Devices[0].BAR1Bytes, "the T4 board's BAR1 when the profile has none")
+}
+
+func TestEffectiveRoundTrip(t *testing.T) {
+	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml"}
+	if files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml"); len(files) > 0 {
+		paths = append(paths, files...)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			m := load(t, path)
+			out, err := Marshal(m.Effective(), "effective")
+			require.NoError(t, err)
+			p, err := Parse("effective", out)
+			require.NoError(t, err)
+			again, err := Normalize("effective", p, Options{})
+			require.NoError(t, err)
+			again.Source = m.Source
+			require.Equal(t, m, again)
+			require.Contains(t, string(out), "device_id: 0x", "packed words stay hex, as nvml-mock writes them")
+		})
+	}
+}
+
+func TestHierarchyOverride(t *testing.T) {
+	p, err := LoadFile("../../testdata/profiles/domains.yaml")
+	require.NoError(t, err)
+	m, err := Normalize("domains", p, Options{Hierarchy: boards.DGX})
+	require.NoError(t, err)
+	require.Equal(t, boards.DGX, m.Hierarchy)
+	_, err = Normalize("domains", p, Options{Hierarchy: "mesh"})
+	require.ErrorContains(t, err, `--hierarchy: value "mesh"`)
+}
+
+const minimal = `
+device_defaults:
+  pci: {device_id: 0x233010DE}
+devices:
+  - pci: {bus_id: "0000:18:00.0"}
+`
+
+func TestErrorsNameFieldAndValue(t *testing.T) {
+	tests := []struct {
+		name  string
+		yaml  string
+		field string
+		value string
+		why   string
+	}{
+		{"bad bus id", "devices:\n  - pci: {bus_id: \"0000:18:00\", device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "0000:18:00", "not a PCI address"},
+		{"traversal in bus id", "devices:\n  - pci: {bus_id: \"../../etc/passwd\", device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "../../etc/passwd", "not a PCI address"},
+		{"missing bus id", "devices:\n  - pci: {device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "", "missing"},
+		{"no device id", "devices:\n  - pci: {bus_id: \"0000:18:00.0\"}\n", "devices[0].pci.device_id", "", "missing"},
+		{"not NVIDIA", "devices:\n  - pci: {bus_id: \"0000:18:00.0\", device_id: 0x740C1002}\n", "devices[0].pci.device_id", "0x740C1002", "not NVIDIA"},
+		{"word as text", "devices:\n  - pci: {bus_id: \"0000:18:00.0\", device_id: \"H100\"}\n", "devices[0].pci.device_id", "H100", "32-bit number"},
+		{"wrong type", "devices:\n  - pci: {bus_id: [1, 2]}\n", "devices[0].pci.bus_id", "", "want a string, found a sequence"},
+		{"index as text", "devices:\n  - index: first\n    pci: {bus_id: \"0000:18:00.0\", device_id: 0x233010DE}\n", "devices[0].index", "first", "want an integer"},
+		{"duplicate", minimal + "  - pci: {bus_id: \"0000:18:00.0\"}\n", "devices[1].pci.bus_id", "0000:18:00.0", "same PCI address as devices[0].pci.bus_id"},
+		{"duplicate across spellings", minimal + "  - pci: {bus_id: \"00000000:18:00.0\"}\n", "devices[1].pci.bus_id", "00000000:18:00.0", "same PCI address"},
+		{"bad class", minimal + "  - pci: {bus_id: \"0000:19:00.0\", class: 0x068000}\n", "devices[1].pci.class", "0x068000", "NVSwitches go under nvlink.switches"},
+		{"bad link gen", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    pcie: {max_link_gen: 9}\n", "devices[1].pcie.max_link_gen", "9", "generation"},
+		{"bad width", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    pcie: {current_link_width: 3}\n", "devices[1].pcie.current_link_width", "3", "link width"},
+		{"bar1 too small", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    bar1_memory: {total_bytes: 12}\n", "devices[1].bar1_memory.total_bytes", "12", "1 MiB to 16 TiB"},
+		{"no devices", "version: \"1.0\"\n", "devices", "", "at least one GPU"},
+		{"rc traversal", minimal + "pcie_topology:\n  root_complexes:\n    - id: \"pci0000:00/../../x\"\n      devices: []\n", "pcie_topology.root_complexes[0].id", "pci0000:00/../../x", "not a root complex id"},
+		{"rc duplicate", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:18:00.0\"]}\n    - {id: PCI0000:00, devices: []}\n", "pcie_topology.root_complexes[1].id", "PCI0000:00", "same root complex"},
+		{"placed twice", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:18:00.0\"]}\n    - {id: pci0000:10, devices: [\"0000:18:00.0\"]}\n", "pcie_topology.root_complexes[1].devices[0]", "0000:18:00.0", "already placed by pcie_topology.root_complexes[0].devices[0]"},
+		{"unknown device", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:99:00.0\"]}\n", "pcie_topology.root_complexes[0].devices[0]", "0000:99:00.0", "not in devices[]"},
+		{"bus below root", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:40, devices: [\"0000:18:00.0\"]}\n", "pcie_topology.root_complexes[0].devices[0]", "0000:18:00.0", "below the root bus"},
+		{"bus on root", "device_defaults:\n  pci: {device_id: 0x233010DE}\ndevices:\n  - pci: {bus_id: \"0000:40:00.0\"}\npcie_topology:\n  root_complexes:\n    - {id: pci0000:40, devices: [\"0000:40:00.0\"]}\n", "pcie_topology.root_complexes[0].devices[0]", "0000:40:00.0", "only a flat (VM) hierarchy"},
+		{"bus of another rc", minimal + "  - pci: {bus_id: \"0000:90:00.0\"}\npcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:18:00.0\", \"0000:90:00.0\"]}\n    - {id: pci0000:80, devices: []}\n", "pcie_topology.root_complexes[0].devices[1]", "0000:90:00.0", "lies in the range of pci0000:80"},
+		{"domain mismatch", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0001:00, devices: [\"0000:18:00.0\"]}\n", "pcie_topology.root_complexes[0].devices[0]", "0000:18:00.0", "domain 0000 differs"},
+		{"uncovered", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:20, devices: []}\n", "devices[0].pci.bus_id", "0000:18:00.0", "no root complex in pcie_topology covers"},
+		{"bad numa", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, numa_node: -2, devices: [\"0000:18:00.0\"]}\n", "pcie_topology.root_complexes[0].numa_node", "-2", "want -1"},
+		{"bad hierarchy", minimal + "pcie_topology:\n  hierarchy: torus\n  root_complexes: []\n", "pcie_topology.hierarchy", "torus", "want one of"},
+		{"nvswitch bdf", minimal + "nvlink:\n  switches:\n    - bdf: \"nope\"\n", "nvlink.switches[0].bdf", "nope", "not a PCI address"},
+		{"nvswitch clash", minimal + "nvlink:\n  switches:\n    - bdf: \"0000:18:00.0\"\n", "nvlink.switches[0].bdf", "0000:18:00.0", "same PCI address as devices[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p, err := Parse("bad.yaml", []byte(tt.yaml))
+			if err == nil {
+				_, err = Normalize("bad.yaml", p, Options{})
+			}
+			require.Error(t, err)
+			var pe *Error
+			require.True(t, errors.As(err, &pe), "%T: %v", err, err)
+			require.Equal(t, "bad.yaml", pe.Source)
+			require.Equal(t, tt.field, pe.Field)
+			require.Equal(t, tt.value, pe.Value)
+			require.ErrorContains(t, err, tt.why)
+			require.NotContains(t, err.Error(), "\n", "one line")
+			require.True(t, strings.HasPrefix(err.Error(), "profile bad.yaml: "+tt.field), err.Error())
+		})
+	}
+}
+
+func TestParseRefusesNonProfiles(t *testing.T) {
+	tests := []struct {
+		name string
+		data []byte
+		why  string
+	}{
+		{"empty", nil, "empty"},
+		{"scalar", []byte("just text"), "top level is a YAML scalar"},
+		{"sequence", []byte("- a\n- b\n"), "top level is a YAML sequence"},
+		{"not yaml", []byte("devices: [\n  {"), "not valid YAML"},
+		{"nul", []byte("devices: []\x00"), "NUL byte at offset 11"},
+		{"binary", []byte{0xff, 0xfe, 0x00, 0x01}, "NUL byte"},
+		{"latin1", []byte("name: caf\xe9\n"), "not UTF-8"},
+		{"too big", []byte(strings.Repeat("#", MaxSize+1)), "larger than the 4 MiB limit"},
+		{"alias bomb", []byte(`a: &a ["x","x","x","x","x","x","x","x","x"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+pcie_topology:
+  root_complexes:
+    - id: pci0000:00
+      devices: *g
+`), "root_complexes[0].devices[0]: want a string, found a sequence"},
+		// The schema nests too little for an exponential bomb to decode, so
+		// the widest one is many aliases to one mapping: bounded too.
+		{"wide alias bomb", []byte("m: &m {pci: {bus_id: \"0000:18:00.0\", device_id: 0x233010DE}, pcie: {max_link_gen: 4}}\ndevices: [" + strings.Repeat("*m,", 300000) + "*m]\n"), "excessive aliasing"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("x.yaml", tt.data)
+			require.ErrorContains(t, err, tt.why)
+			require.ErrorContains(t, err, "profile x.yaml: ")
+			require.NotContains(t, err.Error(), "\n")
+		})
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	_, err := LoadFile(filepath.Join(dir, "missing.yaml"))
+	require.ErrorContains(t, err, "missing.yaml")
+	_, err = LoadFile(dir)
+	require.ErrorContains(t, err, "not a regular file")
+	big := filepath.Join(dir, "big.yaml")
+	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("# pad\n", MaxSize/6+10)), 0o644))
+	_, err = LoadFile(big)
+	require.ErrorContains(t, err, "profile "+big+": larger than the 4 MiB limit")
+}
+
+func TestUnknownFieldsIgnored(t *testing.T) {
+	p, err := Parse("x", []byte(minimal+"thermal: {fan: 3}\nsomething_new: [1, 2]\n"))
+	require.NoError(t, err)
+	m, err := Normalize("x", p, Options{})
+	require.NoError(t, err)
+	require.Len(t, m.Devices, 1)
+}
+
+func TestWordForms(t *testing.T) {
+	for _, in := range []string{"0x233010DE", "\"0x233010de\"", "590352606"} {
+		p, err := Parse("x", []byte("device_defaults:\n  pci: {device_id: "+in+"}\ndevices:\n  - pci: {bus_id: \"0000:18:00.0\"}\n"))
+		require.NoError(t, err, in)
+		m, err := Normalize("x", p, Options{})
+		require.NoError(t, err, in)
+		require.Equal(t, uint16(0x2330), m.Devices[0].DeviceID, in)
+	}
+}

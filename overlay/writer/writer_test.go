@@ -1,0 +1,184 @@
+package writer_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+)
+
+func planOf(t *testing.T, name string, edit func(*profile.Profile)) *plan.Plan {
+	t.Helper()
+	p, src, err := builtin.Load(name)
+	require.NoError(t, err)
+	if edit != nil {
+		edit(p)
+	}
+	m, err := profile.Normalize(src, p, profile.Options{})
+	require.NoError(t, err)
+	pl, err := plan.New(m, plan.Options{})
+	require.NoError(t, err)
+	return pl
+}
+
+func apply(t *testing.T, root string, p *plan.Plan) writer.Stats {
+	t.Helper()
+	st, err := writer.Apply(root, p, writer.Options{})
+	require.NoError(t, err)
+	return st
+}
+
+func TestApplyWritesThePlan(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	p := planOf(t, "h100", nil)
+	st := apply(t, root, p)
+	var files, links int
+	for _, e := range p.Entries {
+		full := filepath.Join(root, e.Path)
+		info, err := os.Lstat(full)
+		require.NoError(t, err, e.Path)
+		switch e.Kind {
+		case plan.Dir:
+			require.True(t, info.IsDir(), e.Path)
+			require.Equal(t, os.FileMode(0o755), info.Mode().Perm(), e.Path)
+		case plan.File:
+			files++
+			data, err := os.ReadFile(full)
+			require.NoError(t, err)
+			require.Equal(t, e.Data, data, e.Path)
+			require.Equal(t, os.FileMode(0o644), info.Mode().Perm(), e.Path)
+		case plan.Symlink:
+			links++
+			target, err := os.Readlink(full)
+			require.NoError(t, err)
+			require.Equal(t, e.Target, target, e.Path)
+		}
+	}
+	require.Equal(t, files, st.FilesWritten)
+	require.Equal(t, links, st.LinksWritten)
+	require.Zero(t, st.FilesUnchanged)
+
+	// Every entry of the links directory resolves, through the loop link,
+	// to its device's directory.
+	entries, err := os.ReadDir(filepath.Join(root, plan.LinksDir))
+	require.NoError(t, err)
+	require.Len(t, entries, len(p.Tree.Nodes()))
+	for _, e := range entries {
+		vendor, err := os.ReadFile(filepath.Join(root, plan.LinksDir, e.Name(), "vendor"))
+		require.NoError(t, err, e.Name())
+		require.Contains(t, []string{"0x10de\n", "0x8086\n", "0x1000\n"}, string(vendor))
+		real, err := filepath.EvalSymlinks(filepath.Join(root, plan.LinksDir, e.Name()))
+		require.NoError(t, err)
+		require.True(t, strings.HasPrefix(real, root+"/sys/devices/pci"), real)
+		require.Equal(t, e.Name(), filepath.Base(real))
+	}
+
+	fsys := os.DirFS(root)
+	m, err := writer.ReadMarker(fsys)
+	require.NoError(t, err)
+	require.Equal(t, writer.Marker{Digest: p.Digest(), Entries: len(p.Entries), GPUs: 8}, m)
+	_, err = os.Stat(filepath.Join(root, ".nvml-mock-sysfs", "staging"))
+	require.ErrorIs(t, err, os.ErrNotExist, "staging is gone after a render")
+}
+
+func TestApplyIsDeterministic(t *testing.T) {
+	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	apply(t, a, planOf(t, "a100", nil))
+	apply(t, b, planOf(t, "a100", nil))
+	sa, err := overlaytest.Snapshot(a)
+	require.NoError(t, err)
+	sb, err := overlaytest.Snapshot(b)
+	require.NoError(t, err)
+	require.Equal(t, sa, sb)
+}
+
+func TestRerenderUnchangedWritesNothing(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	first := apply(t, root, planOf(t, "a100", nil))
+	again := apply(t, root, planOf(t, "a100", nil))
+	require.Zero(t, again.Written())
+	require.Zero(t, again.DirsCreated)
+	require.Zero(t, again.Removed)
+	require.Equal(t, first.FilesWritten, again.FilesUnchanged)
+	require.Equal(t, first.LinksWritten, again.LinksUnchanged)
+
+	// With the marker gone, the same render compares content and only
+	// writes the marker back.
+	require.NoError(t, os.Remove(filepath.Join(root, writer.MarkerFile)))
+	st := apply(t, root, planOf(t, "a100", nil))
+	require.Zero(t, st.Written())
+	_, err := writer.ReadMarker(os.DirFS(root))
+	require.NoError(t, err)
+}
+
+func TestOneGPUChangeRewritesOnlyIt(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	apply(t, root, planOf(t, "h100", nil))
+	st := apply(t, root, planOf(t, "h100", func(p *profile.Profile) {
+		p.Devices[3].PCI.SubsystemID = profile.Pack(0x10de, 0x1234)
+	}))
+	// The GPU's subsystem_device, config, modalias and uevent, plus the
+	// effective profile.
+	require.Equal(t, 5, st.FilesWritten)
+	require.Zero(t, st.LinksWritten)
+	require.Zero(t, st.Removed)
+	data, err := os.ReadFile(filepath.Join(root, plan.LinksDir, "0000:86:00.0", "subsystem_device"))
+	require.NoError(t, err)
+	require.Equal(t, "0x1234\n", string(data))
+}
+
+func inode(t *testing.T, p string) uint64 {
+	t.Helper()
+	info, err := os.Stat(p)
+	require.NoError(t, err)
+	return info.Sys().(*syscall.Stat_t).Ino
+}
+
+func TestRerenderReplacesTreeInPlace(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	apply(t, root, planOf(t, "a100", nil))
+	rootIno, linksIno := inode(t, root), inode(t, filepath.Join(root, plan.LinksDir))
+
+	h100 := planOf(t, "h100", nil)
+	st := apply(t, root, h100)
+	require.NotZero(t, st.Removed)
+	require.Equal(t, rootIno, inode(t, root), "the overlay mount source stays the same directory")
+	require.Equal(t, linksIno, inode(t, filepath.Join(root, plan.LinksDir)), "the links mount source stays the same directory")
+
+	// Exactly the new tree: equal to a fresh render of it.
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	apply(t, fresh, h100)
+	got, err := overlaytest.Snapshot(root)
+	require.NoError(t, err)
+	want, err := overlaytest.Snapshot(fresh)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+func TestForeignEntriesAreKeptAndReported(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	apply(t, root, planOf(t, "t4", nil))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "README"), []byte("stray"), 0o644))
+	st := apply(t, root, planOf(t, "h100", nil))
+	require.Equal(t, []string{"README"}, st.Foreign)
+	data, err := os.ReadFile(filepath.Join(root, "notes.txt"))
+	require.NoError(t, err)
+	require.Equal(t, "mine", string(data), "prune removes only what a render owns")
+}
+
+func TestCheckRoot(t *testing.T) {
+	for _, bad := range []string{"", "relative/dir", "/", "/var/lib/nvml-mock/", "/var/../lib"} {
+		_, err := writer.Apply(bad, planOf(t, "t4", nil), writer.Options{})
+		require.Error(t, err, bad)
+	}
+}

@@ -1,0 +1,2 @@
+// Package verify checks a live container from inside.
+package verify
