@@ -120,11 +120,9 @@ func (n *normalizer) fail(field, value string, format string, args ...any) error
 
 func (n *normalizer) run(opts Options) (*Machine, error) {
 	p := n.p
-	if len(p.Devices) == 0 {
-		return nil, n.fail("devices", "", "a profile needs at least one GPU with pci.bus_id")
-	}
-	if len(p.Devices) > MaxDevices {
-		return nil, n.fail("devices", fmt.Sprint(len(p.Devices)), "more than %d devices", MaxDevices)
+	slots, err := n.slots()
+	if err != nil {
+		return nil, err
 	}
 	m := &Machine{Source: n.source}
 	seen := map[pciaddr.Address]string{}
@@ -135,12 +133,12 @@ func (n *normalizer) run(opts Options) (*Machine, error) {
 		seen[a] = field
 		return nil
 	}
-	for i := range p.Devices {
-		d, err := n.gpu(i)
+	for _, sl := range slots {
+		d, field, value, err := n.gpu(sl)
 		if err != nil {
 			return nil, err
 		}
-		if err := claim(d.Address, fmt.Sprintf("devices[%d].pci.bus_id", i), p.Devices[i].PCI.BusID); err != nil {
+		if err := claim(d.Address, field, value); err != nil {
 			return nil, err
 		}
 		m.Devices = append(m.Devices, d)
@@ -190,27 +188,107 @@ func (n *normalizer) hierarchy(opts Options, gpus []Device) (boards.Hierarchy, e
 	return boards.HierarchyOf(first.DeviceID), nil
 }
 
-func (n *normalizer) gpu(i int) (Device, error) {
-	dc, def := n.p.Devices[i], n.p.DeviceDefaults
-	field := func(f string) string { return fmt.Sprintf("devices[%d].%s", i, f) }
-	d := Device{Kind: GPU, Index: i, Revision: revisionA1}
-	if dc.Index != nil {
-		d.Index = *dc.Index
+// slot is one device nvml-mock would report: its index, and the devices[]
+// entry that overrides device_defaults for it (pos -1 for none).
+type slot struct {
+	index, pos int
+}
+
+// slots lists the devices as nvml-mock counts them: as many as devices[]
+// lists or system.num_devices says, whichever is more, each devices[] entry
+// overriding the device its index names (its position when it has none).
+func (n *normalizer) slots() ([]slot, error) {
+	p := n.p
+	byIndex := map[int]int{}
+	for pos, d := range p.Devices {
+		index := pos
+		if d.Index != nil {
+			index = *d.Index
+		}
+		field := fmt.Sprintf("devices[%d].index", pos)
+		if index < 0 || index >= MaxDevices {
+			return nil, n.fail(field, fmt.Sprint(index), "want a device index 0..%d", MaxDevices-1)
+		}
+		if other, dup := byIndex[index]; dup {
+			return nil, n.fail(field, fmt.Sprint(index), "the same device index as devices[%d]", other)
+		}
+		byIndex[index] = pos
 	}
-	if dc.PCI.BusID == "" {
-		return d, n.fail(field("pci.bus_id"), "", "missing: every device needs its PCI address")
+	count := len(p.Devices)
+	if num := p.System.NumDevices; num != nil {
+		if *num < 0 || *num > MaxDevices {
+			return nil, n.fail("system.num_devices", fmt.Sprint(*num), "want 0..%d", MaxDevices)
+		}
+		count = max(count, *num)
 	}
-	a, err := pciaddr.Parse(dc.PCI.BusID)
+	if count == 0 {
+		return nil, n.fail("devices", "", "no devices: list them in devices[] (or set system.num_devices)")
+	}
+	var out []slot
+	for i := 0; i < count; i++ {
+		pos, ok := byIndex[i]
+		if !ok {
+			pos = -1
+		}
+		out = append(out, slot{index: i, pos: pos})
+	}
+	for index, pos := range byIndex {
+		if index >= count {
+			out = append(out, slot{index: index, pos: pos})
+		}
+	}
+	slices.SortFunc(out, func(a, b slot) int { return a.index - b.index })
+	return out, nil
+}
+
+// gpu resolves one device. It returns the field and value its address came
+// from, to name them if another device claims the same address.
+func (n *normalizer) gpu(sl slot) (Device, string, string, error) {
+	var dc DeviceConfig
+	if sl.pos >= 0 {
+		dc = n.p.Devices[sl.pos]
+	}
+	def := n.p.DeviceDefaults
+	field := func(f string) string {
+		if sl.pos >= 0 {
+			return fmt.Sprintf("devices[%d].%s", sl.pos, f)
+		}
+		return fmt.Sprintf("device_defaults.%s (device %d)", f, sl.index)
+	}
+	d := Device{Kind: GPU, Index: sl.index, Revision: revisionA1}
+	busField, busID := field("pci.bus_id"), dc.PCI.BusID
+	if busID == "" && def.PCI.BusID != "" {
+		busField, busID = "device_defaults.pci.bus_id", def.PCI.BusID
+	}
+	if busID == "" {
+		// nvml-mock's own rule for a device without an address.
+		if sl.index > 0xff {
+			return d, "", "", n.fail(field("pci.bus_id"), "", "missing, and device index %d is too large for nvml-mock's default 0000:<index>:00.0", sl.index)
+		}
+		busID = fmt.Sprintf("0000:%02x:00.0", sl.index)
+	}
+	a, err := pciaddr.Parse(busID)
 	if err != nil {
-		return d, n.fail(field("pci.bus_id"), dc.PCI.BusID, "%s", reason(err))
+		return d, "", "", n.fail(busField, busID, "%s", reason(err))
 	}
 	d.Address = a
-	d.Name = firstString(dc.Name, def.Name)
+	d, err = n.identity(d, dc, def, field)
+	return d, busField, busID, err
+}
 
-	idField, id := field("pci.device_id"), dc.PCI.DeviceID
-	if id == nil {
-		idField, id = "device_defaults.pci.device_id", def.PCI.DeviceID
+// identity fills a GPU's ids, BAR1 and link from its override and the defaults.
+func (n *normalizer) identity(d Device, dc, def DeviceConfig, field func(string) string) (Device, error) {
+	d.Name = firstString(dc.Name, def.Name)
+	// from names where a value came from: the device's override or the defaults.
+	from := func(name string, own bool) string {
+		if own {
+			return field(name)
+		}
+		return "device_defaults." + name
 	}
+
+	id := firstWord(dc.PCI.DeviceID, def.PCI.DeviceID)
+	idField := from("pci.device_id", dc.PCI.DeviceID != nil)
 	if id == nil {
 		return d, n.fail(field("pci.device_id"), "", "missing, and device_defaults.pci.device_id is not set either")
 	}
@@ -228,7 +306,7 @@ func (n *normalizer) gpu(i int) (Device, error) {
 	if c := firstWord(dc.PCI.Class, def.PCI.Class); c != nil {
 		d.Class = uint32(*c)
 		if d.Class != Class3DController && d.Class != ClassVGAController {
-			return d, n.fail(field("pci.class"), fmt.Sprintf("0x%06x", d.Class), "a GPU is 0x030200 (3D controller) or 0x030000 (VGA); NVSwitches go under nvlink.switches")
+			return d, n.fail(from("pci.class", dc.PCI.Class != nil), fmt.Sprintf("0x%06x", d.Class), "a GPU is 0x030200 (3D controller) or 0x030000 (VGA); NVSwitches go under nvlink.switches")
 		}
 	}
 	bar1 := firstUint(dc.BAR1Memory.TotalBytes, def.BAR1Memory.TotalBytes)
@@ -239,12 +317,12 @@ func (n *normalizer) gpu(i int) (Device, error) {
 		}
 	} else {
 		if *bar1 < minBAR1Bytes || *bar1 > maxBAR1Bytes {
-			return d, n.fail(field("bar1_memory.total_bytes"), fmt.Sprint(*bar1), "want 1 MiB to 16 TiB")
+			return d, n.fail(from("bar1_memory.total_bytes", dc.BAR1Memory.TotalBytes != nil), fmt.Sprint(*bar1), "want 1 MiB to 16 TiB")
 		}
 		// A BAR is a power of two; round up as firmware sizes it.
 		d.BAR1Bytes = uint64(1) << (64 - bits.LeadingZeros64(*bar1-1))
 	}
-	link, err := n.link(i, dc.PCIe, def.PCIe, d.DeviceID)
+	link, err := n.link(field, dc.PCIe, def.PCIe, d.DeviceID)
 	if err != nil {
 		return d, err
 	}
@@ -252,13 +330,13 @@ func (n *normalizer) gpu(i int) (Device, error) {
 	return d, nil
 }
 
-func (n *normalizer) link(i int, pc, def PCIeConfig, device uint16) (Link, error) {
+func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, device uint16) (Link, error) {
 	gen, width := 4, 16
 	if b, ok := boards.Lookup(device); ok {
 		gen, width = b.LinkGen, b.LinkWidth
 	}
 	pick := func(name string, v, dv *int, fallback int, valid func(int) bool, want string) (int, error) {
-		f := fmt.Sprintf("devices[%d].pcie.%s", i, name)
+		f := field("pcie." + name)
 		if v == nil {
 			f, v = "device_defaults.pcie."+name, dv
 		}

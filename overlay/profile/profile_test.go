@@ -2,6 +2,7 @@ package profile
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -138,7 +139,6 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 	}{
 		{"bad bus id", "devices:\n  - pci: {bus_id: \"0000:18:00\", device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "0000:18:00", "not a PCI address"},
 		{"traversal in bus id", "devices:\n  - pci: {bus_id: \"../../etc/passwd\", device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "../../etc/passwd", "not a PCI address"},
-		{"missing bus id", "devices:\n  - pci: {device_id: 0x233010DE}\n", "devices[0].pci.bus_id", "", "missing"},
 		{"no device id", "devices:\n  - pci: {bus_id: \"0000:18:00.0\"}\n", "devices[0].pci.device_id", "", "missing"},
 		{"not NVIDIA", "devices:\n  - pci: {bus_id: \"0000:18:00.0\", device_id: 0x740C1002}\n", "devices[0].pci.device_id", "0x740C1002", "not NVIDIA"},
 		{"word as text", "devices:\n  - pci: {bus_id: \"0000:18:00.0\", device_id: \"H100\"}\n", "devices[0].pci.device_id", "H100", "32-bit number"},
@@ -150,7 +150,13 @@ func TestErrorsNameFieldAndValue(t *testing.T) {
 		{"bad link gen", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    pcie: {max_link_gen: 9}\n", "devices[1].pcie.max_link_gen", "9", "generation"},
 		{"bad width", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    pcie: {current_link_width: 3}\n", "devices[1].pcie.current_link_width", "3", "link width"},
 		{"bar1 too small", minimal + "  - pci: {bus_id: \"0000:19:00.0\"}\n    bar1_memory: {total_bytes: 12}\n", "devices[1].bar1_memory.total_bytes", "12", "1 MiB to 16 TiB"},
-		{"no devices", "version: \"1.0\"\n", "devices", "", "at least one GPU"},
+		{"no devices", "version: \"1.0\"\n", "devices", "", "no devices: list them in devices[]"},
+		{"duplicate index", minimal + "  - index: 0\n    pci: {bus_id: \"0000:19:00.0\"}\n", "devices[1].index", "0", "the same device index as devices[0]"},
+		{"negative index", "devices:\n  - index: -1\n", "devices[0].index", "-1", "want a device index"},
+		{"bad num_devices", minimal + "system: {num_devices: -3}\n", "system.num_devices", "-3", "want 0.."},
+		{"defaults bus id shared", "device_defaults:\n  pci: {bus_id: \"0000:18:00.0\", device_id: 0x233010DE}\nsystem: {num_devices: 2}\n", "device_defaults.pci.bus_id", "0000:18:00.0", "the same PCI address as device_defaults.pci.bus_id"},
+		{"default device without id", "system: {num_devices: 1}\n", "device_defaults.pci.device_id (device 0)", "", "missing"},
+		{"defaults class", "device_defaults:\n  pci: {device_id: 0x233010DE, class: 0x020000}\ndevices:\n  - pci: {bus_id: \"0000:18:00.0\"}\n", "device_defaults.pci.class", "0x020000", "a GPU is 0x030200"},
 		{"rc traversal", minimal + "pcie_topology:\n  root_complexes:\n    - id: \"pci0000:00/../../x\"\n      devices: []\n", "pcie_topology.root_complexes[0].id", "pci0000:00/../../x", "not a root complex id"},
 		{"rc duplicate", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:18:00.0\"]}\n    - {id: PCI0000:00, devices: []}\n", "pcie_topology.root_complexes[1].id", "PCI0000:00", "same root complex"},
 		{"placed twice", minimal + "pcie_topology:\n  root_complexes:\n    - {id: pci0000:00, devices: [\"0000:18:00.0\"]}\n    - {id: pci0000:10, devices: [\"0000:18:00.0\"]}\n", "pcie_topology.root_complexes[1].devices[0]", "0000:18:00.0", "already placed by pcie_topology.root_complexes[0].devices[0]"},
@@ -252,4 +258,30 @@ func TestWordForms(t *testing.T) {
 		require.NoError(t, err, in)
 		require.Equal(t, uint16(0x2330), m.Devices[0].DeviceID, in)
 	}
+}
+
+// Devices follow nvml-mock's rules: devices[] entries override the device
+// their index names, system.num_devices adds devices that take the
+// defaults, and a device without an address gets 0000:<index>:00.0.
+func TestDevicesAsNvmlMockCountsThem(t *testing.T) {
+	p, err := Parse("x", []byte(`
+system: {num_devices: 4}
+device_defaults:
+  pci: {device_id: 0x20B010DE}
+devices:
+  - index: 2
+    pci: {bus_id: "0000:47:00.0", subsystem_id: 0x134F10DE}
+  - index: 5
+`))
+	require.NoError(t, err)
+	m, err := Normalize("x", p, Options{})
+	require.NoError(t, err)
+	var got []string
+	for _, d := range m.Devices {
+		got = append(got, fmt.Sprintf("%d@%s sub %04x", d.Index, d.Address, d.SubsystemDevice))
+	}
+	require.Equal(t, []string{
+		"0@0000:00:00.0 sub 20b0", "1@0000:01:00.0 sub 20b0", "3@0000:03:00.0 sub 20b0",
+		"5@0000:05:00.0 sub 20b0", "2@0000:47:00.0 sub 134f",
+	}, got)
 }

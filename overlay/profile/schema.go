@@ -18,13 +18,23 @@ import (
 // other field of the file is ignored.
 type Profile struct {
 	Version        string         `yaml:"version,omitempty"`
+	System         SystemConfig   `yaml:"system,omitempty"`
 	DeviceDefaults DeviceConfig   `yaml:"device_defaults,omitempty"`
 	Devices        []DeviceConfig `yaml:"devices,omitempty"`
 	NVLink         *NVLink        `yaml:"nvlink,omitempty"`
 	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty"`
 }
 
-// DeviceConfig is one entry of devices[], or device_defaults.
+// SystemConfig is the system block; only the device count matters here.
+type SystemConfig struct {
+	// NumDevices, as in nvml-mock, brings devices into being beyond those
+	// devices[] lists: they take device_defaults.
+	NumDevices *int `yaml:"num_devices,omitempty"`
+}
+
+// DeviceConfig is one entry of devices[], or device_defaults. As in
+// nvml-mock, devices[] entries override device_defaults for the device
+// whose index they name.
 type DeviceConfig struct {
 	Index      *int         `yaml:"index,omitempty"`
 	Name       string       `yaml:"name,omitempty"`
