@@ -38,7 +38,8 @@ const (
 	// LinksDir is the directory bind-mounted at /sys/bus/pci/devices.
 	LinksDir = "sys/bus/pci/devices"
 	// ProfileFile is the effective profile, which verify checks against.
-	ProfileFile = "effective-profile.yaml"
+	// It is JSON, which profile loaders read as the YAML it also is.
+	ProfileFile = "effective-profile.json"
 	// BinaryFile is where render installs its own binary for verify.
 	BinaryFile = "bin/nvml-mock-sysfs"
 	// DefaultContainerRoot is where containers see the overlay.
@@ -126,7 +127,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	}
 	fillBridgeLinks(t)
 	assignBARs(t)
-	b := &builder{opts: opts, tree: t, dirs: map[string]bool{}, shadows: map[string]bool{}}
+	b := newBuilder(opts, t)
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
@@ -191,6 +192,29 @@ type builder struct {
 	ends    []Entry         // links-directory entries of endpoints
 }
 
+// Entries a node brings, at most: its directory and ~25 attribute files,
+// an IOMMU group directory with its type file and devices directory, links.
+const (
+	filesPerNode  = 32
+	inTreePerNode = 4
+)
+
+// newBuilder sizes the phases up front: growing slices of large entries
+// was most of the planning time for big machines.
+func newBuilder(opts Options, t *Tree) *builder {
+	n := len(t.Nodes())
+	return &builder{
+		opts:    opts,
+		tree:    t,
+		dirs:    make(map[string]bool, 4*n),
+		shadows: map[string]bool{},
+		files:   make([]Entry, 0, filesPerNode*n+16),
+		inTree:  make([]Entry, 0, inTreePerNode*n+len(opts.HostDevices)+1),
+		bridges: make([]Entry, 0, n+len(opts.HostDevices)),
+		ends:    make([]Entry, 0, n),
+	}
+}
+
 func (b *builder) entries() []Entry {
 	out := make([]Entry, 0, len(b.files)+len(b.inTree)+len(b.bridges)+len(b.ends))
 	out = append(out, b.files...)
@@ -221,7 +245,7 @@ func link(p, target string) Entry { return Entry{Path: p, Kind: Symlink, Target:
 
 func (b *builder) build(m *profile.Machine) error {
 	b.dir(LinksDir)
-	effective, err := profile.Marshal(m.Effective(), "The effective profile that nvml-mock-sysfs rendered; verify checks against it.\nGenerated: do not edit. Render again to change it.")
+	effective, err := profile.MarshalJSON(m.Effective())
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -54,6 +55,16 @@ func (m *Machine) Effective() *Profile {
 	}
 	p.PCIeTopology = topo
 	return p
+}
+
+// MarshalJSON writes a profile as indented JSON: valid YAML that Parse
+// reads, and many times faster to write than YAML for large machines.
+func MarshalJSON(p *Profile) ([]byte, error) {
+	out, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode profile: %w", err)
+	}
+	return append(out, '\n'), nil
 }
 
 // Marshal writes a profile as YAML.

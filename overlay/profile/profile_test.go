@@ -99,15 +99,20 @@ func TestEffectiveRoundTrip(t *testing.T) {
 	for _, path := range paths {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			m := load(t, path)
-			out, err := Marshal(m.Effective(), "effective")
+			yamlOut, err := Marshal(m.Effective(), "effective")
 			require.NoError(t, err)
-			p, err := Parse("effective", out)
+			require.Contains(t, string(yamlOut), "device_id: 0x", "packed words stay hex, as nvml-mock writes them")
+			jsonOut, err := MarshalJSON(m.Effective())
 			require.NoError(t, err)
-			again, err := Normalize("effective", p, Options{})
-			require.NoError(t, err)
-			again.Source = m.Source
-			require.Equal(t, m, again)
-			require.Contains(t, string(out), "device_id: 0x", "packed words stay hex, as nvml-mock writes them")
+			require.Contains(t, string(jsonOut), `"device_id": "0x`)
+			for _, out := range [][]byte{yamlOut, jsonOut} {
+				p, err := Parse("effective", out)
+				require.NoError(t, err)
+				again, err := Normalize("effective", p, Options{})
+				require.NoError(t, err)
+				again.Source = m.Source
+				require.Equal(t, m, again)
+			}
 		})
 	}
 }

@@ -17,79 +17,79 @@ import (
 // Profile is the part of an nvml-mock profile that shapes PCI sysfs. Every
 // other field of the file is ignored.
 type Profile struct {
-	Version        string         `yaml:"version,omitempty"`
-	System         SystemConfig   `yaml:"system,omitempty"`
-	DeviceDefaults DeviceConfig   `yaml:"device_defaults,omitempty"`
-	Devices        []DeviceConfig `yaml:"devices,omitempty"`
-	NVLink         *NVLink        `yaml:"nvlink,omitempty"`
-	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty"`
+	Version        string         `yaml:"version,omitempty" json:"version,omitempty,omitzero"`
+	System         SystemConfig   `yaml:"system,omitempty" json:"system,omitempty,omitzero"`
+	DeviceDefaults DeviceConfig   `yaml:"device_defaults,omitempty" json:"device_defaults,omitempty,omitzero"`
+	Devices        []DeviceConfig `yaml:"devices,omitempty" json:"devices,omitempty,omitzero"`
+	NVLink         *NVLink        `yaml:"nvlink,omitempty" json:"nvlink,omitempty,omitzero"`
+	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty" json:"pcie_topology,omitempty,omitzero"`
 }
 
 // SystemConfig is the system block; only the device count matters here.
 type SystemConfig struct {
 	// NumDevices, as in nvml-mock, brings devices into being beyond those
 	// devices[] lists: they take device_defaults.
-	NumDevices *int `yaml:"num_devices,omitempty"`
+	NumDevices *int `yaml:"num_devices,omitempty" json:"num_devices,omitempty,omitzero"`
 }
 
 // DeviceConfig is one entry of devices[], or device_defaults. As in
 // nvml-mock, devices[] entries override device_defaults for the device
 // whose index they name.
 type DeviceConfig struct {
-	Index      *int         `yaml:"index,omitempty"`
-	Name       string       `yaml:"name,omitempty"`
-	PCI        PCIConfig    `yaml:"pci,omitempty"`
-	PCIe       PCIeConfig   `yaml:"pcie,omitempty"`
-	BAR1Memory MemoryConfig `yaml:"bar1_memory,omitempty"`
+	Index      *int         `yaml:"index,omitempty" json:"index,omitempty,omitzero"`
+	Name       string       `yaml:"name,omitempty" json:"name,omitempty,omitzero"`
+	PCI        PCIConfig    `yaml:"pci,omitempty" json:"pci,omitempty,omitzero"`
+	PCIe       PCIeConfig   `yaml:"pcie,omitempty" json:"pcie,omitempty,omitzero"`
+	BAR1Memory MemoryConfig `yaml:"bar1_memory,omitempty" json:"bar1_memory,omitempty,omitzero"`
 }
 
 // PCIConfig holds a device's PCI identity. DeviceID and SubsystemID are the
 // packed words NVML reports: (device<<16)|vendor.
 type PCIConfig struct {
-	BusID       string `yaml:"bus_id,omitempty"`
-	DeviceID    *Word  `yaml:"device_id,omitempty"`
-	SubsystemID *Word  `yaml:"subsystem_id,omitempty"`
+	BusID       string `yaml:"bus_id,omitempty" json:"bus_id,omitempty,omitzero"`
+	DeviceID    *Word  `yaml:"device_id,omitempty" json:"device_id,omitempty,omitzero"`
+	SubsystemID *Word  `yaml:"subsystem_id,omitempty" json:"subsystem_id,omitempty,omitzero"`
 	// Class is this tool's extension; the default is 0x030200 (3D controller).
-	Class *Word `yaml:"class,omitempty"`
+	Class *Word `yaml:"class,omitempty" json:"class,omitempty,omitzero"`
 }
 
 // PCIeConfig holds the link generation and width.
 type PCIeConfig struct {
-	MaxLinkGen       *int `yaml:"max_link_gen,omitempty"`
-	CurrentLinkGen   *int `yaml:"current_link_gen,omitempty"`
-	MaxLinkWidth     *int `yaml:"max_link_width,omitempty"`
-	CurrentLinkWidth *int `yaml:"current_link_width,omitempty"`
+	MaxLinkGen       *int `yaml:"max_link_gen,omitempty" json:"max_link_gen,omitempty,omitzero"`
+	CurrentLinkGen   *int `yaml:"current_link_gen,omitempty" json:"current_link_gen,omitempty,omitzero"`
+	MaxLinkWidth     *int `yaml:"max_link_width,omitempty" json:"max_link_width,omitempty,omitzero"`
+	CurrentLinkWidth *int `yaml:"current_link_width,omitempty" json:"current_link_width,omitempty,omitzero"`
 }
 
 // MemoryConfig is bar1_memory; only the total size matters to sysfs.
 type MemoryConfig struct {
-	TotalBytes *uint64 `yaml:"total_bytes,omitempty"`
+	TotalBytes *uint64 `yaml:"total_bytes,omitempty" json:"total_bytes,omitempty,omitzero"`
 }
 
 // NVLink is the nvlink block; its switches become NVSwitch PCI devices.
 type NVLink struct {
-	Switches []NVSwitchConfig `yaml:"switches,omitempty"`
+	Switches []NVSwitchConfig `yaml:"switches,omitempty" json:"switches,omitempty,omitzero"`
 }
 
 // NVSwitchConfig is one nvlink.switches[] entry.
 type NVSwitchConfig struct {
-	BDF string `yaml:"bdf"`
+	BDF string `yaml:"bdf" json:"bdf"`
 	// DeviceID is this tool's extension, packed like pci.device_id.
-	DeviceID *Word `yaml:"device_id,omitempty"`
+	DeviceID *Word `yaml:"device_id,omitempty" json:"device_id,omitempty,omitzero"`
 }
 
 // PCIeTopology places devices under root complexes.
 type PCIeTopology struct {
 	// Hierarchy is this tool's extension: flat, hgx or dgx.
-	Hierarchy     string              `yaml:"hierarchy,omitempty"`
-	RootComplexes []RootComplexConfig `yaml:"root_complexes"`
+	Hierarchy     string              `yaml:"hierarchy,omitempty" json:"hierarchy,omitempty,omitzero"`
+	RootComplexes []RootComplexConfig `yaml:"root_complexes" json:"root_complexes"`
 }
 
 // RootComplexConfig is one pcie_topology.root_complexes[] entry.
 type RootComplexConfig struct {
-	ID       string   `yaml:"id"`
-	NUMANode *int     `yaml:"numa_node,omitempty"`
-	Devices  []string `yaml:"devices"`
+	ID       string   `yaml:"id" json:"id"`
+	NUMANode *int     `yaml:"numa_node,omitempty" json:"numa_node,omitempty,omitzero"`
+	Devices  []string `yaml:"devices" json:"devices"`
 }
 
 // Word is a 32-bit value written as a YAML integer (0x20B010DE) or a string
@@ -107,6 +107,12 @@ func (w *Word) UnmarshalYAML(n *yaml.Node) error {
 	}
 	*w = Word(v)
 	return nil
+}
+
+// MarshalJSON writes the hex form as a string, which UnmarshalYAML reads
+// back; the effective profile is JSON, itself valid YAML.
+func (w Word) MarshalJSON() ([]byte, error) {
+	return fmt.Appendf(nil, "\"0x%08X\"", uint32(w)), nil
 }
 
 // MarshalYAML writes the upper-case hex form nvml-mock profiles use.
