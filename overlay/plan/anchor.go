@@ -24,11 +24,12 @@ func addAnchors(t *Tree, builders *[]*rcBuilder, reserved map[pciaddr.Address]bo
 		}
 		anchors = append(anchors, a)
 	}
+	pick := newAnchorPicker(anchors)
 	for _, b := range *builders {
 		for _, n := range b.root.Children {
 			walk(n, func(n *Node) {
 				if n.Role == Endpoint {
-					n.Anchor = chooseAnchor(n, anchors)
+					n.Anchor = pick.pick(n)
 				}
 			})
 		}
@@ -64,30 +65,52 @@ func depth4Bridges(top []*Node) []*Node {
 	return out
 }
 
-// chooseAnchor prefers the endpoint's own ancestor, then a bridge under the
-// same root complex, then one in the same domain, then any.
-func chooseAnchor(n *Node, anchors []*Node) *Node {
-	for p := n.Parent; p != nil; p = p.Parent {
-		if depth(p) == anchorDepth {
-			return p
+// anchorPicker prefers the endpoint's own ancestor, then a bridge under
+// the same root complex, then one in the same domain, then any: looked up
+// in maps, so that a machine with thousands of anchors is not quadratic.
+type anchorPicker struct {
+	first    *Node
+	byRC     map[pciaddr.RootComplex]*Node
+	byDomain map[uint16]*Node
+}
+
+func newAnchorPicker(anchors []*Node) anchorPicker {
+	p := anchorPicker{first: anchors[0], byRC: map[pciaddr.RootComplex]*Node{}, byDomain: map[uint16]*Node{}}
+	for _, a := range anchors {
+		rc := rootComplexOf(a)
+		if _, ok := p.byRC[rc]; !ok {
+			p.byRC[rc] = a
+		}
+		if _, ok := p.byDomain[rc.Domain]; !ok {
+			p.byDomain[rc.Domain] = a
 		}
 	}
-	best := anchors[0]
-	score := func(a *Node) int {
-		switch {
-		case a.RootComplex == n.RootComplex:
-			return 2
-		case a.Address.Domain == n.Address.Domain:
-			return 1
-		}
-		return 0
-	}
-	for _, a := range anchors[1:] {
-		if score(a) > score(best) {
-			best = a
+	return p
+}
+
+func (p anchorPicker) pick(n *Node) *Node {
+	for a := n.Parent; a != nil; a = a.Parent {
+		if depth(a) == anchorDepth {
+			return a
 		}
 	}
-	return best
+	rc := rootComplexOf(n)
+	if a, ok := p.byRC[rc]; ok {
+		return a
+	}
+	if a, ok := p.byDomain[rc.Domain]; ok {
+		return a
+	}
+	return p.first
+}
+
+// rootComplexOf finds a node's host bridge before the tree is indexed: the
+// root port's bus is the root bus.
+func rootComplexOf(n *Node) pciaddr.RootComplex {
+	for n.Parent != nil {
+		n = n.Parent
+	}
+	return n.Address.RootComplex()
 }
 
 // addAnchorChain adds a root port and a PCI bridge below it, in the first
