@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
+)
+
+// runVerify checks the container it runs in (kubectl exec ... verify).
+func runVerify(e *env, args []string) int {
+	fs := newFlags(e, "verify", "[--profile NAME|FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
+	var prof, sysfs, containerRoot, format string
+	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
+	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
+	fs.StringVar(&format, "format", "table", "table or json")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if format != "table" && format != "json" {
+		return usageError(e, "verify: --format %q: want table or json", format)
+	}
+	if err := plan.ValidateContainerRoot(containerRoot); err != nil {
+		return usageError(e, "verify: --container-root: %v", err)
+	}
+	m, err := expectedMachine(prof, containerRoot)
+	if err != nil {
+		return fail(e, "verify: %v", err)
+	}
+	r := verify.Run(m, verify.Live(sysfs, containerRoot))
+	if err := writeVerify(e, r, format); err != nil {
+		return fail(e, "verify: %v", err)
+	}
+	if !r.OK() {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func writeVerify(e *env, r *verify.Report, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "CHECK\tSUBJECT\tRESULT\tEVIDENCE\n")
+	for _, c := range r.Checks {
+		res := "pass"
+		if !c.OK {
+			res = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, c.Subject, res, c.Evidence)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(e.stdout, "%d checks, %d failed\n", len(r.Checks), len(r.Failures()))
+	return err
+}
