@@ -94,16 +94,6 @@ func cdiMounts(ms []Mount) []*specs.Mount {
 type MergeResult struct {
 	Removed []specs.Mount // mounts taken out: /sys/devices and older copies of ours
 	Added   []specs.Mount // our mounts, appended to the top-level edits
-	Version string        // the cdiVersion before, when Merge had to raise it
-}
-
-// Changed reports whether Merge changed anything but re-adding what it removed.
-func (r MergeResult) Changed() bool {
-	return r.Version != "" || !slices.EqualFunc(r.Removed, r.Added, mountEqual)
-}
-
-func mountEqual(a, b specs.Mount) bool {
-	return a.HostPath == b.HostPath && a.ContainerPath == b.ContainerPath && a.Type == b.Type && slices.Equal(a.Options, b.Options)
 }
 
 // Merge edits an existing spec to serve the overlay: from every edit (top
@@ -111,8 +101,8 @@ func mountEqual(a, b specs.Mount) bool {
 // at one of our targets or from one of our sources) and, when add is set,
 // the whole-/sys/devices mount that ours replace; with add it then appends
 // ours to the top-level edits, which runtimes apply with any of the spec's
-// devices. Everything else stays as it was. Merging twice gives the same
-// spec. Without add (--fail-open on an unrendered root) it only removes our
+// devices. Everything else stays as it was, cdiVersion too: the mounts need
+// nothing newer than 0.3.0. Merging twice gives the same spec. Without add (--fail-open on an unrendered root) it only removes our
 // mounts, and leaves the /sys/devices mount to serve as before.
 func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
 	var r MergeResult
@@ -147,11 +137,6 @@ func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
 		for _, m := range cdiMounts(ours) {
 			s.ContainerEdits.Mounts = append(s.ContainerEdits.Mounts, m)
 			r.Added = append(r.Added, *m)
-		}
-	}
-	if specs.ValidateVersion(s) != nil {
-		if v, err := specs.MinimumRequiredVersion(s); err == nil {
-			r.Version, s.Version = s.Version, v
 		}
 	}
 	return r

@@ -69,11 +69,7 @@ func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
 	if err != nil {
 		return fail(e, "cdi: --merge-into: %v; left as it was", err)
 	}
-	fmt.Fprintf(e.stdout, "%s %s: kind %s, cdiVersion %s", verb(wrote), file, s.Kind, s.Version)
-	if r.Version != "" {
-		fmt.Fprintf(e.stdout, " (raised from %s)", r.Version)
-	}
-	fmt.Fprintf(e.stdout, "; removed %d mounts, added %d to the top-level containerEdits\n", len(r.Removed), len(r.Added))
+	fmt.Fprintf(e.stdout, "%s %s: kind %s, cdiVersion %s; removed %d mounts, added %d to the top-level containerEdits\n", verb(wrote), file, s.Kind, s.Version, len(r.Removed), len(r.Added))
 	for _, m := range r.Removed {
 		fmt.Fprintf(e.stdout, "  - %s -> %s\n", m.HostPath, m.ContainerPath)
 	}
