@@ -71,7 +71,8 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 // CheckLinksTarget refuses a place to mount the links directory where its
 // links would not resolve. A bridge's link climbs exactly four levels
 // (../../../../opt/nvml-mock/...) to reach the container root, so the
-// directory must sit exactly four levels below it.
+// directory must sit four levels below it: deeper, the links land inside
+// some other directory; shallower, they would lean on .. stopping at /.
 func CheckLinksTarget(t string) error {
 	switch {
 	case !path.IsAbs(t):
@@ -80,7 +81,7 @@ func CheckLinksTarget(t string) error {
 		return fmt.Errorf("--also-at %q: must be clean (no trailing slash, . or ..)", t)
 	}
 	if depth := strings.Count(t, "/"); depth != linksDepth {
-		return fmt.Errorf("--also-at %q: is %d levels deep; the links climb %d levels (../../../../) to the container root, so the target must be %d levels deep, like /host-sys/bus/pci/devices", t, depth, linksDepth, linksDepth)
+		return fmt.Errorf("--also-at %q: is %d levels deep, but the links climb exactly %d levels (../../../../) to the container root, so it must be %d levels deep, like /host-sys/bus/pci/devices", t, depth, linksDepth, linksDepth)
 	}
 	return nil
 }
