@@ -69,7 +69,11 @@ func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
 	if err != nil {
 		return fail(e, "cdi: --merge-into: %v; left as it was", err)
 	}
-	fmt.Fprintf(e.stdout, "%s %s: kind %s, cdiVersion %s; removed %d mounts, added %d to the top-level containerEdits\n", verb(wrote), file, s.Kind, s.Version, len(r.Removed), len(r.Added))
+	if !wrote {
+		fmt.Fprintf(e.stdout, "unchanged %s: kind %s, cdiVersion %s; nothing to change\n", file, s.Kind, s.Version)
+		return exitOK
+	}
+	fmt.Fprintf(e.stdout, "wrote %s: kind %s, cdiVersion %s; removed %d mounts, added %d to the top-level containerEdits\n", file, s.Kind, s.Version, len(r.Removed), len(r.Added))
 	for _, m := range r.Removed {
 		fmt.Fprintf(e.stdout, "  - %s -> %s\n", m.HostPath, m.ContainerPath)
 	}
