@@ -43,36 +43,6 @@ const (
 	OverlayMount   = "mount: overlay"
 )
 
-// Check is one check's verdict with its evidence.
-type Check struct {
-	Name     string `json:"check"`
-	Subject  string `json:"subject"`
-	OK       bool   `json:"ok"`
-	Evidence string `json:"evidence"`
-}
-
-// Report is every check, in the order they ran.
-type Report struct {
-	Sysfs  string  `json:"sysfs"`
-	Checks []Check `json:"checks"`
-}
-
-// OK reports whether every check passed.
-func (r *Report) OK() bool {
-	return !slices.ContainsFunc(r.Checks, func(c Check) bool { return !c.OK })
-}
-
-// Failures returns the checks that failed.
-func (r *Report) Failures() []Check {
-	var out []Check
-	for _, c := range r.Checks {
-		if !c.OK {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // System is what verify reads of the system it checks.
 type System struct {
 	// Sysfs is where consumers read: /sys in a container.
@@ -115,13 +85,12 @@ func Live(sysfs, containerRoot string) System {
 	}
 }
 
-// Run checks the system against the machine it should show.
-func Run(m *profile.Machine, sys System) *Report {
-	v := &verifier{m: m, sys: sys, fsys: os.DirFS(sys.Sysfs), report: &Report{Sysfs: sys.Sysfs}}
+// Run checks the system against the machine it should show. The report
+// is compat's, with verify's own rows around the consumers' rows.
+func Run(m *profile.Machine, sys System) *compat.Report {
+	v := &verifier{m: m, sys: sys, fsys: os.DirFS(sys.Sysfs), report: &compat.Report{Sysfs: sys.Sysfs}}
 	v.links()
-	for _, r := range compat.Run(m, sys.Sysfs).Results {
-		v.add(r.Consumer, r.Device, r.OK, "%s", r.Detail)
-	}
+	v.report.Results = append(v.report.Results, compat.Run(m, sys.Sysfs).Results...)
 	v.kernelDevices()
 	v.cpuTopology()
 	v.netInterfaces()
@@ -136,11 +105,11 @@ type verifier struct {
 	m      *profile.Machine
 	sys    System
 	fsys   fs.FS
-	report *Report
+	report *compat.Report
 }
 
 func (v *verifier) add(name, subject string, ok bool, format string, args ...any) {
-	v.report.Checks = append(v.report.Checks, Check{Name: name, Subject: subject, OK: ok, Evidence: fmt.Sprintf(format, args...)})
+	v.report.Results = append(v.report.Results, compat.Result{Consumer: name, Device: subject, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 const linksDir = "bus/pci/devices"
@@ -317,8 +286,8 @@ func (v *verifier) dmi() {
 		return
 	}
 	if b, err := fs.ReadFile(v.fsys, id+"/sys_vendor"); err == nil {
-		c := &v.report.Checks[len(v.report.Checks)-1]
-		c.Evidence += ", sys_vendor " + strings.TrimSpace(string(b))
+		c := &v.report.Results[len(v.report.Results)-1]
+		c.Detail += ", sys_vendor " + strings.TrimSpace(string(b))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
@@ -70,11 +71,11 @@ func (f *fakeContainer) system() System {
 	}
 }
 
-func failing(r *Report) []string {
+func failing(r *compat.Report) []string {
 	var out []string
 	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Name) {
-			out = append(out, c.Name)
+		if !slices.Contains(out, c.Consumer) {
+			out = append(out, c.Consumer)
 		}
 	}
 	slices.Sort(out)
@@ -191,7 +192,7 @@ func TestRun(t *testing.T) {
 			require.Equal(t, tc.failing, failing(r), "%+v", r.Failures())
 			require.Equal(t, len(tc.failing) == 0, r.OK())
 			for _, name := range []string{LinksResolve, DisplayDevices, KernelDevices, CPUTopology, NetInterfaces, DMI, LinksMount, OverlayMount, "deviceattribute.pcieRoot", "nvpci.GetGPUs", "gfd gpu.mode"} {
-				require.True(t, slices.ContainsFunc(r.Checks, func(c Check) bool { return c.Name == name }), "check %q ran", name)
+				require.True(t, slices.ContainsFunc(r.Results, func(c compat.Result) bool { return c.Consumer == name }), "check %q ran", name)
 			}
 		})
 	}
@@ -215,17 +216,17 @@ func TestEvidence(t *testing.T) {
 	require.NoError(t, err)
 	f.netlink = nil
 	r := Run(m, f.system())
-	byName := map[string]Check{}
-	for _, c := range r.Checks {
-		byName[c.Name] = c
+	byName := map[string]compat.Result{}
+	for _, c := range r.Results {
+		byName[c.Consumer] = c
 	}
-	require.Equal(t, "statfs magic 0x62656572: the kernel's sysfs", byName[KernelDevices].Evidence)
-	require.Equal(t, "online 0-3 (4 CPUs), cpu0 in package 0", byName[CPUTopology].Evidence)
-	require.Equal(t, "lists [eth0 lo], but this network namespace has []", byName[NetInterfaces].Evidence)
-	require.Contains(t, byName[LinksMount].Evidence, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
+	require.Equal(t, "statfs magic 0x62656572: the kernel's sysfs", byName[KernelDevices].Detail)
+	require.Equal(t, "online 0-3 (4 CPUs), cpu0 in package 0", byName[CPUTopology].Detail)
+	require.Equal(t, "lists [eth0 lo], but this network namespace has []", byName[NetInterfaces].Detail)
+	require.Contains(t, byName[LinksMount].Detail, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
 	entries, err := os.ReadDir(filepath.Join(f.sysfs, "bus/pci/devices"))
 	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Evidence)
+	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Detail)
 }
 
 func TestLiveReadsThisProcess(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -121,10 +122,10 @@ func (x *e2e) podman(device, rootfs string, extra []string, cmd ...string) (int,
 }
 
 // verify runs verify in a container of the minimal rootfs.
-func (x *e2e) verify(device string, args ...string) (int, *verify.Report) {
+func (x *e2e) verify(device string, args ...string) (int, *compat.Report) {
 	x.t.Helper()
 	code, stdout, stderr := x.podman(device, x.rootfs, nil, append([]string{"/nvml-mock-sysfs", "verify", "--format", "json"}, args...)...)
-	var r verify.Report
+	var r compat.Report
 	require.NoError(x.t, json.Unmarshal([]byte(stdout), &r), "verify printed no report (exit %d): %s %s", code, stdout, stderr)
 	return code, &r
 }
@@ -149,11 +150,11 @@ func (x *e2e) lspci(device string, args ...string) string {
 	return stdout
 }
 
-func failedNames(r *verify.Report) []string {
+func failedNames(r *compat.Report) []string {
 	var out []string
 	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Name) {
-			out = append(out, c.Name)
+		if !slices.Contains(out, c.Consumer) {
+			out = append(out, c.Consumer)
 		}
 	}
 	return out
@@ -181,9 +182,9 @@ func TestPodmanServesTheSpec(t *testing.T) {
 		require.Equal(t, 0, code, "failures: %+v", r.Failures())
 		require.True(t, r.OK())
 		var roots []string
-		for _, c := range r.Checks {
-			if c.Name == "deviceattribute.pcieRoot" {
-				roots = append(roots, c.Subject+" "+c.Evidence)
+		for _, c := range r.Results {
+			if c.Consumer == "deviceattribute.pcieRoot" {
+				roots = append(roots, c.Device+" "+c.Detail)
 			}
 		}
 		var want []string
@@ -233,7 +234,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 		require.Equal(t, 1, code)
 		require.Equal(t, []string{"deviceattribute.pcieRoot"}, failedNames(r), "everything else reads through the links and passes")
 		for _, c := range r.Failures() {
-			require.Contains(t, c.Evidence, "must start with devices/pci")
+			require.Contains(t, c.Detail, "must start with devices/pci")
 		}
 	})
 }

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"text/tabwriter"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
@@ -32,33 +28,11 @@ func runVerify(e *env, args []string) int {
 		return fail(e, "verify: %v", err)
 	}
 	r := verify.Run(m, verify.Live(sysfs, containerRoot))
-	if err := writeVerify(e, r, format); err != nil {
+	if err := writeReport(e, r, format, "CHECK"); err != nil {
 		return fail(e, "verify: %v", err)
 	}
 	if !r.OK() {
 		return exitFailure
 	}
 	return exitOK
-}
-
-func writeVerify(e *env, r *verify.Report, format string) error {
-	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "CHECK\tSUBJECT\tRESULT\tEVIDENCE\n")
-	for _, c := range r.Checks {
-		res := "pass"
-		if !c.OK {
-			res = "FAIL"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Name, c.Subject, res, c.Evidence)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintf(e.stdout, "%d checks, %d failed\n", len(r.Checks), len(r.Failures()))
-	return err
 }
