@@ -31,6 +31,7 @@ const (
 	GPUByBusID      = "nvpci.GetGPUByPciBusID"
 	NVSwitches      = "nvpci.GetNVSwitches"
 	BARMemory       = "nvpci.GetTotalAddressableMemory"
+	GPUMode         = "gfd gpu.mode"
 	Warnings        = "nvpci warnings"
 	ReferencePlain  = "reference: plain escaped link"
 	ReferenceAnchor = "reference: anchored link"
@@ -245,6 +246,7 @@ func (c *checker) nvpciScan() {
 				c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
 			}
 			c.barMemory(g, d)
+			c.gpuMode(g, d)
 		}
 	}
 	c.warnings(warn)
@@ -286,6 +288,31 @@ func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 		return
 	}
 	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", bytesize(d.BAR1Bytes), bytesize(got64))
+}
+
+// gpuMode checks GPU Feature Discovery's input for nvidia.com/gpu.mode: it
+// labels the class go-nvlib reads by GetGPUByPciBusID, 0x030200 compute and
+// 0x030000 graphics, anything else unknown. GFD's labeler is internal to
+// the device plugin, so its three-way rule is restated here.
+func (c *checker) gpuMode(g *nvpci.NvidiaPCIDevice, d profile.Device) {
+	bdf := d.Address.String()
+	got, want := GFDMode(g.Class), GFDMode(d.Class)
+	if got != want {
+		c.add(GPUMode, bdf, false, "class 0x%06x -> %s, want %s (class 0x%06x)", g.Class, got, want, d.Class)
+		return
+	}
+	c.add(GPUMode, bdf, true, "class 0x%06x -> %s", g.Class, got)
+}
+
+// GFDMode is the gpu.mode GPU Feature Discovery derives from a PCI class.
+func GFDMode(class uint32) string {
+	switch class {
+	case profile.Class3DController:
+		return "compute"
+	case profile.ClassVGAController:
+		return "graphics"
+	}
+	return "unknown"
 }
 
 func bytesize(n uint64) string {

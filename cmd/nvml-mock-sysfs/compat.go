@@ -43,7 +43,7 @@ func runCompat(e *env, args []string) int {
 		return fail(e, "compat: %v", err)
 	}
 	report := compat.Run(m, sysfs)
-	if err := writeReport(e, report, format); err != nil {
+	if err := writeReport(e, report, format, "CONSUMER"); err != nil {
 		return fail(e, "compat: %v", err)
 	}
 	if !report.OK() {
@@ -65,14 +65,15 @@ func expectedMachine(prof, overlayDir string) (*profile.Machine, error) {
 	return overlay.LoadMachine(prof, "")
 }
 
-func writeReport(e *env, r *compat.Report, format string) error {
+// writeReport prints a report; verify's rows are checks, compat's consumers.
+func writeReport(e *env, r *compat.Report, format, what string) error {
 	if format == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(r)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "CONSUMER\tDEVICE\tRESULT\tDETAIL\n")
+	fmt.Fprintf(tw, "%s\tDEVICE\tRESULT\tDETAIL\n", what)
 	for _, x := range r.Results {
 		res := "ok"
 		if !x.OK {

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
+)
+
+// runVerify checks the container it runs in (kubectl exec ... verify).
+func runVerify(e *env, args []string) int {
+	fs := newFlags(e, "verify", "[--profile NAME|FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
+	var prof, sysfs, containerRoot, format string
+	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
+	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
+	fs.StringVar(&format, "format", "table", "table or json")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if format != "table" && format != "json" {
+		return usageError(e, "verify: --format %q: want table or json", format)
+	}
+	if err := plan.ValidateContainerRoot(containerRoot); err != nil {
+		return usageError(e, "verify: --container-root: %v", err)
+	}
+	m, err := expectedMachine(prof, containerRoot)
+	if err != nil {
+		return fail(e, "verify: %v", err)
+	}
+	r := verify.Run(m, verify.Live(sysfs, containerRoot))
+	if err := writeReport(e, r, format, "CHECK"); err != nil {
+		return fail(e, "verify: %v", err)
+	}
+	if !r.OK() {
+		return exitFailure
+	}
+	return exitOK
+}

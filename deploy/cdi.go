@@ -1,0 +1,209 @@
+package deploy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/google/renameio/v2"
+	"gopkg.in/yaml.v3"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	"tags.cncf.io/container-device-interface/pkg/parser"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// The standalone spec: one device, all, that brings the mounts.
+const (
+	DefaultKind = "mock.nvidia.com/pcisysfs"
+	DeviceName  = "all"
+	// StateEnv tells a container whether it got the mock sysfs. A CDI
+	// device needs at least one edit, and with --fail-open this is the
+	// only one.
+	StateEnv        = "NVML_MOCK_SYSFS"
+	stateMounted    = "mounted"
+	stateUnrendered = "unrendered"
+)
+
+// WholeDevicesDir is the mount target that the narrow mounts replace: a
+// bind mount over /sys/devices hides the kernel's own devices, CPUs and
+// network interfaces from the container.
+const WholeDevicesDir = "/sys/devices"
+
+// CheckKind refuses a kind the CDI library would refuse, before any work.
+func CheckKind(kind string) error {
+	vendor, class := parser.ParseQualifier(kind)
+	if vendor == "" || class == "" {
+		return fmt.Errorf("kind %q: want vendor/class, like %s", kind, DefaultKind)
+	}
+	if err := parser.ValidateVendorName(vendor); err != nil {
+		return fmt.Errorf("kind %q: %w", kind, err)
+	}
+	if err := parser.ValidateClassName(class); err != nil {
+		return fmt.Errorf("kind %q: %w", kind, err)
+	}
+	return nil
+}
+
+// NewSpec builds the standalone spec: device all with the mounts, or, when
+// mounts is empty (--fail-open on an unrendered root), with none. Its
+// cdiVersion is the lowest its content needs, so older runtimes take it:
+// podman 4.3 reads at most 0.5.0.
+func NewSpec(kind string, mounts []Mount) (*specs.Spec, error) {
+	if err := CheckKind(kind); err != nil {
+		return nil, err
+	}
+	state := stateMounted
+	if len(mounts) == 0 {
+		state = stateUnrendered
+	}
+	s := &specs.Spec{
+		Kind: kind,
+		Devices: []specs.Device{{
+			Name: DeviceName,
+			ContainerEdits: specs.ContainerEdits{
+				Env:    []string{StateEnv + "=" + state},
+				Mounts: cdiMounts(mounts),
+			},
+		}},
+	}
+	v, err := specs.MinimumRequiredVersion(s)
+	if err != nil {
+		return nil, err
+	}
+	s.Version = v
+	return s, nil
+}
+
+// cdiMounts converts the mount set. The type stays empty: runc and crun
+// bind-mount whatever carries the bind option, and a type would raise the
+// spec to cdiVersion 0.4.0 for nothing.
+func cdiMounts(ms []Mount) []*specs.Mount {
+	out := make([]*specs.Mount, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, &specs.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: slices.Clone(m.Options)})
+	}
+	return out
+}
+
+// MergeResult says what Merge changed.
+type MergeResult struct {
+	Removed []specs.Mount // mounts taken out: /sys/devices and older copies of ours
+	Added   []specs.Mount // our mounts, appended to the top-level edits
+}
+
+// Merge edits an existing spec to serve the overlay: from every edit (top
+// level and each device's) it removes older copies of our mounts (any mount
+// at one of our targets or from one of our sources) and, when add is set,
+// the whole-/sys/devices mount that ours replace; with add it then appends
+// ours to the top-level edits, which runtimes apply with any of the spec's
+// devices. Everything else stays as it was, cdiVersion too: the mounts need
+// nothing newer than 0.3.0. Merging twice gives the same spec. Without add (--fail-open on an unrendered root) it only removes our
+// mounts, and leaves the /sys/devices mount to serve as before.
+func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
+	var r MergeResult
+	drop := func(m *specs.Mount) bool {
+		if m == nil {
+			return false
+		}
+		if add && filepath.Clean(m.ContainerPath) == WholeDevicesDir {
+			return true
+		}
+		return slices.ContainsFunc(ours, func(o Mount) bool {
+			return filepath.Clean(m.ContainerPath) == o.Destination || filepath.Clean(m.HostPath) == o.Source
+		})
+	}
+	prune := func(e *specs.ContainerEdits) {
+		e.Mounts = slices.DeleteFunc(e.Mounts, func(m *specs.Mount) bool {
+			if drop(m) {
+				r.Removed = append(r.Removed, *m)
+				return true
+			}
+			return false
+		})
+		if len(e.Mounts) == 0 {
+			e.Mounts = nil
+		}
+	}
+	prune(&s.ContainerEdits)
+	for i := range s.Devices {
+		prune(&s.Devices[i].ContainerEdits)
+	}
+	if add {
+		for _, m := range cdiMounts(ours) {
+			s.ContainerEdits.Mounts = append(s.ContainerEdits.Mounts, m)
+			r.Added = append(r.Added, *m)
+		}
+	}
+	return r
+}
+
+// ReadSpec reads a CDI spec file through the CDI library, which refuses
+// what a runtime would refuse: unknown fields, a bad kind, empty devices.
+func ReadSpec(file string) (*specs.Spec, error) {
+	s, err := cdi.ReadSpec(file, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read CDI spec: %w", err)
+	}
+	return s.Spec, nil
+}
+
+// Encode writes a spec as its file's extension says: JSON for .json, YAML
+// otherwise, as the CDI library reads them.
+func Encode(file string, s *specs.Spec) ([]byte, error) {
+	if filepath.Ext(file) == ".json" {
+		b, err := json.MarshalIndent(s, "", "  ")
+		return append(b, '\n'), err
+	}
+	var buf bytes.Buffer
+	buf.WriteString("---\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteSpec replaces file with the spec, atomically: a runtime reading the
+// spec directory meanwhile sees the old file or the new one, never a torn
+// one. The bytes are validated by the CDI library's own reader before they
+// take the file's place, so a spec it would refuse never lands. It writes
+// nothing, and reports false, when the file already holds these bytes.
+func WriteSpec(file string, s *specs.Spec) (bool, error) {
+	data, err := Encode(file, s)
+	if err != nil {
+		return false, fmt.Errorf("encode CDI spec for %s: %w", file, err)
+	}
+	old, err := os.ReadFile(file)
+	switch {
+	case err == nil && bytes.Equal(old, data):
+		return false, nil
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return false, err
+	}
+	// The pending file's name starts with a dot and does not end in .yaml
+	// or .json, so runtimes watching the directory ignore it.
+	pf, err := renameio.NewPendingFile(file, renameio.WithPermissions(0o644), renameio.WithExistingPermissions())
+	if err != nil {
+		return false, fmt.Errorf("write %s: %w", file, err)
+	}
+	defer pf.Cleanup()
+	if _, err := pf.Write(data); err != nil {
+		return false, fmt.Errorf("write %s: %w", file, err)
+	}
+	if _, err := cdi.ReadSpec(pf.Name(), 0); err != nil {
+		return false, fmt.Errorf("refusing to write %s: the CDI library rejects the result: %w", file, err)
+	}
+	if err := pf.CloseAtomicallyReplace(); err != nil {
+		return false, fmt.Errorf("write %s: %w", file, err)
+	}
+	return true, nil
+}

@@ -1,0 +1,205 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+func testMounts(t *testing.T, alsoAt ...string) []Mount {
+	t.Helper()
+	ms, err := Mounts("/var/lib/nvml-mock", "", alsoAt)
+	require.NoError(t, err)
+	return ms
+}
+
+func TestNewSpecVersionIsTheLowestTheContentNeeds(t *testing.T) {
+	tests := []struct {
+		name, kind string
+		mounts     []Mount
+		want       string
+	}{
+		{name: "mounts without a type", kind: DefaultKind, mounts: testMounts(t), want: "0.3.0"},
+		{name: "fail-open: no mounts", kind: DefaultKind, want: "0.3.0"},
+		// A dot in the class arrived with 0.6.0; the version follows the content.
+		{name: "dotted class", kind: "mock.nvidia.com/pci.sysfs", mounts: testMounts(t), want: "0.6.0"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := NewSpec(tc.kind, tc.mounts)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, s.Version)
+			require.NoError(t, specs.ValidateVersion(s))
+		})
+	}
+}
+
+func TestNewSpecCarriesTheMountSet(t *testing.T) {
+	ms := testMounts(t, "/host-sys/bus/pci/devices")
+	s, err := NewSpec(DefaultKind, ms)
+	require.NoError(t, err)
+	require.Equal(t, DefaultKind, s.Kind)
+	require.Len(t, s.Devices, 1)
+	dev := s.Devices[0]
+	require.Equal(t, DeviceName, dev.Name)
+	require.Equal(t, []string{StateEnv + "=mounted"}, dev.ContainerEdits.Env)
+	require.Len(t, dev.ContainerEdits.Mounts, len(ms))
+	for i, m := range ms {
+		got := dev.ContainerEdits.Mounts[i]
+		require.Equal(t, specs.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: []string{"ro", "nosuid", "nodev", "bind"}}, *got)
+	}
+
+	open, err := NewSpec(DefaultKind, nil)
+	require.NoError(t, err)
+	require.Empty(t, open.Devices[0].ContainerEdits.Mounts, "fail-open writes no mounts")
+	require.Equal(t, []string{StateEnv + "=unrendered"}, open.Devices[0].ContainerEdits.Env)
+}
+
+func TestNewSpecRefusesABadKind(t *testing.T) {
+	for _, kind := range []string{"pcisysfs", "mock.nvidia.com/", "1mock.com/pcisysfs", "mock.nvidia.com/pci sysfs"} {
+		_, err := NewSpec(kind, nil)
+		require.Error(t, err, kind)
+	}
+}
+
+func TestWriteSpecRoundTripsThroughTheCDILibrary(t *testing.T) {
+	for _, ext := range []string{".yaml", ".json"} {
+		t.Run(ext, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "mock"+ext)
+			s, err := NewSpec(DefaultKind, testMounts(t))
+			require.NoError(t, err)
+			wrote, err := WriteSpec(file, s)
+			require.NoError(t, err)
+			require.True(t, wrote)
+
+			read, err := cdi.ReadSpec(file, 0)
+			require.NoError(t, err)
+			require.Equal(t, s, read.Spec)
+			require.NotNil(t, read.GetDevice(DeviceName))
+			st, err := os.Stat(file)
+			require.NoError(t, err)
+			require.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+
+			wrote, err = WriteSpec(file, s)
+			require.NoError(t, err)
+			require.False(t, wrote, "the same spec again writes nothing")
+		})
+	}
+}
+
+func TestWriteSpecRefusesWhatTheCDILibraryRefuses(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "mock.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("previous content\n"), 0o600))
+	bad := []*specs.Spec{
+		// A device with no edits.
+		{Version: "0.3.0", Kind: DefaultKind, Devices: []specs.Device{{Name: DeviceName}}},
+		// A mount with no host path.
+		{Version: "0.3.0", Kind: DefaultKind, Devices: []specs.Device{{Name: DeviceName, ContainerEdits: specs.ContainerEdits{Mounts: []*specs.Mount{{ContainerPath: "/x"}}}}}},
+		// A version older than the content.
+		{Version: "0.3.0", Kind: "mock.nvidia.com/pci.sysfs", Devices: []specs.Device{{Name: DeviceName, ContainerEdits: specs.ContainerEdits{Env: []string{"A=1"}}}}},
+	}
+	for _, s := range bad {
+		wrote, err := WriteSpec(file, s)
+		require.ErrorContains(t, err, "the CDI library rejects")
+		require.False(t, wrote)
+		b, err := os.ReadFile(file)
+		require.NoError(t, err)
+		require.Equal(t, "previous content\n", string(b), "the file is left as it was")
+	}
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, left, 1, "no pending file is left behind")
+}
+
+func readFixture(t *testing.T) *specs.Spec {
+	t.Helper()
+	s, err := ReadSpec("testdata/nvidia.yaml")
+	require.NoError(t, err)
+	return s
+}
+
+func containerPaths(ms []*specs.Mount) []string {
+	var vs []specs.Mount
+	for _, m := range ms {
+		vs = append(vs, *m)
+	}
+	return containerPathsOf(vs)
+}
+
+func TestMerge(t *testing.T) {
+	ours := testMounts(t, "/host-sys/bus/pci/devices")
+	orig := readFixture(t)
+	s := readFixture(t)
+	r := Merge(s, ours, true)
+
+	require.Equal(t, []string{
+		"/usr/lib64/libnvidia-ml.so.550.163.01",
+		"/opt/nvml-mock", "/sys/bus/pci/devices", "/host-sys/bus/pci/devices",
+	}, containerPaths(s.ContainerEdits.Mounts), "the library mount stays, ours are appended")
+	require.ElementsMatch(t, []string{"/sys/devices", "/opt/nvml-mock", "/sys/devices/"}, containerPathsOf(r.Removed),
+		"the whole-devices mounts (top level and device all) and the older copy of ours go")
+	require.Len(t, r.Added, len(ours))
+	require.Empty(t, s.Devices[1].ContainerEdits.Mounts)
+
+	// Everything else is as it was.
+	require.Equal(t, orig.Version, s.Version)
+	require.Equal(t, orig.Kind, s.Kind)
+	require.Equal(t, orig.ContainerEdits.Env, s.ContainerEdits.Env)
+	require.Equal(t, orig.ContainerEdits.Hooks, s.ContainerEdits.Hooks)
+	require.Equal(t, orig.ContainerEdits.DeviceNodes, s.ContainerEdits.DeviceNodes)
+	require.Equal(t, orig.Devices[0], s.Devices[0])
+	require.Equal(t, orig.Devices[1].ContainerEdits.DeviceNodes, s.Devices[1].ContainerEdits.DeviceNodes)
+
+	// Merging again changes nothing.
+	again := readFixture(t)
+	Merge(again, ours, true)
+	Merge(again, ours, true)
+	require.Equal(t, s, again)
+}
+
+func containerPathsOf(ms []specs.Mount) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.ContainerPath)
+	}
+	return out
+}
+
+func TestMergeFailOpenRemovesOnlyOurs(t *testing.T) {
+	s := readFixture(t)
+	r := Merge(s, testMounts(t), false)
+	require.Empty(t, r.Added)
+	require.Equal(t, []string{"/opt/nvml-mock"}, containerPathsOf(r.Removed), "only the older copy of ours goes")
+	require.True(t, slices.Contains(containerPaths(s.ContainerEdits.Mounts), "/sys/devices"), "the whole-devices mount keeps serving")
+}
+
+func TestMergeIntoFileIsIdempotent(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "nvidia.yaml")
+	b, err := os.ReadFile("testdata/nvidia.yaml")
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(file, b, 0o600))
+	merge := func() bool {
+		s, err := ReadSpec(file)
+		require.NoError(t, err)
+		Merge(s, testMounts(t), true)
+		wrote, err := WriteSpec(file, s)
+		require.NoError(t, err)
+		return wrote
+	}
+	require.True(t, merge())
+	first, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.False(t, merge(), "a second merge writes nothing")
+	second, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, string(first), string(second))
+	st, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the file keeps its permissions")
+}

@@ -1,0 +1,73 @@
+package deploy
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+)
+
+func TestMounts(t *testing.T) {
+	opts := []string{"ro", "nosuid", "nodev", "bind"}
+	tests := []struct {
+		name      string
+		root, ctr string
+		alsoAt    []string
+		want      []Mount
+		wantErr   string
+	}{
+		{
+			name: "default container root",
+			root: "/var/lib/nvml-mock",
+			want: []Mount{
+				{Source: "/var/lib/nvml-mock", Destination: "/opt/nvml-mock", Options: opts},
+				{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: opts},
+			},
+		},
+		{
+			name: "also at the node-feature-discovery path",
+			root: "/srv/mock", ctr: "/usr/local/mock", alsoAt: []string{"/host-sys/bus/pci/devices"},
+			want: []Mount{
+				{Source: "/srv/mock", Destination: "/usr/local/mock", Options: opts},
+				{Source: "/srv/mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: opts},
+				{Source: "/srv/mock/sys/bus/pci/devices", Destination: "/host-sys/bus/pci/devices", Options: opts},
+			},
+		},
+		{name: "too deep", root: "/r", alsoAt: []string{"/host/sys/bus/pci/devices"}, wantErr: "is 5 levels deep"},
+		{name: "too shallow", root: "/r", alsoAt: []string{"/host-pci/devices"}, wantErr: "is 2 levels deep"},
+		{name: "relative", root: "/r", alsoAt: []string{"host-sys/bus/pci/devices"}, wantErr: "absolute"},
+		{name: "unclean", root: "/r", alsoAt: []string{"/host-sys/bus/pci/devices/"}, wantErr: "clean"},
+		{name: "twice", root: "/r", alsoAt: []string{"/sys/bus/pci/devices"}, wantErr: "already a mount target"},
+		{name: "inside the container root", root: "/r", alsoAt: []string{"/opt/nvml-mock/pci/devices"}, wantErr: "inside the container root"},
+		{name: "relative root", root: "var/lib/nvml-mock", wantErr: "absolute"},
+		{name: "container root at /sys", root: "/r", ctr: "/sys/mock", wantErr: "/sys"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Mounts(tc.root, tc.ctr, tc.alsoAt)
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestCheckRendered(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	require.ErrorContains(t, CheckRendered(os.DirFS(root), root), "holds no complete render", "nothing rendered yet")
+
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root})
+	require.NoError(t, err)
+	require.NoError(t, CheckRendered(os.DirFS(root), root), "a complete render")
+
+	// A render under way withdraws the marker first; so does this.
+	require.NoError(t, os.Remove(filepath.Join(root, writer.MarkerFile)))
+	require.ErrorContains(t, CheckRendered(os.DirFS(root), root), "no completion marker")
+}

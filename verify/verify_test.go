@@ -1,0 +1,245 @@
+package verify
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+)
+
+const ext4Magic = 0xef53
+
+// fakeContainer renders a profile into a temporary root and dresses its
+// sys/ as a container's /sys: CPU topology and network interfaces of the
+// kernel's, the links directory and the overlay as read-only bind mounts.
+type fakeContainer struct {
+	root, sysfs string
+	magic       map[string]int64 // statfs answers other than sysfs
+	mountinfo   string
+	netlink     []string
+}
+
+func newFakeContainer(t *testing.T, profile string) *fakeContainer {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "overlay")
+	_, _, err := overlay.Render(overlay.Options{Profile: profile, Root: root})
+	require.NoError(t, err)
+	sysfs := filepath.Join(root, "sys")
+	write := func(name, content string) {
+		p := filepath.Join(sysfs, name)
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
+	}
+	write("devices/system/cpu/online", "0-3\n")
+	write("devices/system/cpu/cpu0/topology/physical_package_id", "0\n")
+	require.NoError(t, os.MkdirAll(filepath.Join(sysfs, "class/net/lo"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(sysfs, "class/net/eth0"), 0o755))
+	return &fakeContainer{
+		root: root, sysfs: sysfs,
+		magic:   map[string]int64{},
+		netlink: []string{"eth0", "lo"},
+		mountinfo: fmt.Sprintf("80 60 254:0 /var/lib/nvml-mock %s ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n"+
+			"92 70 254:0 /var/lib/nvml-mock/sys/bus/pci/devices %s/bus/pci/devices ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n",
+			plan.DefaultContainerRoot, sysfs),
+	}
+}
+
+func (f *fakeContainer) system() System {
+	return System{
+		Sysfs:         f.sysfs,
+		ContainerRoot: plan.DefaultContainerRoot,
+		Statfs: func(p string) (int64, error) {
+			if _, err := os.Stat(p); err != nil {
+				return 0, err
+			}
+			if m, ok := f.magic[strings.TrimPrefix(p, f.sysfs)]; ok {
+				return m, nil
+			}
+			return SysfsMagic, nil
+		},
+		MountInfo:  func() ([]byte, error) { return []byte(f.mountinfo), nil },
+		Interfaces: func() ([]string, error) { return f.netlink, nil },
+	}
+}
+
+func failing(r *compat.Report) []string {
+	var out []string
+	for _, c := range r.Failures() {
+		if !slices.Contains(out, c.Consumer) {
+			out = append(out, c.Consumer)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name    string
+		mutate  func(t *testing.T, f *fakeContainer)
+		failing []string
+	}{
+		{name: "a container served as intended", mutate: func(*testing.T, *fakeContainer) {}},
+		{
+			name:    "a mock tree mounted over /sys/devices",
+			mutate:  func(_ *testing.T, f *fakeContainer) { f.magic["/devices"] = ext4Magic },
+			failing: []string{KernelDevices},
+		},
+		{
+			name: "the links directory mounted writable",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.mountinfo = strings.Replace(f.mountinfo, "/bus/pci/devices ro,", "/bus/pci/devices rw,", 1)
+			},
+			failing: []string{LinksMount},
+		},
+		{
+			name: "the links directory is still the kernel's",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.mountinfo = fmt.Sprintf("92 70 0:21 / %s/bus/pci/devices ro,nosuid - sysfs sysfs ro\n", f.sysfs) +
+					strings.SplitAfter(f.mountinfo, "\n")[0]
+			},
+			failing: []string{LinksMount},
+		},
+		{
+			name: "something else bind-mounted at the links directory",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.mountinfo = strings.Replace(f.mountinfo, "/var/lib/nvml-mock/sys/bus/pci/devices", "/srv/other", 1)
+			},
+			failing: []string{LinksMount},
+		},
+		{
+			name: "no overlay at the container root",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.mountinfo = strings.SplitAfter(f.mountinfo, "\n")[1]
+			},
+			failing: []string{OverlayMount},
+		},
+		{
+			name: "the mount table cannot be read",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.mountinfo = "not a mountinfo line\n"
+			},
+			failing: []string{LinksMount, OverlayMount},
+		},
+		{
+			name:    "sysfs of another network namespace",
+			mutate:  func(_ *testing.T, f *fakeContainer) { f.netlink = []string{"lo"} },
+			failing: []string{NetInterfaces},
+		},
+		{
+			name: "CPU topology hidden",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				require.NoError(t, os.RemoveAll(filepath.Join(f.sysfs, "devices/system/cpu/cpu0")))
+			},
+			failing: []string{CPUTopology},
+		},
+		{
+			name: "DMI there and the kernel's",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "class/dmi/id"), 0o755))
+			},
+		},
+		{
+			name: "DMI there but not the kernel's",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "class/dmi/id"), 0o755))
+				f.magic["/class/dmi/id"] = ext4Magic
+			},
+			failing: []string{DMI},
+		},
+		{
+			name:    "DMI absent because /sys/class is not the kernel's",
+			mutate:  func(_ *testing.T, f *fakeContainer) { f.magic["/class"] = ext4Magic },
+			failing: []string{DMI},
+		},
+		{
+			// go-nvlib aborts its whole scan on one unreadable entry.
+			name: "a link that resolves nowhere",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				require.NoError(t, os.Symlink("../../../devices/pci0000:99/0000:99:00.0", filepath.Join(f.sysfs, "bus/pci/devices/0000:99:00.0")))
+			},
+			failing: []string{LinksResolve, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
+		},
+		{
+			name: "another device of display class",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				dir := filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:02.0")
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+				for name, v := range map[string]string{"class": "0x030000", "vendor": "0x1234", "device": "0x1111"} {
+					require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
+				}
+				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:02.0", filepath.Join(f.sysfs, "bus/pci/devices/0000:00:02.0")))
+			},
+			failing: []string{DisplayDevices},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeContainer(t, "t4")
+			tc.mutate(t, f)
+			m, err := overlay.LoadMachine("t4", "")
+			require.NoError(t, err)
+			r := Run(m, f.system())
+			require.Equal(t, tc.failing, failing(r), "%+v", r.Failures())
+			require.Equal(t, len(tc.failing) == 0, r.OK())
+			for _, name := range []string{LinksResolve, DisplayDevices, KernelDevices, CPUTopology, NetInterfaces, DMI, LinksMount, OverlayMount, "deviceattribute.pcieRoot", "nvpci.GetGPUs", "gfd gpu.mode"} {
+				require.True(t, slices.ContainsFunc(r.Results, func(c compat.Result) bool { return c.Consumer == name }), "check %q ran", name)
+			}
+		})
+	}
+}
+
+func TestRunAgainstAnotherProfile(t *testing.T) {
+	f := newFakeContainer(t, "t4")
+	m, err := overlay.LoadMachine("a100", "")
+	require.NoError(t, err)
+	r := Run(m, f.system())
+	require.False(t, r.OK())
+	names := failing(r)
+	require.Contains(t, names, DisplayDevices)
+	require.Contains(t, names, "deviceattribute.pcieRoot")
+	require.Contains(t, names, "nvpci.GetGPUs")
+}
+
+func TestEvidence(t *testing.T) {
+	f := newFakeContainer(t, "t4")
+	m, err := overlay.LoadMachine("t4", "")
+	require.NoError(t, err)
+	f.netlink = nil
+	r := Run(m, f.system())
+	byName := map[string]compat.Result{}
+	for _, c := range r.Results {
+		byName[c.Consumer] = c
+	}
+	require.Equal(t, "statfs magic 0x62656572: the kernel's sysfs", byName[KernelDevices].Detail)
+	require.Equal(t, "online 0-3 (4 CPUs), cpu0 in package 0", byName[CPUTopology].Detail)
+	require.Equal(t, "lists [eth0 lo], but this network namespace has []", byName[NetInterfaces].Detail)
+	require.Contains(t, byName[LinksMount].Detail, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
+	entries, err := os.ReadDir(filepath.Join(f.sysfs, "bus/pci/devices"))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Detail)
+}
+
+func TestLiveReadsThisProcess(t *testing.T) {
+	sys := Live("/sys", plan.DefaultContainerRoot)
+	b, err := sys.MountInfo()
+	require.NoError(t, err)
+	require.Contains(t, string(b), " / ", "the mount table names the root")
+	names, err := sys.Interfaces()
+	require.NoError(t, err)
+	require.Contains(t, names, "lo")
+	magic, err := sys.Statfs("/proc")
+	require.NoError(t, err)
+	require.Equal(t, int64(0x9fa0), magic, "PROC_SUPER_MAGIC")
+	_, err = sys.Statfs("/nonexistent/path")
+	require.True(t, errors.Is(err, os.ErrNotExist))
+}
