@@ -13,6 +13,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -84,7 +85,7 @@ func TestDaemonSetLoopFollowsTheConfigMap(t *testing.T) {
 	changed := daemonSetTurn(t, script, dir)
 	require.Contains(t, changed[0], "GPUs 4,")
 	require.Contains(t, changed[0], "removed ")
-	b, err = os.ReadFile(filepath.Join(dir, "var/lib/nvml-mock/effective-profile.yaml"))
+	b, err = os.ReadFile(filepath.Join(dir, "var/lib/nvml-mock", plan.ProfileFile))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "Tesla T4")
 }

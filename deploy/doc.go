@@ -1,2 +1,0 @@
-// Package deploy delivers the rendered tree to containers.
-package deploy

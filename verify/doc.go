@@ -1,2 +1,0 @@
-// Package verify checks a live container from inside.
-package verify
