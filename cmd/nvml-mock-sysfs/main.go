@@ -37,6 +37,7 @@ func commands() []command {
 		{"render", "render a profile into the overlay", runRender},
 		{"compat", "run the real consumer libraries against a rendered tree", runCompat},
 		{"profiles", "list the built-in profiles, or print one", runProfiles},
+		{"import", "write a profile from a real node's nvidia-smi -q -x output", runImport},
 	}
 }
 
