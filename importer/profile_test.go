@@ -33,7 +33,6 @@ func topology(p *profile.Profile) []string {
 	return out
 }
 
-
 func rcSpec(t *testing.T, s string) importer.RootComplexSpec {
 	t.Helper()
 	spec, err := importer.ParseRootComplexSpec(s)
