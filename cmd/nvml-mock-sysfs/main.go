@@ -38,6 +38,7 @@ func commands() []command {
 		{"compat", "run the real consumer libraries against a rendered tree", runCompat},
 		{"profiles", "list the built-in profiles, or print one", runProfiles},
 		{"import", "write a profile from a real node's nvidia-smi -q -x output", runImport},
+		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
 	}
 }
 

@@ -325,6 +325,7 @@ func TestLinksResolve(t *testing.T) {
 					require.Equal(t, filepath.Join(rootReal, "sys/bus/pci/drivers", driver), real(dir+"/driver"), bdf)
 					require.Equal(t, real(dir), real("sys/bus/pci/drivers/"+driver+"/"+bdf), bdf)
 				}
+				require.Equal(t, filepath.Join(rootReal, "sys/bus/pci"), real(dir+"/subsystem"), bdf)
 				group := real(dir + "/iommu_group")
 				require.Regexp(t, regexp.MustCompile(`/sys/kernel/iommu_groups/[0-9]+$`), group, bdf)
 				require.Equal(t, real(dir), real(strings.TrimPrefix(group, rootReal+"/")+"/devices/"+bdf), bdf)
