@@ -281,17 +281,18 @@ func (c *Capture) explicitRootComplexes(gpus []GPU, opts Options) ([]profile.Roo
 	return rcs, nil
 }
 
-// covering finds the host bridge of a's domain with the highest root bus at
-// or below a's bus: the one whose bus range holds it.
+// covering finds the host bridge whose bus range holds a.
 func covering(specs []RootComplexSpec, a pciaddr.Address) (RootComplexSpec, bool) {
-	var best RootComplexSpec
-	found := false
-	for _, s := range specs {
-		if s.ID.Domain == a.Domain && s.ID.Bus <= a.Bus && (!found || s.ID.Bus > best.ID.Bus) {
-			best, found = s, true
-		}
+	ids := make([]pciaddr.RootComplex, len(specs))
+	for i, s := range specs {
+		ids[i] = s.ID
 	}
-	return best, found
+	id, found := pciaddr.Covering(ids, a)
+	i := slices.IndexFunc(specs, func(s RootComplexSpec) bool { return s.ID == id })
+	if !found || i < 0 {
+		return RootComplexSpec{}, false
+	}
+	return specs[i], true
 }
 
 // hoistDefaults moves what every device shares into device_defaults, so

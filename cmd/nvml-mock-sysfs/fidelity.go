@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path"
 	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
@@ -61,15 +60,7 @@ func runFidelity(e *env, args []string) int {
 		}
 		only = a
 	}
-	overlayDir := root
-	if sysfs == "" {
-		if root == "" {
-			root = overlay.DefaultRoot
-		}
-		overlayDir, sysfs = root, path.Join(root, "sys")
-	} else if overlayDir == "" {
-		overlayDir = containerRoot
-	}
+	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
 	m, err := expectedMachine(prof, overlayDir)
 	if err != nil && device == "" {
 		return fail(e, "fidelity: %v", err)
