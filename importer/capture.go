@@ -10,6 +10,7 @@
 package importer
 
 import (
+	"bytes"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -124,7 +125,9 @@ func ParseNvidiaSMI(r io.Reader, source string) (*Capture, error) {
 		return fail(fmt.Errorf("larger than the %d MiB limit", MaxCaptureSize>>20))
 	}
 	var log xmlLog
-	if err := xml.Unmarshal(data, &log); err != nil {
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	dec.CharsetReader = asciiCharset
+	if err := dec.Decode(&log); err != nil {
 		return fail(fmt.Errorf("not an nvidia-smi -q -x log: %w", err))
 	}
 	if len(log.GPUs) == 0 {
@@ -144,6 +147,17 @@ func ParseNvidiaSMI(r io.Reader, source string) (*Capture, error) {
 		c.GPUs = append(c.GPUs, g)
 	}
 	return c, nil
+}
+
+// asciiCharset accepts the 8-bit encodings an XML declaration may name:
+// every value the importer reads (ids, sizes, product names) is ASCII, which
+// they all spell alike.
+func asciiCharset(label string, input io.Reader) (io.Reader, error) {
+	switch strings.ToLower(label) {
+	case "us-ascii", "ascii", "iso-8859-1", "latin1", "iso-8859-15", "windows-1252":
+		return input, nil
+	}
+	return nil, fmt.Errorf("encoding %q: want UTF-8, as nvidia-smi writes", label)
 }
 
 // gpuParser reads one GPU's fields, naming each in its errors.
@@ -259,7 +273,7 @@ func (p *gpuParser) link(field, s string, valid func(int) bool) *int {
 	if notAvailable(s) {
 		return nil
 	}
-	v, err := strconv.Atoi(strings.TrimSuffix(s, "x"))
+	v, err := strconv.Atoi(strings.Trim(s, "x")) // 16x, or x16
 	if err != nil || !valid(v) {
 		p.note(field, s, "is not a usable link value; the board's is rendered")
 		return nil

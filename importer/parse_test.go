@@ -85,6 +85,21 @@ func TestParseNvidiaSMIFields(t *testing.T) {
 	}
 }
 
+func TestParseNvidiaSMIEncodings(t *testing.T) {
+	g := gpu("00000000:06:00.0", "20B010DE", "134F10DE", "65536 MiB")
+	g.curWidth = "x8"
+	body := strings.TrimPrefix(synthCapture(g), `<?xml version="1.0" ?>`)
+	for _, decl := range []string{`<?xml version="1.0" encoding="UTF-8"?>`, `<?xml version="1.0" encoding="ISO-8859-1"?>`, ""} {
+		t.Run(decl, func(t *testing.T) {
+			c, err := importer.ParseNvidiaSMI(strings.NewReader(decl+body), "test.xml")
+			require.NoError(t, err)
+			require.Equal(t, p(8), c.GPUs[0].CurrentLinkWidth)
+		})
+	}
+	_, err := importer.ParseNvidiaSMI(strings.NewReader(`<?xml version="1.0" encoding="UTF-16"?>`+body), "test.xml")
+	require.ErrorContains(t, err, `encoding "UTF-16": want UTF-8, as nvidia-smi writes`)
+}
+
 func TestParseNvidiaSMINotes(t *testing.T) {
 	g := gpu("00000000:06:00.0", "20B010DE", "134F10DE", "96000 MiB")
 	g.curWidth = "0x"
