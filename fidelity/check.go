@@ -253,6 +253,7 @@ func (p *probe) resources() ([]bar, error) {
 		return nil, err
 	}
 	var out []bar
+	field := regexp.MustCompile(`^0x[0-9a-f]{16}$`)
 	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		f := strings.Split(line, " ")
 		if len(f) != 3 {
@@ -260,7 +261,7 @@ func (p *probe) resources() ([]bar, error) {
 		}
 		var v [3]uint64
 		for j := range f {
-			if !regexp.MustCompile(`^0x[0-9a-f]{16}$`).MatchString(f[j]) {
+			if !field.MatchString(f[j]) {
 				return nil, fmt.Errorf("line %d field %q is not the kernel's 0x%%016x", i, f[j])
 			}
 			v[j], _ = strconv.ParseUint(f[j], 0, 64)

@@ -79,7 +79,10 @@ func parseResource(t *testing.T, s string) []resourceLine {
 
 func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
 
-var speeds = map[int]string{1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}
+// speed is the kernel's spelling of a generation's link speed.
+func speed(gen int) string {
+	return map[int]string{1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}[gen]
+}
 
 // TestDeviceFiles checks every planned function's files against each other
 // and against the profile: ids in the files and in config space, the
@@ -132,8 +135,8 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 	require.Equal(t, wantCPUs[1]+"\n", get("local_cpulist"), where)
 
 	// Link files.
-	require.Equal(t, speeds[n.Link.CurrentGen]+"\n", get("current_link_speed"), where)
-	require.Equal(t, speeds[n.Link.MaxGen]+"\n", get("max_link_speed"), where)
+	require.Equal(t, speed(n.Link.CurrentGen)+"\n", get("current_link_speed"), where)
+	require.Equal(t, speed(n.Link.MaxGen)+"\n", get("max_link_speed"), where)
 	require.Equal(t, fmt.Sprintf("%d\n", n.Link.CurrentWidth), get("current_link_width"), where)
 	require.Equal(t, fmt.Sprintf("%d\n", n.Link.MaxWidth), get("max_link_width"), where)
 	if n.Role == plan.Endpoint && n.Device.Kind == profile.GPU {
@@ -189,9 +192,9 @@ func checkConfig(t *testing.T, cfg []byte, n *plan.Node, get func(string) string
 	require.Equal(t, wantType, (le16(pcie+2)>>4)&0xf, "%s: PCIe device/port type", where)
 	lnkCap := le32(pcie + 0x0c)
 	lnkSta := le16(pcie + 0x12)
-	require.Equal(t, speeds[int(lnkCap&0xf)]+"\n", get("max_link_speed"), "%s: LnkCap speed", where)
+	require.Equal(t, speed(int(lnkCap&0xf))+"\n", get("max_link_speed"), "%s: LnkCap speed", where)
 	require.Equal(t, fmt.Sprintf("%d\n", (lnkCap>>4)&0x3f), get("max_link_width"), "%s: LnkCap width", where)
-	require.Equal(t, speeds[int(lnkSta&0xf)]+"\n", get("current_link_speed"), "%s: LnkSta speed", where)
+	require.Equal(t, speed(int(lnkSta&0xf))+"\n", get("current_link_speed"), "%s: LnkSta speed", where)
 	require.Equal(t, fmt.Sprintf("%d\n", (lnkSta>>4)&0x3f), get("current_link_width"), "%s: LnkSta width", where)
 }
 
