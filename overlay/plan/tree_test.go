@@ -91,6 +91,10 @@ func checkTree(t *testing.T, m *profile.Machine, tree *plan.Tree, reserved []pci
 					"%s: bus outside ancestor %s's range %02x-%02x", where, a.Address, a.Secondary, a.Subordinate)
 			}
 			if n.Role.IsBridge() {
+				for _, r := range reserved {
+					require.False(t, r.Domain == n.Address.Domain && n.Secondary <= r.Bus && r.Bus <= n.Subordinate,
+						"%s: range %02x-%02x swallows host device %s's bus", where, n.Secondary, n.Subordinate, r)
+				}
 				require.Greater(t, n.Secondary, n.Address.Bus, "%s: secondary bus after its own", where)
 				require.LessOrEqual(t, n.Secondary, n.Subordinate, where)
 				if parent != nil {
@@ -317,6 +321,18 @@ func randomProfile(rng *rand.Rand) (*profile.Profile, []pciaddr.Address) {
 				// A host device on the root bus, as --host-devices merge brings.
 				a := pciaddr.Address{Domain: uint16(d), Bus: uint8(bus), Device: uint8(rng.IntN(8))}
 				if !used[a] {
+					used[a] = true
+					reserved = append(reserved, a)
+				}
+			}
+			if rng.IntN(4) == 0 {
+				// A host device behind a host bridge, on a bus of its own
+				// that no GPU uses.
+				a := pciaddr.Address{Domain: uint16(d), Bus: uint8(bus + rng.IntN(next-bus))}
+				if !slices.ContainsFunc(p.Devices, func(dc profile.DeviceConfig) bool {
+					g, _ := pciaddr.Parse(dc.PCI.BusID)
+					return g.Domain == a.Domain && g.Bus == a.Bus
+				}) && !used[a] {
 					used[a] = true
 					reserved = append(reserved, a)
 				}
