@@ -33,7 +33,7 @@ func requireOK(t *testing.T, r *compat.Report) {
 }
 
 // rows counts a report's rows by consumer.
-func rows(r *compat.Report) map[string]int {
+func rowCounts(r *compat.Report) map[string]int {
 	out := map[string]int{}
 	for _, x := range r.Results {
 		out[x.Consumer]++
@@ -51,7 +51,7 @@ func TestHostSideEveryProfile(t *testing.T) {
 			r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 			requireOK(t, r)
 			n := len(p.Machine.Devices)
-			got := rows(r)
+			got := rowCounts(r)
 			require.Equal(t, n, got[compat.PCIeRoot], "one pcieRoot row per endpoint")
 			require.Equal(t, n, got[compat.NUMAScalar])
 			require.Equal(t, n, got[compat.NUMAList])

@@ -29,15 +29,7 @@ func runCompat(e *env, args []string) int {
 	if format != "table" && format != "json" {
 		return usageError(e, "compat: --format %q: want table or json", format)
 	}
-	overlayDir := root
-	if sysfs == "" {
-		if root == "" {
-			root = overlay.DefaultRoot
-		}
-		overlayDir, sysfs = root, path.Join(root, "sys")
-	} else if overlayDir == "" {
-		overlayDir = containerRoot
-	}
+	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
 	m, err := expectedMachine(prof, overlayDir)
 	if err != nil {
 		return fail(e, "compat: %v", err)
@@ -50,6 +42,23 @@ func runCompat(e *env, args []string) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// whereToCheck resolves --root, --sysfs and --container-root into the
+// overlay directory holding the effective profile and the sysfs to read:
+// <root> and <root>/sys on the host, or the container root and the given
+// sysfs in a container.
+func whereToCheck(root, sysfs, containerRoot string) (overlayDir, sysfsDir string) {
+	if sysfs == "" {
+		if root == "" {
+			root = overlay.DefaultRoot
+		}
+		return root, path.Join(root, "sys")
+	}
+	if root != "" {
+		return root, sysfs
+	}
+	return containerRoot, sysfs
 }
 
 // expectedMachine loads the profile to check against: the one named, or the

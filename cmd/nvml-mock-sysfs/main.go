@@ -40,6 +40,8 @@ func commands() []command {
 		{"cdi", "write a CDI spec that mounts the overlay, or merge its mounts into one", runCDI},
 		{"mounts", "print the overlay's mounts, for an NRI plugin", runMounts},
 		{"verify", "check, from inside a container, that the mock sysfs is served right", runVerify},
+		{"import", "write a profile from a real node's nvidia-smi -q -x output", runImport},
+		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
 	}
 }
 

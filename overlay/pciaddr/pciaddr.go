@@ -155,3 +155,17 @@ func IsBDF(name string) bool {
 	a, err := Parse(name)
 	return err == nil && a.String() == name
 }
+
+// Covering finds the root complex whose bus range holds a: the one of a's
+// domain with the highest root bus at or below a's bus, as the kernel
+// finds a device's host bridge.
+func Covering(rcs []RootComplex, a Address) (RootComplex, bool) {
+	var best RootComplex
+	found := false
+	for _, rc := range rcs {
+		if rc.Domain == a.Domain && rc.Bus <= a.Bus && (!found || rc.Bus > best.Bus) {
+			best, found = rc, true
+		}
+	}
+	return best, found
+}

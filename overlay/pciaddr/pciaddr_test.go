@@ -70,3 +70,29 @@ func TestRootComplex(t *testing.T) {
 	require.Equal(t, -1, b.Compare(a))
 	require.Equal(t, 0, a.Compare(a))
 }
+
+func TestCovering(t *testing.T) {
+	rcs := []RootComplex{{Domain: 0, Bus: 0x00}, {Domain: 0, Bus: 0x80}, {Domain: 1, Bus: 0x10}}
+	tests := []struct {
+		addr  string
+		want  RootComplex
+		found bool
+	}{
+		{"0000:00:1e.0", rcs[0], true},
+		{"0000:7f:00.0", rcs[0], true},
+		{"0000:80:00.0", rcs[1], true},
+		{"0000:ff:00.0", rcs[1], true},
+		{"0001:10:00.0", rcs[2], true},
+		{"0001:0f:00.0", RootComplex{}, false},
+		{"0002:00:00.0", RootComplex{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.addr, func(t *testing.T) {
+			a, err := Parse(tc.addr)
+			require.NoError(t, err)
+			got, found := Covering(rcs, a)
+			require.Equal(t, tc.found, found)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}

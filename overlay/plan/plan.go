@@ -323,7 +323,14 @@ func (b *builder) node(n *Node, multiFunction bool) {
 		b.text(dir, "secondary_bus_number", decimal(int(n.Secondary)))
 		b.text(dir, "subordinate_bus_number", decimal(int(n.Subordinate)))
 	}
+	// What the kernel writes alike for every function it has not been told
+	// otherwise about; fidelity lists the rest as gaps.
+	b.text(dir, "broken_parity_status", "0\n")
+	b.text(dir, "msi_bus", "1\n")
+	b.text(dir, "ari_enabled", "0\n")
+	b.text(dir, "driver_override", "(null)\n")
 	depth := n.Depth()
+	b.inTree = append(b.inTree, link(dir+"/subsystem", up(depth)+"bus/pci"))
 	if driver != "" {
 		ddir := "sys/bus/pci/drivers/" + driver
 		b.dir(ddir)

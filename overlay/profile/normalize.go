@@ -499,17 +499,19 @@ func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
 	return nil
 }
 
-// covering finds the root complex of a's domain with the highest root bus
-// not above a's bus.
+// covering finds the root complex whose bus range holds a.
 func covering(rcs []RootComplex, a pciaddr.Address) (RootComplex, bool) {
-	var best RootComplex
-	found := false
+	ids := make([]pciaddr.RootComplex, len(rcs))
+	for i, rc := range rcs {
+		ids[i] = rc.ID
+	}
+	id, found := pciaddr.Covering(ids, a)
 	for _, rc := range rcs {
-		if rc.ID.Domain == a.Domain && rc.ID.Bus <= a.Bus && (!found || rc.ID.Bus > best.ID.Bus) {
-			best, found = rc, true
+		if found && rc.ID == id {
+			return rc, true
 		}
 	}
-	return best, found
+	return RootComplex{}, false
 }
 
 // nextRootComplex finds the root complex after rc in the same domain.

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+const fidelityHelp = `Compares each GPU and NVSwitch directory with the attributes a real node's
+kernel shows for a GPU (vendor ... config, driver, iommu_group, link speed
+and width, msi_irqs, resource0 ...), and marks each one:
+  present    there, in the kernel's format, and as the profile says;
+  missing    a real node shows it, this tree does not;
+  different  there, but not what the kernel would write or the profile says.
+NEED is "consumer" when a consumer (go-nvlib, deviceattribute, GFD, lspci,
+ghw, hwloc, NFD) reads it, "kernel" when only the kernel is known to show it.
+The exit status is 1 when any attribute is different, or a consumer's one is
+missing; missing kernel-only attributes are listed gaps, not failures.
+Without a profile (a real node: --sysfs /sys --device BDF), only the
+kernel's formats and the files' agreement with each other are checked.
+`
+
+func runFidelity(e *env, args []string) int {
+	fs := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys] [--device BDF] [--profile NAME|FILE] [--format table|json]")
+	usage := fs.Usage
+	fs.Usage = func() {
+		usage()
+		fmt.Fprintf(e.stderr, "\n%s", fidelityHelp)
+	}
+	var root, sysfs, prof, containerRoot, device, format string
+	var gapsOnly bool
+	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
+	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
+	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "with --sysfs: where the overlay is mounted, to find its effective profile")
+	fs.StringVar(&device, "device", "", "check only this PCI address")
+	fs.StringVar(&format, "format", "table", "table or json")
+	fs.BoolVar(&gapsOnly, "gaps", false, "list only the attributes that are missing or different")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if root != "" && sysfs != "" {
+		return usageError(e, "fidelity: give --root or --sysfs, not both")
+	}
+	if format != "table" && format != "json" {
+		return usageError(e, "fidelity: --format %q: want table or json", format)
+	}
+	var only pciaddr.Address
+	if device != "" {
+		a, err := pciaddr.Parse(device)
+		if err != nil {
+			return usageError(e, "fidelity: --device: %v", err)
+		}
+		only = a
+	}
+	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
+	m, err := expectedMachine(prof, overlayDir)
+	if err != nil && device == "" {
+		return fail(e, "fidelity: %v", err)
+	}
+	dirFS := os.DirFS(sysfs)
+	var rows []fidelity.Row
+	switch {
+	case m == nil:
+		// A real node, or a tree without its profile: formats only.
+		rows = fidelity.Check(dirFS, fidelity.LinksDir+"/"+only.String(), nil)
+	case device != "":
+		d, found := deviceOf(m, only)
+		if !found {
+			return fail(e, "fidelity: %s is not a device of %s", only, m.Source)
+		}
+		rows = fidelity.Check(dirFS, fidelity.LinksDir+"/"+only.String(), fidelity.ExpectFor(d))
+	default:
+		rows = fidelity.CheckMachine(dirFS, m)
+	}
+	report := &fidelity.Report{Sysfs: sysfs, Rows: rows}
+	if err := writeFidelity(e, report, format, gapsOnly); err != nil {
+		return fail(e, "fidelity: %v", err)
+	}
+	if len(report.Failures()) > 0 {
+		return exitFailure
+	}
+	return exitOK
+}
+
+func deviceOf(m *profile.Machine, a pciaddr.Address) (profile.Device, bool) {
+	for _, d := range m.Devices {
+		if d.Address == a {
+			return d, true
+		}
+	}
+	return profile.Device{}, false
+}
+
+func writeFidelity(e *env, r *fidelity.Report, format string, gapsOnly bool) error {
+	rows := r.Rows
+	if gapsOnly {
+		rows = nil
+		for _, x := range r.Rows {
+			if x.Status != fidelity.Present {
+				rows = append(rows, x)
+			}
+		}
+	}
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(&fidelity.Report{Sysfs: r.Sysfs, Rows: rows})
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "DEVICE\tATTRIBUTE\tNEED\tSTATUS\tDETAIL\n")
+	for _, x := range rows {
+		status := string(x.Status)
+		if x.Failing() {
+			status += " (FAIL)"
+		}
+		detail := x.Detail
+		if x.Status == fidelity.Missing {
+			detail = "real nodes show it for " + string(x.Scope)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Device, x.Attribute, x.Need, status, detail)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(e.stdout, "%d attributes at %s: %d present, %d missing, %d different; %d failing\n",
+		len(r.Rows), r.Sysfs, r.Count(fidelity.Present), r.Count(fidelity.Missing), r.Count(fidelity.Different), len(r.Failures()))
+	return err
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
+)
+
+func TestFidelityCommand(t *testing.T) {
+	root := t.TempDir()
+	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "h100", "--no-binary")
+	require.Equal(t, 0, code, stderr)
+
+	code, out, stderr := runCapture(t, "fidelity", "--root", root)
+	require.Equal(t, 0, code, stderr)
+	require.Regexp(t, `0000:53:00.0\s+driver\s+consumer\s+present\s+-> \.\./\.\./\.\./\.\./\.\./\.\./bus/pci/drivers/nvidia\n`, out)
+	require.Regexp(t, `0000:53:00.0\s+resource0\s+kernel\s+missing\s+real nodes show it for functions with memory BARs \(mmap files\)\n`, out)
+	require.Regexp(t, `420 attributes at .*/sys: \d+ present, \d+ missing, 0 different; 0 failing`, out)
+
+	code, out, _ = runCapture(t, "fidelity", "--root", root, "--device", "0000:53:00.0", "--format", "json", "--gaps")
+	require.Equal(t, 0, code)
+	var r fidelity.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &r))
+	require.NotEmpty(t, r.Rows)
+	for _, row := range r.Rows {
+		require.Equal(t, "0000:53:00.0", row.Device)
+		require.NotEqual(t, fidelity.Present, row.Status, "--gaps lists only gaps")
+	}
+
+	// A class GPU Feature Discovery would read as graphics: different, and
+	// the command fails.
+	class := filepath.Join(root, "sys/bus/pci/devices/0000:64:00.0/class")
+	require.NoError(t, os.Remove(class))
+	require.NoError(t, os.WriteFile(class, []byte("0x030000\n"), 0o644))
+	code, out, _ = runCapture(t, "fidelity", "--root", root, "--gaps")
+	require.Equal(t, 1, code)
+	require.Regexp(t, `0000:64:00.0\s+class\s+consumer\s+different \(FAIL\)\s+0x030000, profile says 0x030200\n`, out)
+
+	code, _, stderr = runCapture(t, "fidelity", "--root", root, "--device", "0000:01:00.0")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "fidelity: 0000:01:00.0 is not a device of")
+
+	code, _, stderr = runCapture(t, "fidelity", "--root", root, "--sysfs", "/sys")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "give --root or --sysfs, not both")
+}
+
+// TestFidelityOnThisNode runs the command as on a real node: no profile,
+// formats only, against the kernel's own sysfs.
+func TestFidelityOnThisNode(t *testing.T) {
+	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	if err != nil || len(entries) == 0 {
+		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
+	}
+	// A device bound to a driver, as a GPU bound to nvidia is.
+	bound := ""
+	for _, e := range entries {
+		if _, err := os.Lstat(filepath.Join("/sys/bus/pci/devices", e.Name(), "driver")); err == nil {
+			bound = e.Name()
+			break
+		}
+	}
+	if bound == "" {
+		t.Skip("no PCI device of this machine is bound to a driver")
+	}
+	code, out, stderr := runCapture(t, "fidelity", "--sysfs", "/sys", "--container-root", t.TempDir(), "--device", bound)
+	require.Equal(t, 0, code, stderr+out)
+	require.Regexp(t, bound+`\s+vendor\s+consumer\s+present\s+0x[0-9a-f]{4}\n`, out)
+	require.Contains(t, out, " 0 different; 0 failing")
+}

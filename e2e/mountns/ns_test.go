@@ -1,0 +1,140 @@
+package mountns_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// childMode makes the test binary, started again inside a namespace, run
+// the consumer libraries at /sys instead of the tests.
+const childMode = "NVML_MOCK_SYSFS_E2E_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childMode) == "consumers" {
+		os.Exit(runConsumers())
+	}
+	os.Exit(m.Run())
+}
+
+// consumerResult is what the child reports from inside the namespace.
+type consumerResult struct {
+	Compat   *compat.Report `json:"compat"`
+	Fidelity []fidelity.Row `json:"fidelity"`
+}
+
+// runConsumers runs deviceattribute and go-nvlib with their defaults (/sys)
+// and the fidelity check, against the effective profile in the overlay, as
+// a process in a container would.
+func runConsumers() int {
+	p, err := profile.LoadFile(filepath.Join(plan.DefaultContainerRoot, plan.ProfileFile))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	m, err := profile.Normalize(plan.ProfileFile, p, profile.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	out := consumerResult{Compat: compat.Run(m, compat.KernelSysfs), Fidelity: fidelity.CheckMachine(os.DirFS("/sys"), m)}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// requireNamespace skips unless this test can mount in a namespace and
+// run lspci and lstopo-no-graphics.
+func requireNamespace(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireProgram(t, "unshare", "util-linux")
+	testenv.RequireProgram(t, "lspci", "pciutils")
+	testenv.RequireProgram(t, "lstopo-no-graphics", "hwloc-nox")
+}
+
+// inNamespace runs a shell script with the overlay mounted as a container
+// sees it. The tmpfs on /opt keeps /opt/nvml-mock off the host.
+func inNamespace(t *testing.T, root, script string, env ...string) string {
+	t.Helper()
+	mounts := fmt.Sprintf(`mount -t tmpfs tmpfs /opt
+mkdir /opt/nvml-mock
+mount --bind %[1]q /opt/nvml-mock
+mount --bind %[1]q/sys/bus/pci/devices /sys/bus/pci/devices
+`, root)
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-ec", mounts+script)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "script:\n%s\nstderr:\n%s", script, stderr.String())
+	return stdout.String()
+}
+
+// consumersInNamespace starts this test binary inside the namespace to run
+// the consumer libraries there.
+func consumersInNamespace(t *testing.T, root string) consumerResult {
+	t.Helper()
+	self, err := os.Executable()
+	require.NoError(t, err)
+	out := inNamespace(t, root, fmt.Sprintf("exec %q", self), childMode+"=consumers")
+	var r consumerResult
+	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	return r
+}
+
+// render writes a profile with the real render path into a new root.
+func render(t *testing.T, opts overlay.Options) (string, *plan.Plan) {
+	t.Helper()
+	opts.Root = t.TempDir()
+	p, _, err := overlay.Render(opts)
+	require.NoError(t, err)
+	return opts.Root, p
+}
+
+// profileCase is a built-in under its own hierarchy or a forced one.
+type profileCase struct {
+	name      string
+	hierarchy boards.Hierarchy
+}
+
+func (c profileCase) String() string {
+	if c.hierarchy == "" {
+		return c.name
+	}
+	return c.name + "/" + string(c.hierarchy)
+}
+
+// allCases is every built-in under its own hierarchy and each forced one
+// its bus numbers allow.
+func allCases(t *testing.T) []profileCase {
+	t.Helper()
+	var out []profileCase
+	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+		for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
+			if _, err := overlay.LoadMachine(name, h); err != nil {
+				continue // t4's GPUs sit on the root bus: only flat
+			}
+			out = append(out, profileCase{name, h})
+		}
+	}
+	return out
+}
+
+func lines(s string) []string { return strings.Split(strings.TrimSpace(s), "\n") }

@@ -1,0 +1,399 @@
+package plan_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/utils/cpuset"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// twoNodeHost is a host with CPUs 0-3 on node 0 and 4-7 on node 1.
+func twoNodeHost() plan.HostCPUs {
+	return plan.HostCPUs{
+		Possible: 8,
+		Online:   cpuset.New(0, 1, 2, 3, 4, 5, 6, 7),
+		Nodes:    map[int]cpuset.CPUSet{0: cpuset.New(0, 1, 2, 3), 1: cpuset.New(4, 5, 6, 7)},
+	}
+}
+
+// files indexes a plan's files and links by path.
+func files(p *plan.Plan) map[string]plan.Entry {
+	out := map[string]plan.Entry{}
+	for _, e := range p.Entries {
+		out[e.Path] = e
+	}
+	return out
+}
+
+func text(t *testing.T, fs map[string]plan.Entry, p string) string {
+	t.Helper()
+	e, ok := fs[p]
+	require.True(t, ok, "%s is not planned", p)
+	require.Equal(t, plan.File, e.Kind, p)
+	return string(e.Data)
+}
+
+// resourceLine is one "start end flags" line of a resource file.
+type resourceLine struct{ start, end, flags uint64 }
+
+func (r resourceLine) size() uint64 {
+	if r.end == 0 && r.start == 0 {
+		return 0
+	}
+	return r.end - r.start + 1
+}
+
+func parseResource(t *testing.T, s string) []resourceLine {
+	t.Helper()
+	require.True(t, strings.HasSuffix(s, "\n"))
+	var out []resourceLine
+	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
+		f := strings.Split(line, " ")
+		require.Len(t, f, 3, "line %d %q: go-nvlib wants exactly three fields", i, line)
+		var r resourceLine
+		for j, p := range []*uint64{&r.start, &r.end, &r.flags} {
+			require.Regexp(t, `^0x[0-9a-f]{16}$`, f[j])
+			v, err := strconv.ParseUint(f[j], 0, 64)
+			require.NoError(t, err)
+			*p = v
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
+
+// speed is the kernel's spelling of a generation's link speed.
+func speed(gen int) string {
+	return map[int]string{1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}[gen]
+}
+
+// TestDeviceFiles checks every planned function's files against each other
+// and against the profile: ids in the files and in config space, the
+// capability list PM -> MSI -> PCIe, link registers against the link files,
+// BARs in config space against resource, and the BAR sizes of the board.
+func TestDeviceFiles(t *testing.T) {
+	for _, c := range allMachines(t) {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := plan.New(c.m, plan.Options{Host: twoNodeHost()})
+			require.NoError(t, err)
+			fs := files(p)
+			for _, n := range p.Tree.Nodes() {
+				checkDevice(t, fs, n)
+			}
+		})
+	}
+}
+
+func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
+	t.Helper()
+	dir := "sys/" + n.SysPath()
+	get := func(name string) string { return text(t, fs, dir+"/"+name) }
+	id := n.Identity
+	where := n.Address.String()
+
+	require.Equal(t, hex16(id.Vendor), get("vendor"), where)
+	require.Equal(t, hex16(id.Device), get("device"), where)
+	require.Equal(t, hex16(id.SubsystemVendor), get("subsystem_vendor"), where)
+	require.Equal(t, hex16(id.SubsystemDevice), get("subsystem_device"), where)
+	require.Equal(t, fmt.Sprintf("0x%06x\n", id.Class), get("class"), where)
+	require.Equal(t, fmt.Sprintf("0x%02x\n", id.Revision), get("revision"), where)
+	require.Equal(t, fmt.Sprintf("%d\n", n.NUMANode), get("numa_node"), where)
+	require.Equal(t, fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X\n", id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice, id.Class>>16, (id.Class>>8)&0xff, id.Class&0xff), get("modalias"), where)
+	require.Regexp(t, `^pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-F]{2}\n$`, get("modalias"))
+	if n.Role == plan.Endpoint {
+		require.Equal(t, n.Device.NUMANode, n.NUMANode, where)
+		if n.Device.Kind == profile.GPU {
+			require.Equal(t, boards.VendorNVIDIA, id.Vendor)
+			require.Equal(t, uint8(0xa1), id.Revision, "%s: every board in REAL-HARDWARE.md is rev a1", where)
+		} else {
+			require.Equal(t, profile.ClassNVSwitch, id.Class, where)
+		}
+	} else {
+		require.Equal(t, profile.ClassPCIBridge, id.Class, where)
+	}
+
+	// local_cpus and local_cpulist list the CPUs of the device's node.
+	wantCPUs := map[int][2]string{0: {"0f", "0-3"}, 1: {"f0", "4-7"}, -1: {"ff", "0-7"}}[n.NUMANode]
+	require.Equal(t, wantCPUs[0]+"\n", get("local_cpus"), where)
+	require.Equal(t, wantCPUs[1]+"\n", get("local_cpulist"), where)
+
+	// Link files.
+	require.Equal(t, speed(n.Link.CurrentGen)+"\n", get("current_link_speed"), where)
+	require.Equal(t, speed(n.Link.MaxGen)+"\n", get("max_link_speed"), where)
+	require.Equal(t, fmt.Sprintf("%d\n", n.Link.CurrentWidth), get("current_link_width"), where)
+	require.Equal(t, fmt.Sprintf("%d\n", n.Link.MaxWidth), get("max_link_width"), where)
+	if n.Role == plan.Endpoint && n.Device.Kind == profile.GPU {
+		require.Equal(t, n.Device.Link, n.Link, "%s: the profile's pcie block", where)
+	}
+
+	cfg := []byte(get("config"))
+	checkConfig(t, cfg, n, get)
+	checkBARs(t, cfg, n, parseResource(t, get("resource")))
+}
+
+func checkConfig(t *testing.T, cfg []byte, n *plan.Node, get func(string) string) {
+	t.Helper()
+	where := n.Address.String()
+	require.Len(t, cfg, plan.ConfigSize, "%s: a PCIe function exposes 4 KiB", where)
+	le16 := func(off int) uint16 { return binary.LittleEndian.Uint16(cfg[off:]) }
+	le32 := func(off int) uint32 { return binary.LittleEndian.Uint32(cfg[off:]) }
+	id := n.Identity
+	require.Equal(t, id.Vendor, le16(0x00), where)
+	require.Equal(t, id.Device, le16(0x02), where)
+	require.Equal(t, uint16(0x0547), le16(0x04), "%s: command as on a real H100", where)
+	require.Equal(t, uint16(0x0010), le16(0x06), "%s: status: capability list", where)
+	require.Equal(t, id.Revision, cfg[0x08], where)
+	require.Equal(t, id.Class, uint32(cfg[0x0b])<<16|uint32(cfg[0x0a])<<8|uint32(cfg[0x09]), where)
+	irq, err := strconv.Atoi(strings.TrimSpace(get("irq")))
+	require.NoError(t, err)
+	require.Equal(t, byte(irq), cfg[0x3c], "%s: interrupt line is the irq file", where)
+	header := cfg[0x0e] &^ 0x80
+	if n.Role.IsBridge() {
+		require.Equal(t, byte(1), header, "%s: a bridge has header type 1", where)
+		require.Equal(t, []byte{n.Address.Bus, n.Secondary, n.Subordinate}, cfg[0x18:0x1b], "%s: primary, secondary, subordinate", where)
+		require.Equal(t, fmt.Sprintf("%d\n", n.Secondary), get("secondary_bus_number"), where)
+		require.Equal(t, fmt.Sprintf("%d\n", n.Subordinate), get("subordinate_bus_number"), where)
+	} else {
+		require.Equal(t, byte(0), header, where)
+		require.Equal(t, id.SubsystemVendor, le16(0x2c), where)
+		require.Equal(t, id.SubsystemDevice, le16(0x2e), where)
+	}
+
+	// The capability list: PM at 0x40, MSI at 0x48, PCIe at 0x60, then the end.
+	var caps [][2]int
+	seen := map[int]bool{}
+	for off := int(cfg[0x34]); off != 0; off = int(cfg[off+1]) {
+		require.False(t, seen[off], "%s: capability loop at %#x", where, off)
+		seen[off] = true
+		require.GreaterOrEqual(t, off, 0x40, where)
+		caps = append(caps, [2]int{off, int(cfg[off])})
+	}
+	require.Equal(t, [][2]int{{0x40, 0x01}, {0x48, 0x05}, {0x60, 0x10}}, caps, where)
+
+	pcie := 0x60
+	wantType := map[plan.Role]uint16{plan.Endpoint: 0, plan.RootPort: 4, plan.SwitchUp: 5, plan.SwitchDown: 6, plan.PCIBridge: 7}[n.Role]
+	require.Equal(t, wantType, (le16(pcie+2)>>4)&0xf, "%s: PCIe device/port type", where)
+	lnkCap := le32(pcie + 0x0c)
+	lnkSta := le16(pcie + 0x12)
+	require.Equal(t, speed(int(lnkCap&0xf))+"\n", get("max_link_speed"), "%s: LnkCap speed", where)
+	require.Equal(t, fmt.Sprintf("%d\n", (lnkCap>>4)&0x3f), get("max_link_width"), "%s: LnkCap width", where)
+	require.Equal(t, speed(int(lnkSta&0xf))+"\n", get("current_link_speed"), "%s: LnkSta speed", where)
+	require.Equal(t, fmt.Sprintf("%d\n", (lnkSta>>4)&0x3f), get("current_link_width"), "%s: LnkSta width", where)
+}
+
+// checkBARs compares the BARs in config space with the resource file, and
+// an endpoint's sizes with its board's layout.
+func checkBARs(t *testing.T, cfg []byte, n *plan.Node, res []resourceLine) {
+	t.Helper()
+	where := n.Address.String()
+	le32 := func(off int) uint32 { return binary.LittleEndian.Uint32(cfg[off:]) }
+	if n.Role.IsBridge() {
+		require.Len(t, res, 17, "%s: the kernel prints 17 resources for a bridge", where)
+		return
+	}
+	require.Len(t, res, 13, "%s: the kernel prints 13 resources for a device", where)
+	for i := 0; i < 6; i++ {
+		r := res[i]
+		low := le32(0x10 + 4*i)
+		if r.size() == 0 {
+			continue
+		}
+		require.Equal(t, uint32(r.flags&0xf), low&0xf, "%s: BAR%d type bits", where, i)
+		start := uint64(low &^ 0xf)
+		if r.flags&0x4 != 0 {
+			start |= uint64(le32(0x10+4*(i+1))) << 32
+			require.Zero(t, res[i+1].size(), "%s: a 64-bit BAR%d takes the next slot", where, i)
+			i++
+		}
+		require.Equal(t, r.start, start, "%s: BAR%d address in config space", where, i)
+		require.Zero(t, r.start%r.size(), "%s: BAR%d aligned to its size", where, i)
+	}
+	if n.Device.Kind != profile.GPU {
+		require.Equal(t, uint64(32<<20), res[0].size(), where)
+		return
+	}
+	d := n.Device
+	want := boards.BARs(d.DeviceID, d.BAR1Bytes)
+	var got []boards.BAR
+	for i, r := range res[:6] {
+		if r.size() > 0 {
+			got = append(got, boards.BAR{Index: i, Size: r.size(), Is64: r.flags&0x4 != 0, Prefetch: r.flags&0x8 != 0})
+		}
+	}
+	require.Equal(t, want, got, "%s: BAR layout of board %04x with BAR1 %d", where, d.DeviceID, d.BAR1Bytes)
+	// nvidia-smi's BAR1 is the one sized from the profile, 64-bit prefetchable.
+	bar1 := 1
+	if boards.BARLayoutOf(d.DeviceID) == boards.Hopper {
+		bar1 = 2
+	}
+	require.Equal(t, d.BAR1Bytes, res[bar1].size(), where)
+	require.Equal(t, uint64(0x14220c), res[bar1].flags, where)
+	require.Equal(t, uint64(16<<20), res[0].size(), "%s: BAR0 16 MiB", where)
+}
+
+// TestBridgeWindowsCoverChildren checks that each bridge's windows hold the
+// BARs of every device below it, as firmware assigns them.
+func TestBridgeWindowsCoverChildren(t *testing.T) {
+	for _, c := range allMachines(t) {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := plan.New(c.m, plan.Options{})
+			require.NoError(t, err)
+			fs := files(p)
+			res := func(n *plan.Node) []resourceLine {
+				return parseResource(t, text(t, fs, "sys/"+n.SysPath()+"/resource"))
+			}
+			var walk func(n *plan.Node, windows [][2]resourceLine)
+			walk = func(n *plan.Node, windows [][2]resourceLine) {
+				r := res(n)
+				if n.Role.IsBridge() {
+					windows = append(windows, [2]resourceLine{r[14], r[15]})
+				} else {
+					for i, b := range r[:7] {
+						if b.size() == 0 {
+							continue
+						}
+						for _, w := range windows {
+							win := w[0]
+							if b.flags&0x2000 != 0 && i != 6 {
+								win = w[1]
+							}
+							require.True(t, win.start <= b.start && b.end <= win.end, "%s resource %d [%x-%x] outside a window above it [%x-%x]", n.Address, i, b.start, b.end, win.start, win.end)
+						}
+					}
+				}
+				for _, ch := range n.Children {
+					walk(ch, windows)
+				}
+			}
+			for _, rc := range p.Tree.RootComplexes {
+				for _, n := range rc.Children {
+					walk(n, nil)
+				}
+			}
+		})
+	}
+}
+
+// TestLinksResolve renders each built-in profile and follows every link the
+// kernel would: driver, iommu_group, the driver's and group's back links,
+// and each entry of the links directory, which must land on the device's
+// own directory.
+func TestLinksResolve(t *testing.T) {
+	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := overlay.LoadMachine(name, "")
+			require.NoError(t, err)
+			root, p := testenv.Render(t, m, plan.Options{ContainerRoot: "/opt/nvml-mock"})
+			real := func(rel string) string {
+				got, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+				require.NoError(t, err, rel)
+				return got
+			}
+			rootReal := real(".")
+			for _, n := range p.Tree.Nodes() {
+				dir := "sys/" + n.SysPath()
+				bdf := n.Address.String()
+				require.Equal(t, real(dir), real(plan.LinksDir+"/"+bdf), "%s: the links entry reaches the device", bdf)
+				target, err := os.Readlink(filepath.Join(root, plan.LinksDir, bdf))
+				require.NoError(t, err)
+				if n.Role == plan.Endpoint {
+					// What deviceattribute parses: the text, cleaned lexically.
+					require.Equal(t, n.SysPath(), path.Clean(path.Join("bus/pci/devices", target)), bdf)
+				}
+				driver := map[plan.Role]string{plan.RootPort: "pcieport", plan.SwitchUp: "pcieport", plan.SwitchDown: "pcieport"}[n.Role]
+				if n.Role == plan.Endpoint {
+					driver = map[profile.Kind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch"}[n.Device.Kind]
+				}
+				if driver == "" {
+					_, err := os.Lstat(filepath.Join(root, dir, "driver"))
+					require.ErrorIs(t, err, os.ErrNotExist, "%s: a PCI-to-PCI bridge has no driver", bdf)
+				} else {
+					require.Equal(t, filepath.Join(rootReal, "sys/bus/pci/drivers", driver), real(dir+"/driver"), bdf)
+					require.Equal(t, real(dir), real("sys/bus/pci/drivers/"+driver+"/"+bdf), bdf)
+				}
+				require.Equal(t, filepath.Join(rootReal, "sys/bus/pci"), real(dir+"/subsystem"), bdf)
+				group := real(dir + "/iommu_group")
+				require.Regexp(t, regexp.MustCompile(`/sys/kernel/iommu_groups/[0-9]+$`), group, bdf)
+				require.Equal(t, real(dir), real(strings.TrimPrefix(group, rootReal+"/")+"/devices/"+bdf), bdf)
+			}
+		})
+	}
+}
+
+// TestHostDeviceCollision names both devices when a mock BDF is the host's.
+func TestHostDeviceCollision(t *testing.T) {
+	m, err := overlay.LoadMachine("t4", "")
+	require.NoError(t, err)
+	host := []plan.HostDevice{{Address: m.Devices[2].Address, Target: "../../../devices/pci0000:00/" + m.Devices[2].Address.String()}}
+	_, err = plan.New(m, plan.Options{HostDevices: host})
+	require.ErrorContains(t, err, "mock gpu 0000:00:1d.0 collides with host device 0000:00:1d.0 (../../../devices/pci0000:00/0000:00:1d.0)")
+}
+
+// TestHostDevicesKeepTheirLinks checks that merged host devices keep the
+// kernel's link text and that the overlay's own bridges avoid their
+// addresses and buses.
+func TestHostDevicesKeepTheirLinks(t *testing.T) {
+	host := []plan.HostDevice{
+		{Target: "../../../devices/pci0000:00/0000:00:01.0"},
+		{Target: "../../../devices/pci0000:00/0000:00:02.0"},
+		{Target: "../../../devices/pci0000:00/0000:00:1a.0"},
+		{Target: "../../../devices/pci0000:00/0000:00:1a.0/0000:01:00.0"},
+	}
+	for i := range host {
+		a, err := pciaddr.Parse(path.Base(host[i].Target))
+		require.NoError(t, err)
+		host[i].Address = a
+	}
+	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := overlay.LoadMachine(name, "")
+			require.NoError(t, err)
+			p, err := plan.New(m, plan.Options{HostDevices: host, HostSysfs: "/host/sys"})
+			require.NoError(t, err)
+			fs := files(p)
+			var reserved []pciaddr.Address
+			for _, h := range host {
+				reserved = append(reserved, h.Address)
+			}
+			checkTree(t, m, p.Tree, reserved)
+			for _, h := range host {
+				e := fs[plan.LinksDir+"/"+h.Address.String()]
+				require.Equal(t, plan.Symlink, e.Kind)
+				require.Equal(t, h.Target, e.Target, "the kernel's own link text")
+			}
+			for _, n := range p.Tree.Nodes() {
+				if n.Role.IsBridge() && n.RootComplex.Bus == 0 && n.RootComplex.Domain == 0 {
+					require.False(t, n.Secondary <= 1 && 1 <= n.Subordinate, "%s claims bus 01, where a host device sits", n.Address)
+				}
+			}
+			// A shadow link leads on from the overlay's sys/devices to the
+			// host's, so the kernel-form text also resolves on the host.
+			shadow := fs["sys/devices/pci0000:00/0000:00:1a.0"]
+			if _, ownRC := fs["sys/devices/pci0000:00"]; ownRC {
+				require.Equal(t, plan.Symlink, shadow.Kind)
+				require.Equal(t, "/host/sys/devices/pci0000:00/0000:00:1a.0", shadow.Target)
+				_, deeper := fs["sys/devices/pci0000:00/0000:00:1a.0/0000:01:00.0"]
+				require.False(t, deeper, "one shadow at the first element the overlay lacks")
+			} else {
+				require.Equal(t, "/host/sys/devices/pci0000:00", fs["sys/devices/pci0000:00"].Target)
+			}
+		})
+	}
+}
