@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -43,7 +43,7 @@ func TestBARMemory(t *testing.T) {
 		t.Run(tc.profile, func(t *testing.T) {
 			m, err := overlay.LoadMachine(tc.profile, "")
 			require.NoError(t, err)
-			root, _ := testenv.Render(t, m, plan.Options{})
+			root, _ := overlaytest.Render(t, m, plan.Options{})
 			r := compat.Run(m, filepath.Join(root, "sys"))
 			require.True(t, r.OK(), "%+v", r.Failures())
 			bars := rows(r, compat.BARMemory)

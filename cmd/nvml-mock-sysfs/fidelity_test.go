@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 )
 
 func TestFidelityCommand(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/importer"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 

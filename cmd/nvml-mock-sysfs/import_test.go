@@ -10,7 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -91,7 +91,7 @@ func TestImportCommand(t *testing.T) {
 // TestImportRealCapturesRender runs the command on each real capture and
 // renders its output with the render command.
 func TestImportRealCapturesRender(t *testing.T) {
-	dir := testenv.SharedTestdata(t, "nvidia-smi-captures")
+	dir := overlaytest.SharedTestdata(t, "nvidia-smi-captures")
 	files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
 	require.NoError(t, err)
 	for _, f := range files {

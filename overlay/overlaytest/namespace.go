@@ -22,6 +22,17 @@ func RequireRoot(t testing.TB, programs ...string) {
 	}
 }
 
+// RequireProgram returns a program's path, or skips the test saying which
+// Debian package has it (make deps installs it as root).
+func RequireProgram(t testing.TB, name, debianPackage string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Skipf("%s is not installed (Debian package %s; make deps installs it as root): %v", name, debianPackage, err)
+	}
+	return p
+}
+
 // BuildBinary builds the static nvml-mock-sysfs binary into a temporary
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {

@@ -10,6 +10,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 // Snapshot describes every path under root, without following links: kind,
@@ -84,4 +88,18 @@ func Repo(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return abs
+}
+
+// Render plans a machine and writes it into a new temporary overlay root.
+func Render(t testing.TB, m *profile.Machine, opts plan.Options) (string, *plan.Plan) {
+	t.Helper()
+	p, err := plan.New(m, opts)
+	if err != nil {
+		t.Fatalf("plan %s: %v", m.Source, err)
+	}
+	root := t.TempDir()
+	if _, err := writer.Apply(root, p, writer.Options{}); err != nil {
+		t.Fatalf("render %s: %v", m.Source, err)
+	}
+	return root, p
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -300,7 +300,7 @@ func TestLinksResolve(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)
-			root, p := testenv.Render(t, m, plan.Options{ContainerRoot: "/opt/nvml-mock"})
+			root, p := overlaytest.Render(t, m, plan.Options{ContainerRoot: "/opt/nvml-mock"})
 			real := func(rel string) string {
 				got, err := filepath.EvalSymlinks(filepath.Join(root, rel))
 				require.NoError(t, err, rel)

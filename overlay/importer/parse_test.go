@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 )
 

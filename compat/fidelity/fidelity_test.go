@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -43,7 +43,7 @@ func TestRenderedProfiles(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)
-			root, _ := testenv.Render(t, m, plan.Options{})
+			root, _ := overlaytest.Render(t, m, plan.Options{})
 			rows := fidelity.CheckMachine(os.DirFS(filepath.Join(root, "sys")), m)
 			require.Len(t, rows, len(m.Devices)*len(fidelity.Attributes()))
 			for _, r := range rows {

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/fidelity"
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -64,10 +64,10 @@ func runConsumers() int {
 // run lspci and lstopo-no-graphics.
 func requireNamespace(t *testing.T) {
 	t.Helper()
-	testenv.RequireRoot(t)
-	testenv.RequireProgram(t, "unshare", "util-linux")
-	testenv.RequireProgram(t, "lspci", "pciutils")
-	testenv.RequireProgram(t, "lstopo-no-graphics", "hwloc-nox")
+	overlaytest.RequireRoot(t)
+	overlaytest.RequireProgram(t, "unshare", "util-linux")
+	overlaytest.RequireProgram(t, "lspci", "pciutils")
+	overlaytest.RequireProgram(t, "lstopo-no-graphics", "hwloc-nox")
 }
 
 // inNamespace runs a shell script with the overlay mounted as a container

@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/importer"
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/testenv"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -49,7 +49,7 @@ func renderAndRead(t *testing.T, xml string, opts importer.Options, matrix bool)
 	require.NoError(t, err)
 	m, err := profile.Normalize("imported.yaml", p, profile.Options{})
 	require.NoError(t, err, string(out))
-	root, _ := testenv.Render(t, m, plan.Options{})
+	root, _ := overlaytest.Render(t, m, plan.Options{})
 
 	lib := nvpci.New(nvpci.WithPCIDevicesRoot(filepath.Join(root, plan.LinksDir)), nvpci.WithLogger(quiet{}))
 	gpus, err := lib.GetGPUs()
@@ -124,7 +124,7 @@ func describe(o importer.Options) string {
 // renders and reads back through go-nvlib with exactly its bus ids, ids,
 // class and BAR1 size, under every inference and hierarchy.
 func TestRoundTripRealCaptures(t *testing.T) {
-	dir := testenv.SharedTestdata(t, "nvidia-smi-captures")
+	dir := overlaytest.SharedTestdata(t, "nvidia-smi-captures")
 	files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
