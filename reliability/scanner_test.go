@@ -19,7 +19,9 @@ import (
 // container has it, then scans /sys/bus/pci/devices in a loop, the kernel
 // resolving every link, while the parent re-renders. Commands on stdin:
 // "verify" answers one scan of the (then stable) tree; "stop" answers the
-// totals and exits. Every answer is one JSON line on stdout.
+// totals and exits; "verify nvlib" also runs go-nvlib's GetGPUs, which is
+// slow (it parses pci.ids for every device). Every answer is one JSON line
+// on stdout.
 const scannerEnv = "NVML_MOCK_SYSFS_SCANNER_ROOT"
 
 // parentNSEnv carries the parent's mount namespace, which the reader must
@@ -30,7 +32,7 @@ const parentNSEnv = "NVML_MOCK_SYSFS_PARENT_MNT_NS"
 const kernelLinks = "/sys/bus/pci/devices"
 
 // nvlibEvery runs go-nvlib's own scan every so many raw scans.
-const nvlibEvery = 4
+const nvlibEvery = 25
 
 // maxSamples bounds the examples kept of each kind of failure.
 const maxSamples = 20
@@ -94,12 +96,8 @@ func scannerMain(root string, stdin io.Reader, stdout, stderr io.Writer) int {
 				return 0
 			}
 			v := &verifyReply{Scan: scanLinks(fsys)}
-			if devs, err := nv.GetGPUs(); err != nil {
-				v.NvlibErr = err.Error()
-			} else {
-				for _, d := range devs {
-					v.NvlibGPUs = append(v.NvlibGPUs, d.Address)
-				}
+			if cmd == "verify nvlib" {
+				v.NvlibGPUs, v.NvlibErr = nvlibGPUs(nv)
 			}
 			v.Scans = st.Scans
 			if err := enc.Encode(scannerReply{Verify: v}); err != nil {
@@ -112,6 +110,18 @@ func scannerMain(root string, stdin io.Reader, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+}
+
+func nvlibGPUs(nv nvpci.Interface) ([]string, string) {
+	devs, err := nv.GetGPUs()
+	if err != nil {
+		return nil, err.Error()
+	}
+	gpus := []string{}
+	for _, d := range devs {
+		gpus = append(gpus, d.Address)
+	}
+	return gpus, ""
 }
 
 func (st *scannerStats) add(r scanResult) {
