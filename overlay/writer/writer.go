@@ -111,7 +111,14 @@ func mkdirAllRoot(root string) error {
 		}
 	}
 	err := unix.Mkdir(root, 0o755)
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create root %s: %w", root, err)
+	}
+	// 0755 whatever the umask: containers read the overlay as any user.
+	if err := unix.Chmod(root, 0o755); err != nil {
 		return fmt.Errorf("create root %s: %w", root, err)
 	}
 	return nil
@@ -201,6 +208,11 @@ func (w *apply) run(opts Options) error {
 	}
 	slices.SortFunc(stale, func(a, b ownedEntry) int { return a.pos - b.pos })
 	if len(changes) == 0 && len(stale) == 0 && bytes.Equal(oldMarker, marker.bytes()) {
+		// A render killed after writing the marker leaves an empty staging
+		// directory behind; the tree is complete, so only that goes.
+		if err := w.d.removeAll(stagingDir); err != nil {
+			return err
+		}
 		return w.reportForeign(planned, owned)
 	}
 
