@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -54,7 +56,9 @@ func oneLine(s string) string {
 
 // LoadFile reads and decodes a profile file.
 func LoadFile(path string) (*Profile, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO named as the profile must not hang the render;
+	// the regular-file check below refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &Error{Source: path, Err: err}
 	}
@@ -98,9 +102,15 @@ func Parse(source string, data []byte) (*Profile, error) {
 	if top.Kind != yaml.MappingNode {
 		return fail(fmt.Errorf("the top level is a YAML %s; want a mapping with device_defaults, devices and pcie_topology", kindName(top.Kind)))
 	}
+	if err := checkAliases(source, top); err != nil {
+		return nil, err
+	}
 	var p Profile
 	if err := top.Decode(&p); err != nil {
 		return nil, decodeError(source, top, err)
+	}
+	if err := checkIntegers(source, top, reflect.TypeFor[Profile](), ""); err != nil {
+		return nil, err
 	}
 	return &p, nil
 }
@@ -126,7 +136,7 @@ func decodeError(source string, top *yaml.Node, err error) error {
 	if errors.As(err, &te) && len(te.Errors) > 0 {
 		msg := te.Errors[0]
 		line, rest := splitLine(msg)
-		field, value := fieldAtLine(top, line)
+		field, value := fieldOfTypeError(top, line, rest)
 		return &Error{Source: source, Field: field, Value: value, Err: fmt.Errorf("%s (line %d)", describeTypeError(rest), line)}
 	}
 	return &Error{Source: source, Err: err}
@@ -194,6 +204,64 @@ func goTypeName(t string) string {
 		return "an integer"
 	}
 	return t
+}
+
+// fieldOfTypeError names the node a yaml.v3 type error is about. The error
+// gives only a line and the node's tag ("cannot unmarshal !!seq into
+// string"); on a line such as bus_id: ["x"] both the sequence and its
+// scalar sit, and the tag tells them apart. Without a match it falls back
+// to fieldAtLine.
+func fieldOfTypeError(top *yaml.Node, line int, msg string) (string, string) {
+	if rest, ok := strings.CutPrefix(msg, "cannot unmarshal "); ok {
+		tag, _, _ := strings.Cut(rest, " ")
+		if path, value, ok := taggedNodeAtLine(top, line, tag); ok {
+			return path, value
+		}
+	}
+	return fieldAtLine(top, line)
+}
+
+// taggedNodeAtLine finds the outermost node with the tag on the line.
+func taggedNodeAtLine(n *yaml.Node, line int, tag string) (string, string, bool) {
+	var walk func(n *yaml.Node, at string) (string, string, bool)
+	match := func(v *yaml.Node, p string) (string, string, bool) {
+		if v.Line == line && v.ShortTag() == tag {
+			return p, nodeText(v), true
+		}
+		return walk(v, p)
+	}
+	walk = func(n *yaml.Node, at string) (string, string, bool) {
+		switch n.Kind {
+		case yaml.MappingNode:
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if p, v, ok := match(n.Content[i+1], join(at, n.Content[i].Value)); ok {
+					return p, v, true
+				}
+			}
+		case yaml.SequenceNode:
+			for i, c := range n.Content {
+				if p, v, ok := match(c, fmt.Sprintf("%s[%d]", at, i)); ok {
+					return p, v, true
+				}
+			}
+		}
+		return "", "", false
+	}
+	return walk(n, "")
+}
+
+// nodeText is a scalar's value, or a collection in YAML's flow style.
+func nodeText(v *yaml.Node) string {
+	if v.Kind == yaml.ScalarNode {
+		return v.Value
+	}
+	flow := *v
+	flow.Style = yaml.FlowStyle
+	b, err := yaml.Marshal(&flow)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // fieldAtLine finds the innermost node on a line and returns its path
