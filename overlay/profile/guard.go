@@ -23,8 +23,11 @@ func checkAliases(source string, top *yaml.Node) error {
 	walk = func(n *yaml.Node, at string) (int, error) {
 		if n.Kind == yaml.AliasNode {
 			size, err := expandedSize(n.Alias, sizes)
-			if err != nil || size > maxExpandedNodes {
-				return 0, &Error{Source: source, Field: at, Value: "*" + n.Value, Err: fmt.Errorf("the alias expands to more than %d YAML nodes: an alias bomb, refused", maxExpandedNodes)}
+			if err == nil && size > maxExpandedNodes {
+				err = fmt.Errorf("the alias expands to more than %d YAML nodes: an alias bomb, refused", maxExpandedNodes)
+			}
+			if err != nil {
+				return 0, &Error{Source: source, Field: at, Value: "*" + n.Value, Err: err}
 			}
 			return size, nil
 		}
@@ -68,7 +71,7 @@ func expandedSize(n *yaml.Node, sizes map[*yaml.Node]int) (int, error) {
 	}
 	if s, ok := sizes[n]; ok {
 		if s < 0 {
-			return 0, fmt.Errorf("an alias refers to its own anchor")
+			return 0, fmt.Errorf("the alias refers to its own anchor, so it never ends")
 		}
 		return s, nil
 	}

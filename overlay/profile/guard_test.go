@@ -37,11 +37,13 @@ func TestParseGuards(t *testing.T) {
 	}{
 		{"alias bomb under devices", laughs(9, "", "devices"), "l6", "alias bomb"},
 		{"alias bomb under an ignored field", "system:\n" + laughs(9, "  ", "bomb") + gpu, "system.l6", "alias bomb"},
+		{"an alias inside its own anchor", "a: &a [1, *a]\n" + gpu, "a[1]", "refers to its own anchor"},
 		{"a small alias is fine", "x: &x 0x233010DE\ndevices:\n  - pci:\n      bus_id: \"0000:18:00.0\"\n      device_id: *x\n", "", ""},
 		{"float for an integer", gpu + "    pcie:\n      max_link_width: 16.0\n", "devices[0].pcie.max_link_width", "want an integer, found a float"},
 		{"float through an alias", "w: &w 8.5\n" + gpu + "    pcie:\n      max_link_width: *w\n", "devices[0].pcie.max_link_width", "found a float"},
 		{"float for a 64-bit size", gpu + "    bar1_memory:\n      total_bytes: 1.5e9\n", "devices[0].bar1_memory.total_bytes", "found a float"},
 		{"float under an ignored field is fine", "system:\n  power: 700.5\n" + gpu, "", ""},
+		{"a key with a newline stays on one line", "\"sys\\ntem\":\n" + laughs(9, "  ", "bomb") + gpu, "sys\ntem.l6", "\"sys\\ntem.l6\""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

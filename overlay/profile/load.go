@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -34,7 +35,12 @@ func (e *Error) Error() string {
 	b.WriteString(e.Source)
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field)
+		field := e.Field
+		if strings.ContainsFunc(field, unicode.IsControl) {
+			// A key of the file may hold a newline; the message stays one line.
+			field = strconv.Quote(field)
+		}
+		b.WriteString(field)
 	}
 	if e.Value != "" {
 		v := e.Value
