@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // CheckPlan checks the invariants every plan must keep, and returns one
@@ -193,4 +194,17 @@ func (c *planChecker) bridgeFiles(n *plan.Node) {
 			c.fail("%s%s is %q, want %d", dir, name, got, want)
 		}
 	}
+}
+
+// CheckMachine plans a machine as render does and checks the plan. A
+// refusal is fine, but must be one line.
+func CheckMachine(m *profile.Machine) []string {
+	p, err := plan.New(m, plan.Options{})
+	if err != nil {
+		if strings.Contains(err.Error(), "\n") {
+			return []string{"the planner's refusal spans lines: " + err.Error()}
+		}
+		return nil
+	}
+	return CheckPlan(p, "")
 }

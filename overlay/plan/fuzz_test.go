@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/internal/treecheck"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -80,11 +79,6 @@ func FuzzPlanInvariants(f *testing.F) {
 			require.NotContains(t, err.Error(), "\n")
 			return
 		}
-		pl, err := plan.New(m, plan.Options{})
-		if err != nil {
-			require.NotContains(t, err.Error(), "\n")
-			return
-		}
-		require.Empty(t, treecheck.CheckPlan(pl, ""))
+		require.Empty(t, treecheck.CheckMachine(m))
 	})
 }
