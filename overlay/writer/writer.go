@@ -3,7 +3,9 @@
 //
 // A render compares every planned entry with what is there and writes only
 // the differences, each through a staged name and rename(2), so a container
-// reading the tree meanwhile sees each entry old or new, never torn. The two
+// reading the tree meanwhile sees each entry old or new, never torn, and
+// in an order (order.go) that keeps every entry of the links directory
+// resolving at every moment, also when a render is killed. The two
 // mount sources, the root and its links directory, are never removed or
 // recreated, because running containers hold bind mounts of them.
 //
