@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One static binary: containers run it from the overlay, whatever their libc.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps test vet lint bench fuzz clean
+.PHONY: all build deps test vet lint bench fuzz fuzz-run clean
 
 all: build
 
@@ -25,6 +25,23 @@ lint: vet
 
 test: deps build lint
 	$(GO) test -count=1 -timeout 20m ./...
+	$(MAKE) --no-print-directory fuzz-run
+
+# Fuzz targets as package:Target. -fuzz takes one target per go test run.
+# make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
+# the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants
+FUZZTIME      ?= 3s
+FUZZTIME_LONG ?= 5m
+
+fuzz-run:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $$t for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$${t##*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s "$${t%%:*}"; \
+	done
+
+fuzz:
+	$(MAKE) --no-print-directory fuzz-run FUZZTIME=$(FUZZTIME_LONG)
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...

@@ -7,7 +7,10 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
+	"syscall"
+	"unicode"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -32,7 +35,12 @@ func (e *Error) Error() string {
 	b.WriteString(e.Source)
 	if e.Field != "" {
 		b.WriteString(": ")
-		b.WriteString(e.Field)
+		field := e.Field
+		if strings.ContainsFunc(field, unicode.IsControl) {
+			// A key of the file may hold a newline; the message stays one line.
+			field = strconv.Quote(field)
+		}
+		b.WriteString(field)
 	}
 	if e.Value != "" {
 		v := e.Value
@@ -54,7 +62,9 @@ func oneLine(s string) string {
 
 // LoadFile reads and decodes a profile file.
 func LoadFile(path string) (*Profile, error) {
-	f, err := os.Open(path)
+	// O_NONBLOCK: a FIFO named as the profile must not hang the render;
+	// the regular-file check below refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &Error{Source: path, Err: err}
 	}
@@ -98,24 +108,24 @@ func Parse(source string, data []byte) (*Profile, error) {
 	if top.Kind != yaml.MappingNode {
 		return fail(fmt.Errorf("the top level is a YAML %s; want a mapping with device_defaults, devices and pcie_topology", kindName(top.Kind)))
 	}
+	if err := checkAliases(source, top); err != nil {
+		return nil, err
+	}
 	var p Profile
-	d := &decoder{source: source, budget: maxDecodeNodes}
+	d := &decoder{source: source}
 	if err := d.decode(top, reflect.ValueOf(&p).Elem(), ""); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
 
-// maxDecodeNodes bounds the nodes a decode visits, aliases expanded: far
-// above any real profile, far below what an alias bomb would expand to.
-const maxDecodeNodes = 1 << 20
-
 // decoder fills the schema types from a YAML node tree field by field, so
 // that every error names the exact field (devices[3].pci.bus_id). yaml.v3
 // itself reports only a line.
+// Aliases are expanded as they are met; checkAliases has already bounded
+// what they expand to.
 type decoder struct {
 	source string
-	budget int
 }
 
 func (d *decoder) fail(field string, n *yaml.Node, err error) error {
@@ -127,9 +137,6 @@ func (d *decoder) fail(field string, n *yaml.Node, err error) error {
 }
 
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string) error {
-	if d.budget--; d.budget < 0 {
-		return &Error{Source: d.source, Field: field, Err: errors.New("document contains excessive aliasing")}
-	}
 	if n.Kind == yaml.AliasNode {
 		return d.decode(n.Alias, v, field)
 	}
@@ -152,11 +159,11 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string) error {
 		}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			key, value := n.Content[i], n.Content[i+1]
-			f, ok := fieldByTag(v, key.Value)
+			f, ok := fieldByTag(v.Type(), key.Value)
 			if !ok {
 				continue // nvml-mock profiles carry much that sysfs does not need
 			}
-			if err := d.decode(value, f, join(field, key.Value)); err != nil {
+			if err := d.decode(value, v.FieldByIndex(f.Index), join(field, key.Value)); err != nil {
 				return err
 			}
 		}
@@ -177,6 +184,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string) error {
 	if n.Kind != yaml.ScalarNode {
 		return d.fail(field, n, fmt.Errorf("want %s, found a %s", goTypeName(v.Type().String()), kindName(n.Kind)))
 	}
+	if isInteger(v.Kind()) && n.ShortTag() == "!!float" {
+		// yaml.v3 would quietly truncate max_link_gen: 4.5 to 4.
+		return d.fail(field, n, errors.New("want an integer, found a float"))
+	}
 	if err := n.Decode(v.Addr().Interface()); err != nil {
 		var te *yaml.TypeError
 		if errors.As(err, &te) && len(te.Errors) > 0 {
@@ -188,23 +199,13 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, field string) error {
 	return nil
 }
 
-func join(field, key string) string {
-	if field == "" {
-		return key
+func isInteger(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
 	}
-	return field + "." + key
-}
-
-// fieldByTag finds the struct field whose yaml tag names key.
-func fieldByTag(v reflect.Value, key string) (reflect.Value, bool) {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		if name == key {
-			return v.Field(i), true
-		}
-	}
-	return reflect.Value{}, false
+	return false
 }
 
 // describeTypeError rephrases "cannot unmarshal !!str `x` into int" as

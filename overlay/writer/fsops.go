@@ -143,18 +143,33 @@ func (d *dirs) lstat(p string) (unix.Stat_t, bool, error) {
 	return st, true, nil
 }
 
-// readFile reads a regular file, refusing to follow a symlink.
+// isFile reports whether p is a regular file.
+func (d *dirs) isFile(p string) bool {
+	st, there, err := d.lstat(p)
+	return err == nil && there && st.Mode&unix.S_IFMT == unix.S_IFREG
+}
+
+// readFile reads a regular file, refusing to follow a symlink. O_NONBLOCK
+// keeps a FIFO planted in the root from blocking the render (with its lock
+// held) forever; fstat then refuses anything but a regular file.
 func (d *dirs) readFile(p string, size int64) ([]byte, error) {
 	dir, name := split(p)
 	dfd, err := d.fd(dir)
 	if err != nil {
 		return nil, err
 	}
-	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path.Join(d.root, p), err)
 	}
 	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path.Join(d.root, p), err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("read %s: found a %s, not a regular file", path.Join(d.root, p), describeMode(st.Mode))
+	}
 	buf := make([]byte, size+1)
 	n := 0
 	for n < len(buf) {
@@ -303,7 +318,9 @@ func (d *dirs) remove(p string, isDir bool) (bool, error) {
 	dir, name := split(p)
 	fd, err := d.fd(dir)
 	if err != nil {
-		if errors.Is(err, unix.ENOENT) {
+		// Under a missing directory, or one a render replaced by a regular
+		// file, nothing is left to remove; a symlink is still refused.
+		if errors.Is(err, unix.ENOENT) || (errors.Is(err, unix.ENOTDIR) && d.isFile(dir)) {
 			return false, nil
 		}
 		return false, err

@@ -16,10 +16,15 @@ import (
 // "<kind> <path>" line each. Pruning touches nothing else.
 
 type ownedEntry struct {
-	kind plan.Kind
-	path string
-	pos  int
+	kind plan.Kind // the kind of its first line, which prune removes
+	// kinds holds a bit for every kind the manifest lists for the path: a
+	// render killed while a path changed kind owns both.
+	kinds uint8
+	path  string
+	pos   int // the position of its first line among distinct paths
 }
+
+func (o ownedEntry) has(k plan.Kind) bool { return o.kinds&(1<<k) != 0 }
 
 const maxManifest = 64 << 20
 
@@ -35,6 +40,16 @@ func (w *apply) readManifest() (map[string]ownedEntry, error) {
 	if err != nil {
 		return nil, err
 	}
+	owned, err := parseManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s/%s: %w", w.d.root, ManifestFile, err)
+	}
+	return owned, nil
+}
+
+// parseManifest reads "<kind> <path>" lines. A path listed twice keeps its
+// first position and gains the second kind.
+func parseManifest(data []byte) (map[string]ownedEntry, error) {
 	owned := map[string]ownedEntry{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
@@ -42,9 +57,14 @@ func (w *apply) readManifest() (map[string]ownedEntry, error) {
 		k, p, ok := strings.Cut(sc.Text(), " ")
 		kind, known := map[string]plan.Kind{"d": plan.Dir, "f": plan.File, "l": plan.Symlink}[k]
 		if !ok || !known || !ownablePath(p) {
-			return nil, fmt.Errorf("manifest %s/%s: bad line %q", w.d.root, ManifestFile, sc.Text())
+			return nil, fmt.Errorf("bad line %q", sc.Text())
 		}
-		owned[p] = ownedEntry{kind: kind, path: p, pos: len(owned)}
+		o, seen := owned[p]
+		if !seen {
+			o = ownedEntry{kind: kind, path: p, pos: len(owned)}
+		}
+		o.kinds |= 1 << kind
+		owned[p] = o
 	}
 	return owned, sc.Err()
 }
@@ -75,7 +95,8 @@ func manifestOf(entries []plan.Entry) []byte {
 	return b.Bytes()
 }
 
-// union lists the old entries first, in their order, then the new ones.
+// union lists the old entries first, in their order and with all their
+// kinds, then the new ones, and a new kind of an old path.
 func union(old map[string]ownedEntry, entries []plan.Entry) []byte {
 	ordered := make([]ownedEntry, len(old))
 	for _, o := range old {
@@ -84,9 +105,14 @@ func union(old map[string]ownedEntry, entries []plan.Entry) []byte {
 	var b bytes.Buffer
 	for _, o := range ordered {
 		fmt.Fprintf(&b, "%s %s\n", kindLetter(o.kind), o.path)
+		for k := plan.Dir; k <= plan.Symlink; k++ {
+			if k != o.kind && o.has(k) {
+				fmt.Fprintf(&b, "%s %s\n", kindLetter(k), o.path)
+			}
+		}
 	}
 	for _, e := range entries {
-		if _, ok := old[e.Path]; !ok {
+		if o, ok := old[e.Path]; !ok || !o.has(e.Kind) {
 			fmt.Fprintf(&b, "%s %s\n", kindLetter(e.Kind), e.Path)
 		}
 	}

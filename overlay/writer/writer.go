@@ -3,7 +3,9 @@
 //
 // A render compares every planned entry with what is there and writes only
 // the differences, each through a staged name and rename(2), so a container
-// reading the tree meanwhile sees each entry old or new, never torn. The two
+// reading the tree meanwhile sees each entry old or new, never torn, and
+// in an order (order.go) that keeps every entry of the links directory
+// resolving at every moment, also when a render is killed. The two
 // mount sources, the root and its links directory, are never removed or
 // recreated, because running containers hold bind mounts of them.
 //
@@ -111,7 +113,14 @@ func mkdirAllRoot(root string) error {
 		}
 	}
 	err := unix.Mkdir(root, 0o755)
-	if err != nil && !errors.Is(err, unix.EEXIST) {
+	if errors.Is(err, unix.EEXIST) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create root %s: %w", root, err)
+	}
+	// 0755 whatever the umask: containers read the overlay as any user.
+	if err := unix.Chmod(root, 0o755); err != nil {
 		return fmt.Errorf("create root %s: %w", root, err)
 	}
 	return nil
@@ -201,6 +210,11 @@ func (w *apply) run(opts Options) error {
 	}
 	slices.SortFunc(stale, func(a, b ownedEntry) int { return a.pos - b.pos })
 	if len(changes) == 0 && len(stale) == 0 && bytes.Equal(oldMarker, marker.bytes()) {
+		// A render killed after writing the marker leaves an empty staging
+		// directory behind; the tree is complete, so only that goes.
+		if err := w.d.removeAll(stagingDir); err != nil {
+			return err
+		}
 		return w.reportForeign(planned, owned)
 	}
 
@@ -226,25 +240,18 @@ func (w *apply) run(opts Options) error {
 	if err := w.writeManifest(union(owned, w.plan.Entries)); err != nil {
 		return err
 	}
-	for _, c := range changes {
-		if err := w.write(c); err != nil {
-			return err
-		}
+	current, err := w.linkTexts()
+	if err != nil {
+		return err
 	}
-	// Prune in reverse plan order: endpoints' links before the bridges'
-	// they pass through, contents before their directories.
-	for i := len(stale) - 1; i >= 0; i-- {
-		o := stale[i]
-		removed, err := w.d.remove(o.path, o.kind == plan.Dir)
+	for _, s := range order(w.plan.Entries, changes, stale, current) {
+		if s.change != nil {
+			err = w.write(*s.change)
+		} else {
+			err = w.prune(*s.stale)
+		}
 		if err != nil {
 			return err
-		}
-		if removed {
-			w.stats.Removed++
-		} else if o.kind == plan.Dir {
-			if _, there, _ := w.d.lstat(o.path); there {
-				w.stats.Kept = append(w.stats.Kept, o.path)
-			}
 		}
 	}
 	// The tree reaches the disk before the marker that vouches for it.
@@ -278,7 +285,7 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 	kind, ok := kindOf(st.Mode)
 	if !ok || kind != e.Kind {
 		o, mine := owned[e.Path]
-		if !mine || o.kind != kind {
+		if !mine || !o.has(kind) {
 			return c, false, fmt.Errorf("refusing to replace %s: found a %s that no render made where the plan has a %s", path.Join(w.d.root, e.Path), describeMode(st.Mode), e.Kind)
 		}
 		c.replace = true
@@ -313,6 +320,47 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 	w.stats.FilesUnchanged++
 	w.stats.BytesUnchanged += int64(len(e.Data))
 	return c, false, nil
+}
+
+// prune removes a stale entry; a directory that still holds foreign files
+// is kept and reported.
+func (w *apply) prune(o ownedEntry) error {
+	removed, err := w.d.remove(o.path, o.kind == plan.Dir)
+	if err != nil {
+		return err
+	}
+	if removed {
+		w.stats.Removed++
+	} else if o.kind == plan.Dir {
+		if _, there, _ := w.d.lstat(o.path); there {
+			w.stats.Kept = append(w.stats.Kept, o.path)
+		}
+	}
+	return nil
+}
+
+// linkTexts reads the text of every symlink in the links directory, which
+// order needs to know which old entries are endpoints and which bridges.
+func (w *apply) linkTexts() (map[string]string, error) {
+	names, err := w.d.list(plan.LinksDir)
+	if err != nil {
+		return nil, err
+	}
+	texts := make(map[string]string, len(names))
+	for _, n := range names {
+		p := plan.LinksDir + "/" + n
+		st, there, err := w.d.lstat(p)
+		if err != nil {
+			return nil, err
+		}
+		if !there || st.Mode&unix.S_IFMT != unix.S_IFLNK {
+			continue
+		}
+		if texts[p], err = w.d.readlink(p); err != nil {
+			return nil, err
+		}
+	}
+	return texts, nil
 }
 
 func (w *apply) write(c change) error {

@@ -1,0 +1,195 @@
+package reliability
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
+	"golang.org/x/sys/unix"
+)
+
+// The reader runs as this test binary re-executed under unshare -m with
+// scannerEnv naming the overlay root. It mounts the overlay where a
+// container has it, then scans /sys/bus/pci/devices in a loop, the kernel
+// resolving every link, while the parent re-renders. Commands on stdin:
+// "verify" answers one scan of the (then stable) tree; "stop" answers the
+// totals and exits; "verify nvlib" also runs go-nvlib's GetGPUs, which is
+// slow (it parses pci.ids for every device). Every answer is one JSON line
+// on stdout.
+const scannerEnv = "NVML_MOCK_SYSFS_SCANNER_ROOT"
+
+// parentNSEnv carries the parent's mount namespace, which the reader must
+// have left before it mounts anything.
+const parentNSEnv = "NVML_MOCK_SYSFS_PARENT_MNT_NS"
+
+// kernelLinks is where containers and this reader see the links directory.
+const kernelLinks = "/sys/bus/pci/devices"
+
+// nvlibEvery runs go-nvlib's own scan every so many raw scans.
+const nvlibEvery = 25
+
+// maxSamples bounds the examples kept of each kind of failure.
+const maxSamples = 20
+
+type scannerStats struct {
+	Scans    int      `json:"scans"`
+	Entries  int      `json:"entries"`
+	Files    int      `json:"files"`
+	Vanished int      `json:"vanished"`
+	Torn     int      `json:"torn"`
+	Samples  []string `json:"samples"`
+	// go-nvlib's GetAllDevices at the kernel path, during flips.
+	NvlibScans int `json:"nvlib_scans"`
+	// NvlibVanished counts scans that failed on an entry the flip removed
+	// between go-nvlib's readdir and its reads: the same as a hot-unplug.
+	NvlibVanished int      `json:"nvlib_vanished"`
+	NvlibFailures int      `json:"nvlib_failures"`
+	NvlibSamples  []string `json:"nvlib_samples"`
+}
+
+type verifyReply struct {
+	Scans     int        `json:"scans"`
+	Scan      scanResult `json:"scan"`
+	NvlibGPUs []string   `json:"nvlib_gpus"`
+	NvlibErr  string     `json:"nvlib_err"`
+}
+
+type scannerReply struct {
+	Ready  bool          `json:"ready,omitempty"`
+	Verify *verifyReply  `json:"verify,omitempty"`
+	Stats  *scannerStats `json:"stats,omitempty"`
+}
+
+func scannerMain(root string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if err := mountOverlay(root, os.Getenv(parentNSEnv)); err != nil {
+		fmt.Fprintf(stderr, "scanner: %v\n", err)
+		return 1
+	}
+	enc := json.NewEncoder(stdout)
+	if err := enc.Encode(scannerReply{Ready: true}); err != nil {
+		return 1
+	}
+	cmds := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			cmds <- sc.Text()
+		}
+		close(cmds)
+	}()
+	fsys := os.DirFS(kernelLinks)
+	nv := nvpci.New(nvpci.WithLogger(quietLogger{}))
+	var st scannerStats
+	for {
+		select {
+		case cmd, ok := <-cmds:
+			if !ok || cmd == "stop" {
+				if err := enc.Encode(scannerReply{Stats: &st}); err != nil {
+					return 1
+				}
+				return 0
+			}
+			v := &verifyReply{Scan: scanLinks(fsys)}
+			if cmd == "verify nvlib" {
+				v.NvlibGPUs, v.NvlibErr = nvlibGPUs(nv)
+			}
+			v.Scans = st.Scans
+			if err := enc.Encode(scannerReply{Verify: v}); err != nil {
+				return 1
+			}
+		default:
+			st.add(scanLinks(fsys))
+			if st.Scans%nvlibEvery == 0 {
+				st.addNvlib(nv)
+			}
+		}
+	}
+}
+
+func nvlibGPUs(nv nvpci.Interface) ([]string, string) {
+	devs, err := nv.GetGPUs()
+	if err != nil {
+		return nil, err.Error()
+	}
+	gpus := []string{}
+	for _, d := range devs {
+		gpus = append(gpus, d.Address)
+	}
+	return gpus, ""
+}
+
+func (st *scannerStats) add(r scanResult) {
+	st.Scans++
+	st.Entries += len(r.Entries)
+	st.Files += r.Files
+	st.Vanished += r.Vanished
+	st.Torn += len(r.Torn)
+	for _, s := range r.Torn {
+		if len(st.Samples) < maxSamples {
+			st.Samples = append(st.Samples, fmt.Sprintf("scan %d: %s", st.Scans, s))
+		}
+	}
+}
+
+// addNvlib runs go-nvlib's scan and sorts a failure: an entry that is gone
+// afterwards was removed by the flip; anything else is a real failure.
+func (st *scannerStats) addNvlib(nv nvpci.Interface) {
+	st.NvlibScans++
+	_, err := nv.GetAllDevices()
+	if err == nil {
+		return
+	}
+	const prefix = "error constructing NVIDIA PCI device "
+	msg := err.Error()
+	if rest, ok := strings.CutPrefix(msg, prefix); ok && len(rest) >= 12 {
+		if _, lerr := os.Lstat(kernelLinks + "/" + rest[:12]); errors.Is(lerr, fs.ErrNotExist) {
+			st.NvlibVanished++
+			return
+		}
+	}
+	st.NvlibFailures++
+	if len(st.NvlibSamples) < maxSamples {
+		st.NvlibSamples = append(st.NvlibSamples, msg)
+	}
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Warningf(string, ...any) {}
+
+// mountOverlay mounts the overlay as a container sees it: the root at
+// /opt/nvml-mock and its links directory over /sys/bus/pci/devices. /opt
+// gets a tmpfs first, so the host never gains an /opt/nvml-mock. It refuses
+// to run in the parent's mount namespace.
+func mountOverlay(root, parentNS string) error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return err
+	}
+	if parentNS == "" || self == parentNS {
+		return fmt.Errorf("refusing to mount: mount namespace %s is not a private one apart from the parent's %q (run under unshare -m)", self, parentNS)
+	}
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"tmpfs on /opt", func() error { return unix.Mount("tmpfs", "/opt", "tmpfs", 0, "size=1m,mode=0755") }},
+		{"mkdir /opt/nvml-mock", func() error { return os.Mkdir("/opt/nvml-mock", 0o755) }},
+		{"bind the overlay", func() error { return unix.Mount(root, "/opt/nvml-mock", "", unix.MS_BIND, "") }},
+		{"bind the links directory", func() error {
+			return unix.Mount(root+"/sys/bus/pci/devices", kernelLinks, "", unix.MS_BIND, "")
+		}},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			return fmt.Errorf("%s: %w", s.what, err)
+		}
+	}
+	return nil
+}
