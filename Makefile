@@ -30,7 +30,7 @@ test: deps build lint
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
 # the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
-FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/importer:FuzzNvidiaSMI
 FUZZTIME      ?= 3s
 FUZZTIME_LONG ?= 5m
 

@@ -37,8 +37,12 @@ func RequireProgram(t testing.TB, name, debianPackage string) string {
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
+	}
 	out := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/nvml-mock-sysfs")
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, "./cmd/nvml-mock-sysfs")
 	cmd.Dir = Repo(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

@@ -4,11 +4,15 @@
 package overlaytest
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -16,10 +20,19 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-// Snapshot describes every path under root, without following links: kind,
-// permission bits, and a file's content or a link's text. Two trees are
-// byte-for-byte equal exactly when their snapshots are.
-func Snapshot(root string) (map[string]string, error) {
+// SnapshotOptions choose what a snapshot records beyond content.
+type SnapshotOptions struct {
+	// Identity adds inode numbers and modification times, so that two
+	// snapshots are equal only if nothing was rewritten at all.
+	Identity bool
+}
+
+// Snapshot records a whole tree without following links: for every path
+// (the root itself included) its type, permission and special bits, owner,
+// link count, and its content's digest or its link text. Nothing is
+// excluded: the writer's own state directory is compared too.
+func Snapshot(t testing.TB, root string, opts SnapshotOptions) map[string]string {
+	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -33,27 +46,77 @@ func Snapshot(root string) (map[string]string, error) {
 		if err != nil {
 			return err
 		}
+		st := info.Sys().(*syscall.Stat_t)
+		desc := fmt.Sprintf("%s mode=%v uid=%d gid=%d nlink=%d", typeName(info.Mode()), info.Mode(), st.Uid, st.Gid, st.Nlink)
 		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = "link " + target
-		case d.IsDir():
-			out[rel] = fmt.Sprintf("dir %v", info.Mode())
 		case info.Mode().IsRegular():
 			data, err := os.ReadFile(p)
 			if err != nil {
 				return err
 			}
-			out[rel] = fmt.Sprintf("file %v %q", info.Mode(), data)
-		default:
-			out[rel] = fmt.Sprintf("special %v", info.Mode())
+			desc += fmt.Sprintf(" size=%d sha256=%x", len(data), sha256.Sum256(data))
+		case info.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			desc += " -> " + target
 		}
+		if opts.Identity {
+			desc += fmt.Sprintf(" ino=%d mtime=%d.%09d", st.Ino, st.Mtim.Sec, st.Mtim.Nsec)
+		}
+		out[rel] = desc
 		return nil
 	})
-	return out, err
+	if err != nil {
+		t.Fatalf("snapshot %s: %v", root, err)
+	}
+	return out
+}
+
+func typeName(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "dir"
+	case m.IsRegular():
+		return "file"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	}
+	return "special(" + m.Type().String() + ")"
+}
+
+// DiffSnapshots lists every path that differs, for a readable failure.
+func DiffSnapshots(want, got map[string]string) []string {
+	var diffs []string
+	for p, w := range want {
+		g, ok := got[p]
+		switch {
+		case !ok:
+			diffs = append(diffs, "missing "+p+": "+w)
+		case g != w:
+			diffs = append(diffs, "changed "+p+": want "+w+", got "+g)
+		}
+	}
+	for p, g := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, "extra "+p+": "+g)
+		}
+	}
+	slices.Sort(diffs)
+	return diffs
+}
+
+// RequireSameTree fails with the first differences between two snapshots.
+func RequireSameTree(t testing.TB, want, got map[string]string, what string) {
+	t.Helper()
+	diffs := DiffSnapshots(want, got)
+	if len(diffs) > 20 {
+		diffs = append(diffs[:20], fmt.Sprintf("... and %d more", len(diffs)-20))
+	}
+	if len(diffs) > 0 {
+		t.Fatalf("%s:\n%s", what, strings.Join(diffs, "\n"))
+	}
 }
 
 // SharedTestdata returns the absolute path of ../shared/testdata/<sub>

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/treecheck"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -65,7 +65,7 @@ func fuzzProfile(flags byte, rcs, devs []byte) *profile.Profile {
 
 // FuzzPlanInvariants plans fuzzed machines: a refusal must be one clear
 // line, and every plan must keep the invariants consumers rely on (see
-// treecheck.CheckPlan): links resolve inside the overlay, entries are
+// plancheck.CheckPlan): links resolve inside the overlay, entries are
 // lower-case BDFs, endpoint texts clean to devices/pci.../<bdf>, bridge
 // ranges hold their children. Seeds: testdata/fuzz/FuzzPlanInvariants.
 func FuzzPlanInvariants(f *testing.F) {
@@ -79,6 +79,6 @@ func FuzzPlanInvariants(f *testing.F) {
 			require.NotContains(t, err.Error(), "\n")
 			return
 		}
-		require.Empty(t, treecheck.CheckMachine(m))
+		require.Empty(t, plancheck.CheckMachine(m))
 	})
 }

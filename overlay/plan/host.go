@@ -154,5 +154,3 @@ func ReadHostDevices(sysfs fs.ReadLinkFS) ([]HostDevice, error) {
 	}
 	return out, nil
 }
-
-func parseCPUs(list string) (cpuset.CPUSet, error) { return cpuset.Parse(list) }

@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/treecheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -68,6 +68,6 @@ func FuzzParse(f *testing.F) {
 		if len(m.Devices) > maxFuzzPlanDevices {
 			return
 		}
-		require.Empty(t, treecheck.CheckMachine(m))
+		require.Empty(t, plancheck.CheckMachine(m))
 	})
 }

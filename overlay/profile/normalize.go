@@ -199,6 +199,9 @@ type slot struct {
 // overriding the device its index names (its position when it has none).
 func (n *normalizer) slots() ([]slot, error) {
 	p := n.p
+	if len(p.Devices) > MaxDevices {
+		return nil, n.fail("devices", fmt.Sprint(len(p.Devices)), "more than %d devices", MaxDevices)
+	}
 	byIndex := map[int]int{}
 	for pos, d := range p.Devices {
 		index := pos

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/internal/treecheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -54,13 +54,13 @@ func replayPlans(t *testing.T) []*plan.Plan {
 // sim is a tree in memory with what a replay looks up often: how many
 // entries each directory holds, and the entries of the links directory.
 type sim struct {
-	tree     treecheck.Tree
+	tree     plancheck.Tree
 	children map[string]int
 	links    map[string]bool
 }
 
 func newSim(entries []plan.Entry) *sim {
-	s := &sim{tree: treecheck.Tree{}, children: map[string]int{}, links: map[string]bool{}}
+	s := &sim{tree: plancheck.Tree{}, children: map[string]int{}, links: map[string]bool{}}
 	for _, e := range entries {
 		s.put(e)
 	}
@@ -212,7 +212,7 @@ func TestOrderKeepsEveryEntryResolvable(t *testing.T) {
 			}
 			state, owned := freshState(from)
 			r.replay(state, owned, to, -1)
-			require.Equal(t, treecheck.FromEntries(to.Entries), state.tree, "%s -> %s does not end at the plan", from.Machine.Source, to.Machine.Source)
+			require.Equal(t, plancheck.FromEntries(to.Entries), state.tree, "%s -> %s does not end at the plan", from.Machine.Source, to.Machine.Source)
 			pairs++
 
 			// Kill a render from -> to at a random step, then render a third plan.
@@ -221,7 +221,7 @@ func TestOrderKeepsEveryEntryResolvable(t *testing.T) {
 			crashedOwned := r.replay(state, owned, to, stop)
 			next := plans[rng.IntN(len(plans))]
 			r.replay(state, crashedOwned, next, -1)
-			require.Equal(t, treecheck.FromEntries(next.Entries), state.tree, "%s -> %s killed at step %d, then %s, does not end at the plan", from.Machine.Source, to.Machine.Source, stop, next.Machine.Source)
+			require.Equal(t, plancheck.FromEntries(next.Entries), state.tree, "%s -> %s killed at step %d, then %s, does not end at the plan", from.Machine.Source, to.Machine.Source, stop, next.Machine.Source)
 			crashes++
 		}
 	}

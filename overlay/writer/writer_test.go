@@ -94,11 +94,7 @@ func TestApplyIsDeterministic(t *testing.T) {
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	apply(t, a, planOf(t, "a100", nil))
 	apply(t, b, planOf(t, "a100", nil))
-	sa, err := overlaytest.Snapshot(a)
-	require.NoError(t, err)
-	sb, err := overlaytest.Snapshot(b)
-	require.NoError(t, err)
-	require.Equal(t, sa, sb)
+	overlaytest.RequireSameTree(t, overlaytest.Snapshot(t, a, overlaytest.SnapshotOptions{}), overlaytest.Snapshot(t, b, overlaytest.SnapshotOptions{}), "two renders of one profile")
 }
 
 func TestRerenderUnchangedWritesNothing(t *testing.T) {
@@ -157,11 +153,7 @@ func TestRerenderReplacesTreeInPlace(t *testing.T) {
 	// Exactly the new tree: equal to a fresh render of it.
 	fresh := filepath.Join(t.TempDir(), "fresh")
 	apply(t, fresh, h100)
-	got, err := overlaytest.Snapshot(root)
-	require.NoError(t, err)
-	want, err := overlaytest.Snapshot(fresh)
-	require.NoError(t, err)
-	require.Equal(t, want, got)
+	overlaytest.RequireSameTree(t, overlaytest.Snapshot(t, fresh, overlaytest.SnapshotOptions{}), overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}), "re-render against a fresh render")
 }
 
 func TestForeignEntriesAreKeptAndReported(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package treecheck resolves paths in an overlay held in memory the way the
+// Package plancheck resolves paths in an overlay held in memory the way the
 // kernel resolves them on disk: physically, following every symlink where
 // it is met, so that ".." after a link climbs from the link's target. The
 // overlay root plays "/", which the loop link <root>/opt/nvml-mock -> ..
@@ -7,7 +7,7 @@
 //
 // Tests use it to check a plan's links before anything touches disk, and to
 // replay a render step by step.
-package treecheck
+package plancheck
 
 import (
 	"errors"

@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"errors"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -76,13 +77,13 @@ func killRender(t *testing.T, bin, root, profile string, delay time.Duration) cr
 // root gives: every path with its type, mode, owner, link count, content
 // or link text, the writer's state directory included.
 func TestCrashSafety(t *testing.T) {
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	profiles := append(flipProfiles(t), "t4")
 	refs := map[string]map[string]string{}
 	for _, p := range profiles {
 		ref := filepath.Join(t.TempDir(), "ref")
 		render(t, bin, ref, p, "--no-binary")
-		refs[p] = snapshot(t, ref, snapshotOptions{})
+		refs[p] = overlaytest.Snapshot(t, ref, overlaytest.SnapshotOptions{})
 	}
 	root := filepath.Join(t.TempDir(), "root")
 	render(t, bin, root, profiles[0], "--no-binary")
@@ -118,7 +119,7 @@ func TestCrashSafety(t *testing.T) {
 		}
 		next := profiles[rng.IntN(len(profiles))]
 		render(t, bin, root, next, "--no-binary")
-		requireSameTree(t, refs[next], snapshot(t, root, snapshotOptions{}),
+		overlaytest.RequireSameTree(t, refs[next], overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}),
 			"trial "+strconv.Itoa(trial)+": "+profile+" killed after "+delay.String()+", then "+next)
 	}
 	t.Logf("FIGURES crash: %d kills (seed %d): %d inside the changes (marker withdrawn), %d before or after them, %d renders finished first; "+

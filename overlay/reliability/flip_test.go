@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"io"
 	"os"
 	"os/exec"
@@ -30,7 +31,7 @@ const (
 // flipProfiles share 0000:07:00.0 with other ids, differ in other devices
 // and in hierarchy, so that anchors move on every flip.
 func flipProfiles(t testing.TB) []string {
-	dir := filepath.Join(repoRoot(t), "testdata", "flip")
+	dir := filepath.Join(overlaytest.Repo(t), "testdata", "flip")
 	return []string{filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")}
 }
 
@@ -123,7 +124,7 @@ func TestFlipUnderLiveReaders(t *testing.T) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare (util-linux) is not installed: " + err.Error())
 	}
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	root := filepath.Join(t.TempDir(), "overlay")
 	profiles := flipProfiles(t)
 	views := []expectedView{expectView(t, profiles[0]), expectView(t, profiles[1])}

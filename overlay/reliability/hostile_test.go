@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,7 +33,7 @@ type hostileCase struct {
 
 func readHostileCorpus(t *testing.T) []hostileCase {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(repoRoot(t), "testdata", "hostile", "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "testdata", "hostile", "*.yaml"))
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, len(files), 30)
 	var cases []hostileCase
@@ -102,10 +103,10 @@ func generatedHostile(t *testing.T) []hostileCase {
 // stderr naming the file, the field and the value, nothing on stdout, and
 // the tree untouched, down to inode numbers and modification times.
 func TestHostileProfilesAreRefused(t *testing.T) {
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	root := filepath.Join(t.TempDir(), "root")
 	render(t, bin, root, "t4")
-	before := snapshot(t, root, snapshotOptions{identity: true})
+	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 	cases := append(readHostileCorpus(t), generatedHostile(t)...)
 	for _, c := range cases {
 		t.Run(filepath.Base(c.path), func(t *testing.T) {
@@ -123,7 +124,7 @@ func TestHostileProfilesAreRefused(t *testing.T) {
 			for _, w := range c.want {
 				require.Contains(t, r.stderr, w)
 			}
-			requireSameTree(t, before, snapshot(t, root, snapshotOptions{identity: true}), "the refused render changed the tree")
+			overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused render changed the tree")
 		})
 	}
 	t.Logf("FIGURES hostile: %d hostile profiles refused, each with one line, the tree unchanged", len(cases))
@@ -132,7 +133,7 @@ func TestHostileProfilesAreRefused(t *testing.T) {
 // TestRootFlagIsChecked refuses roots the writer must never use, before
 // anything is created.
 func TestRootFlagIsChecked(t *testing.T) {
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	dir := t.TempDir()
 	for _, root := range []string{"", "relative/root", "./root", "/", "//", dir + "/", dir + "/./root", dir + "/x/../root"} {
 		t.Run(strconv.Quote(root), func(t *testing.T) {

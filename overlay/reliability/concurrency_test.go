@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"fmt"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +27,7 @@ const (
 // interleaving would leave a mix. A render that cannot get the lock in time
 // must fail with one clear line and change nothing.
 func TestConcurrentRendersSerialise(t *testing.T) {
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	profiles := flipProfiles(t)
 	refs := map[string]map[string]string{} // by marker content
 	for _, p := range profiles {
@@ -34,7 +35,7 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 		render(t, bin, ref, p, "--no-binary")
 		marker, err := os.ReadFile(filepath.Join(ref, writer.MarkerFile))
 		require.NoError(t, err)
-		refs[string(marker)] = snapshot(t, ref, snapshotOptions{})
+		refs[string(marker)] = overlaytest.Snapshot(t, ref, overlaytest.SnapshotOptions{})
 	}
 	root := filepath.Join(t.TempDir(), "root")
 	render(t, bin, root, profiles[0], "--no-binary")
@@ -57,7 +58,7 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 		require.NoError(t, err)
 		ref, ok := refs[string(marker)]
 		require.True(t, ok, "round %d: the marker names neither profile: %s", round, marker)
-		requireSameTree(t, ref, snapshot(t, root, snapshotOptions{}), fmt.Sprintf("round %d", round))
+		overlaytest.RequireSameTree(t, ref, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}), fmt.Sprintf("round %d", round))
 	}
 
 	// Hold the lock as a running render does.
@@ -65,11 +66,11 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 	require.NoError(t, err)
 	defer unix.Close(fd)
 	require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
-	before := snapshot(t, root, snapshotOptions{identity: true})
+	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 	r := runBinary(t, bin, "render", "--no-binary", "--root", root, "--profile", profiles[1], "--lock-timeout", "300ms")
 	require.Equal(t, 1, r.code)
 	require.Equal(t, "nvml-mock-sysfs: render into "+root+": another render holds the lock on "+root+"; gave up after 300ms\n", r.stderr)
-	requireSameTree(t, before, snapshot(t, root, snapshotOptions{identity: true}), "a render that got no lock changed the tree")
+	overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "a render that got no lock changed the tree")
 	t.Logf("FIGURES concurrency: %d rounds of %d simultaneous renders, each round left exactly one profile's tree", concurrentRounds, concurrentRenders)
 }
 
@@ -79,7 +80,7 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 // set-uid, and every link resolves inside the overlay, except host devices'
 // links, which lead into the real /sys/devices as the kernel's do.
 func TestRenderedTreeIsSafe(t *testing.T) {
-	bin := buildBinary(t)
+	bin := overlaytest.BuildBinary(t)
 	hostDevices, _ := filepath.Glob("/sys/bus/pci/devices/*")
 	for _, p := range []string{"a100", "h100", "gb200", "t4", "h100 --host-devices merge"} {
 		t.Run(p, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package treecheck
+package plancheck
 
 import (
 	"slices"
