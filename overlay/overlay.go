@@ -8,6 +8,8 @@
 package overlay
 
 import (
+	"crypto/sha256"
+	"debug/elf"
 	"fmt"
 	"io/fs"
 	"os"
@@ -40,8 +42,9 @@ type Options struct {
 	Hierarchy     boards.Hierarchy
 	HostDevices   HostDevices
 	HostSysfs     string // default /sys
-	// Binary, if set, is installed at <root>/bin/nvml-mock-sysfs.
-	Binary []byte
+	// Binary, if set, is a file to install at <root>/bin/nvml-mock-sysfs:
+	// render's own executable.
+	Binary string
 	Writer writer.Options
 }
 
@@ -88,13 +91,44 @@ func Plan(opts Options) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Binary != nil {
+	if opts.Binary != "" {
+		src, err := binarySource(opts.Binary)
+		if err != nil {
+			return nil, err
+		}
 		p.Entries = append([]plan.Entry{
 			{Path: "bin", Kind: plan.Dir, Mode: 0o755},
-			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Data: opts.Binary},
+			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: src},
 		}, p.Entries...)
 	}
 	return p, nil
+}
+
+// binarySource describes the binary to install without reading it: a Go
+// binary's build ID is a hash of its content, so it stands in for the 16
+// MiB that a render would otherwise read and hash every time. A binary
+// without one is hashed.
+func binarySource(path string) (*plan.FileSource, error) {
+	info, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("binary to install: %w", err)
+	}
+	src := &plan.FileSource{Path: path, Size: info.Size()}
+	if f, err := elf.Open(path); err == nil {
+		defer f.Close()
+		if sec := f.Section(".note.go.buildid"); sec != nil {
+			if note, err := sec.Data(); err == nil && len(note) > 0 {
+				src.Fingerprint = fmt.Sprintf("go-buildid:%x", note)
+				return src, nil
+			}
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("binary to install: %w", err)
+	}
+	src.Fingerprint = fmt.Sprintf("sha256:%x", sha256.Sum256(data))
+	return src, nil
 }
 
 // Render plans the overlay and writes it into the root.

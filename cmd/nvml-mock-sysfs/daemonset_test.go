@@ -35,7 +35,7 @@ func daemonSetTurn(t *testing.T, script string, dir string) []string {
 				}
 			}
 		}
-		code, stdout, stderr := runCmd(args...)
+		code, stdout, stderr := runCLI(t, args...)
 		require.Equal(t, exitOK, code, "%s: %s", line, stderr)
 		outs = append(outs, stdout)
 	}

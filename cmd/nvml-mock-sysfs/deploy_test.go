@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -15,19 +14,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
-// runCmd runs the command line in-process. The "binary" render installs is
-// a marker string, so a test can tell it was installed byte for byte.
-func runCmd(args ...string) (code int, stdout, stderr string) {
-	var out, errOut bytes.Buffer
-	e := &env{stdout: &out, stderr: &errOut, executable: func() ([]byte, error) { return []byte("#!test binary\n"), nil }}
-	code = run(e, args)
-	return code, out.String(), errOut.String()
-}
-
 func renderedRoot(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
-	code, _, stderr := runCmd("render", "--root", root, "--profile", "t4")
+	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4")
 	require.Equal(t, exitOK, code, stderr)
 	return root
 }
@@ -36,13 +26,13 @@ func TestRenderInstallsItsBinary(t *testing.T) {
 	root := renderedRoot(t)
 	b, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
-	require.Equal(t, "#!test binary\n", string(b))
+	require.Equal(t, "#!binary\n", string(b))
 	st, err := os.Stat(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o755), st.Mode().Perm(), "executable, so a served container can run it")
 
 	bare := filepath.Join(t.TempDir(), "overlay")
-	code, _, stderr := runCmd("render", "--root", bare, "--profile", "t4", "--no-binary")
+	code, _, stderr := runCLI(t, "render", "--root", bare, "--profile", "t4", "--no-binary")
 	require.Equal(t, exitOK, code, stderr)
 	_, err = os.Stat(filepath.Join(bare, plan.BinaryFile))
 	require.ErrorIs(t, err, os.ErrNotExist)
@@ -68,7 +58,7 @@ func TestCDIUsage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := runCmd(tc.args...)
+			code, _, stderr := runCLI(t, tc.args...)
 			require.Equal(t, exitUsage, code)
 			require.Contains(t, stderr, tc.want)
 			_, err := os.Stat(out)
@@ -81,23 +71,23 @@ func TestCDIGate(t *testing.T) {
 	unrendered := filepath.Join(t.TempDir(), "never-rendered")
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 
-	code, _, stderr := runCmd("cdi", "--root", unrendered, "--output", out)
+	code, _, stderr := runCLI(t, "cdi", "--root", unrendered, "--output", out)
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, stderr, "holds no complete render")
 	_, err := os.Stat(out)
 	require.ErrorIs(t, err, os.ErrNotExist, "refused: no spec at all")
 
-	code, _, stderr = runCmd("cdi", "--root", unrendered, "--output", out, "--fail-open")
+	code, _, stderr = runCLI(t, "cdi", "--root", unrendered, "--output", out, "--fail-open")
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stderr, "leaving the sysfs mounts out")
 	s, err := cdi.ReadSpec(out, 0)
 	require.NoError(t, err)
 	require.Empty(t, s.Devices[0].ContainerEdits.Mounts, "no bind mount of a missing source")
 
-	code, _, stderr = runCmd("mounts", "--root", unrendered, "--format", "json")
+	code, _, stderr = runCLI(t, "mounts", "--root", unrendered, "--format", "json")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, stderr, "holds no complete render")
-	code, stdout, _ := runCmd("mounts", "--root", unrendered, "--format", "json", "--fail-open")
+	code, stdout, _ := runCLI(t, "mounts", "--root", unrendered, "--format", "json", "--fail-open")
 	require.Equal(t, exitOK, code)
 	require.JSONEq(t, "[]", stdout)
 }
@@ -107,13 +97,13 @@ func TestCDIAndMountsShareTheMountSet(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 	flags := []string{"--root", root, "--container-root", "/usr/local/nvml-mock", "--also-at", "/host-sys/bus/pci/devices"}
 
-	code, stdout, stderr := runCmd(append([]string{"mounts", "--format", "json"}, flags...)...)
+	code, stdout, stderr := runCLI(t, append([]string{"mounts", "--format", "json"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
 	var listed []deploy.Mount
 	require.NoError(t, json.Unmarshal([]byte(stdout), &listed))
 	require.Len(t, listed, 3)
 
-	code, stdout, stderr = runCmd(append([]string{"cdi", "--output", out}, flags...)...)
+	code, stdout, stderr = runCLI(t, append([]string{"cdi", "--output", out}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "cdiVersion 0.3.0")
 	s, err := cdi.ReadSpec(out, 0)
@@ -134,14 +124,14 @@ func TestCDIMergeInto(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(file, orig, 0o644))
 
-	code, stdout, stderr := runCmd("cdi", "--root", root, "--merge-into", file)
+	code, stdout, stderr := runCLI(t, "cdi", "--root", root, "--merge-into", file)
 	require.Equal(t, exitOK, code, stderr)
 	require.Contains(t, stdout, "removed 3 mounts, added 2")
 	require.Contains(t, stdout, "- /var/lib/nvidia-mock/sys/devices -> /sys/devices\n")
 	merged, err := os.ReadFile(file)
 	require.NoError(t, err)
 
-	code, stdout, stderr = runCmd("cdi", "--root", root, "--merge-into", file)
+	code, stdout, stderr = runCLI(t, "cdi", "--root", root, "--merge-into", file)
 	require.Equal(t, exitOK, code, stderr)
 	require.True(t, strings.HasPrefix(stdout, "unchanged "), stdout)
 	again, err := os.ReadFile(file)
@@ -164,7 +154,7 @@ func TestCDIMergeRefusesAnInvalidSpec(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "nvidia.yaml")
 			require.NoError(t, os.WriteFile(file, []byte(content), 0o644))
-			code, _, stderr := runCmd("cdi", "--root", root, "--merge-into", file)
+			code, _, stderr := runCLI(t, "cdi", "--root", root, "--merge-into", file)
 			require.Equal(t, exitFailure, code)
 			require.Contains(t, stderr, "left as it was")
 			b, err := os.ReadFile(file)

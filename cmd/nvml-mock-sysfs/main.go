@@ -22,8 +22,8 @@ const (
 // env is what a command may touch of the process.
 type env struct {
 	stdout, stderr io.Writer
-	// executable returns this binary's bytes, for render to install.
-	executable func() ([]byte, error)
+	// executable names this binary's file, for render to install.
+	executable func() (string, error)
 }
 
 type command struct {
@@ -46,16 +46,8 @@ func commands() []command {
 }
 
 func main() {
-	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: readExecutable}
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable}
 	os.Exit(run(e, os.Args[1:]))
-}
-
-func readExecutable() ([]byte, error) {
-	p, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	return os.ReadFile(p)
 }
 
 func run(e *env, args []string) int {

@@ -18,7 +18,7 @@ import (
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, executable: func() ([]byte, error) { return []byte("#!binary\n"), nil }}
+	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n")}
 	code := run(e, args)
 	return code, stdout.String(), stderr.String()
 }
@@ -109,4 +109,11 @@ func TestProfiles(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "device_id: 0x233010DE")
 	require.Contains(t, out, "hierarchy: hgx")
+}
+
+// fakeExecutable stands in for os.Executable: a file with the given content.
+func fakeExecutable(t *testing.T, content string) func() (string, error) {
+	path := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
+	require.NoError(t, os.WriteFile(path, []byte(content), 0o755))
+	return func() (string, error) { return path, nil }
 }

@@ -59,7 +59,7 @@ func runRender(e *env, args []string) int {
 	if !noBinary && e.executable != nil {
 		bin, err := e.executable()
 		if err != nil {
-			return fail(e, "render: read own binary to install: %v", err)
+			return fail(e, "render: find own binary to install: %v", err)
 		}
 		o.Binary = bin
 	}

@@ -70,6 +70,26 @@ type Entry struct {
 	Mode   fs.FileMode // permission bits of a directory or file
 	Data   []byte      // a file's content
 	Target string      // a symlink's text
+	// Source, for a file, holds its content in a host file instead of Data:
+	// the installed binary, too large to read and hash on every render.
+	Source *FileSource
+}
+
+// FileSource is a host file a planned file copies. The writer reads it only
+// to write the file or to compare it byte for byte; otherwise Size and
+// Fingerprint stand for its content.
+type FileSource struct {
+	Path        string
+	Size        int64
+	Fingerprint string // changes whenever the content does
+}
+
+// Len is the size of a file entry's content.
+func (e Entry) Len() int64 {
+	if e.Source != nil {
+		return e.Source.Size
+	}
+	return int64(len(e.Data))
 }
 
 // Plan is the whole overlay, in the order it is safe to write: directories
@@ -409,9 +429,12 @@ func (p *Plan) Digest() string {
 		h.Write([]byte{0, byte(e.Kind)})
 		binary.LittleEndian.PutUint32(n[:4], uint32(e.Mode))
 		h.Write(n[:4])
-		binary.LittleEndian.PutUint64(n[:], uint64(len(e.Data)))
+		binary.LittleEndian.PutUint64(n[:], uint64(e.Len()))
 		h.Write(n[:])
 		h.Write(e.Data)
+		if e.Source != nil {
+			h.Write([]byte(e.Source.Fingerprint))
+		}
 		h.Write([]byte(e.Target))
 		h.Write([]byte{0})
 	}

@@ -3,6 +3,8 @@ package writer
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -255,6 +257,36 @@ func (s *stager) next() (int, string, error) {
 }
 
 func (s *stager) writeFile(p string, data []byte, mode uint32) error {
+	return s.stageFile(p, mode, func(fd int) error { return writeAll(fd, data) })
+}
+
+// copyFile stages a copy of a host file: the installed binary, streamed
+// rather than held in memory.
+func (s *stager) copyFile(p, source string, mode uint32) error {
+	src, err := os.Open(source)
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", p, err)
+	}
+	defer src.Close()
+	return s.stageFile(p, mode, func(fd int) error {
+		_, err := io.Copy(fdWriter(fd), src)
+		return err
+	})
+}
+
+// fdWriter writes to a descriptor the stager owns and closes.
+type fdWriter int
+
+func (w fdWriter) Write(b []byte) (int, error) {
+	if err := writeAll(int(w), b); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// stageFile creates a new file in the staging directory, fills it, sets its
+// mode whatever the umask, and renames it over p.
+func (s *stager) stageFile(p string, mode uint32, fill func(fd int) error) error {
 	sfd, tmp, err := s.next()
 	if err != nil {
 		return err
@@ -263,7 +295,7 @@ func (s *stager) writeFile(p string, data []byte, mode uint32) error {
 	if err != nil {
 		return fmt.Errorf("stage %s: %w", p, err)
 	}
-	werr := writeAll(fd, data)
+	werr := fill(fd)
 	if werr == nil {
 		werr = unix.Fchmod(fd, mode)
 	}

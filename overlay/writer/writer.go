@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"slices"
 	"strings"
@@ -305,7 +306,7 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 		w.stats.LinksUnchanged++
 		return c, false, nil
 	}
-	if st.Size != int64(len(e.Data)) || st.Mode&0o7777 != uint32(e.Mode.Perm()) || st.Nlink != 1 {
+	if st.Size != e.Len() || st.Mode&0o7777 != uint32(e.Mode.Perm()) || st.Nlink != 1 {
 		return c, true, nil
 	}
 	if deep {
@@ -313,12 +314,18 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 		if err != nil {
 			return c, false, err
 		}
-		if !bytes.Equal(data, e.Data) {
+		want := e.Data
+		if e.Source != nil {
+			if want, err = os.ReadFile(e.Source.Path); err != nil {
+				return c, false, fmt.Errorf("read %s to compare: %w", e.Source.Path, err)
+			}
+		}
+		if !bytes.Equal(data, want) {
 			return c, true, nil
 		}
 	}
 	w.stats.FilesUnchanged++
-	w.stats.BytesUnchanged += int64(len(e.Data))
+	w.stats.BytesUnchanged += e.Len()
 	return c, false, nil
 }
 
@@ -379,7 +386,10 @@ func (w *apply) write(c change) error {
 		return w.stage.symlink(e.Path, e.Target)
 	}
 	w.stats.FilesWritten++
-	w.stats.BytesWritten += int64(len(e.Data))
+	w.stats.BytesWritten += e.Len()
+	if e.Source != nil {
+		return w.stage.copyFile(e.Path, e.Source.Path, uint32(e.Mode.Perm()))
+	}
 	return w.stage.writeFile(e.Path, e.Data, uint32(e.Mode.Perm()))
 }
 

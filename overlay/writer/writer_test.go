@@ -174,3 +174,50 @@ func TestCheckRoot(t *testing.T) {
 		require.Error(t, err, bad)
 	}
 }
+
+// The installed binary is planned by reference: it is read only to copy or
+// to compare byte for byte, and its fingerprint stands for its content.
+func TestSourceFiles(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	src := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
+	require.NoError(t, os.WriteFile(src, []byte("version one"), 0o755))
+	withBinary := func(fingerprint string) *plan.Plan {
+		p := planOf(t, "t4", nil)
+		p.Entries = append([]plan.Entry{
+			{Path: "bin", Kind: plan.Dir, Mode: 0o755},
+			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: &plan.FileSource{Path: src, Size: 11, Fingerprint: fingerprint}},
+		}, p.Entries...)
+		return p
+	}
+	installed := func() string {
+		b, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
+		require.NoError(t, err)
+		return string(b)
+	}
+	st := apply(t, root, withBinary("one"))
+	require.Equal(t, "version one", installed())
+	require.Equal(t, sumData(planOf(t, "t4", nil))+11, st.BytesWritten, "the binary counts by its size")
+
+	require.Zero(t, apply(t, root, withBinary("one")).Written(), "same fingerprint, same size: nothing to write")
+
+	// A new build of the same size: the fingerprint changes, so it is copied.
+	require.NoError(t, os.WriteFile(src, []byte("version two"), 0o755))
+	st = apply(t, root, withBinary("two"))
+	require.Equal(t, 1, st.FilesWritten)
+	require.Equal(t, "version two", installed())
+
+	// Byte-for-byte comparison catches what a fingerprint cannot.
+	require.NoError(t, os.WriteFile(src, []byte("version 3!!"), 0o755))
+	st, err := writer.Apply(root, withBinary("two"), writer.Options{CompareContent: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, st.FilesWritten)
+	require.Equal(t, "version 3!!", installed())
+}
+
+func sumData(p *plan.Plan) int64 {
+	var n int64
+	for _, e := range p.Entries {
+		n += e.Len()
+	}
+	return n
+}
