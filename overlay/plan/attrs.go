@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -82,6 +83,11 @@ func uevent(n *Node, driver string) string {
 	return b.String()
 }
 
-func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
-
-func decimal(v int) string { return strconv.Itoa(v) + "\n" }
+// appendHex appends "0x", v zero-padded to digits hex digits, and a newline.
+func appendHex(buf []byte, v uint64, digits int) []byte {
+	buf = append(buf, '0', 'x')
+	for i := max(1, (bits.Len64(v)+3)/4); i < digits; i++ {
+		buf = append(buf, '0')
+	}
+	return append(strconv.AppendUint(buf, v, 16), '\n')
+}

@@ -206,6 +206,7 @@ type builder struct {
 	tree    *Tree
 	dirs    map[string]bool
 	shadows map[string]bool // host-device shadow links already planned
+	content []byte          // the current chunk of small files' contents
 	files   []Entry         // directories and files, parents first
 	inTree  []Entry         // symlinks inside the device tree
 	bridges []Entry         // links-directory entries of bridges and host devices
@@ -262,7 +263,36 @@ func (b *builder) file(p string, data []byte) {
 	b.files = append(b.files, Entry{Path: p, Kind: File, Mode: 0o644, Data: data})
 }
 
-func (b *builder) text(dir, name, s string) { b.file(dir+"/"+name, []byte(s)) }
+// contentChunk is how much file content builder.store packs into one
+// allocation: most attribute files are a few bytes, and two allocations per
+// file were most of what planning a large machine allocated.
+const contentChunk = 64 << 10
+
+// store appends a file's content to the current chunk and returns it, capped
+// so that later appends never write into it.
+func (b *builder) store(fill func([]byte) []byte) []byte {
+	if cap(b.content)-len(b.content) < 2048 {
+		b.content = make([]byte, 0, contentChunk)
+	}
+	start := len(b.content)
+	b.content = fill(b.content)
+	return b.content[start:len(b.content):len(b.content)]
+}
+
+func (b *builder) text(dir, name, s string) {
+	b.file(dir+"/"+name, b.store(func(buf []byte) []byte { return append(buf, s...) }))
+}
+
+// hex adds a file holding 0x and v in digits hex digits, as the kernel
+// prints ids and classes.
+func (b *builder) hex(dir, name string, v uint64, digits int) {
+	b.file(dir+"/"+name, b.store(func(buf []byte) []byte { return appendHex(buf, v, digits) }))
+}
+
+// decimal adds a file holding v in decimal.
+func (b *builder) decimal(dir, name string, v int) {
+	b.file(dir+"/"+name, b.store(func(buf []byte) []byte { return append(strconv.AppendInt(buf, int64(v), 10), '\n') }))
+}
 
 func link(p, target string) Entry { return Entry{Path: p, Kind: Symlink, Target: target} }
 
@@ -321,14 +351,14 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	irq := 24 + n.ordinal%200
 	driver := driverOf(n)
 	cpus := b.opts.Host.cpusOf(n.NUMANode)
-	b.text(dir, "vendor", hex16(id.Vendor))
-	b.text(dir, "device", hex16(id.Device))
-	b.text(dir, "subsystem_vendor", hex16(id.SubsystemVendor))
-	b.text(dir, "subsystem_device", hex16(id.SubsystemDevice))
-	b.text(dir, "class", fmt.Sprintf("0x%06x\n", id.Class))
-	b.text(dir, "revision", fmt.Sprintf("0x%02x\n", id.Revision))
-	b.text(dir, "irq", decimal(irq))
-	b.text(dir, "numa_node", decimal(n.NUMANode))
+	b.hex(dir, "vendor", uint64(id.Vendor), 4)
+	b.hex(dir, "device", uint64(id.Device), 4)
+	b.hex(dir, "subsystem_vendor", uint64(id.SubsystemVendor), 4)
+	b.hex(dir, "subsystem_device", uint64(id.SubsystemDevice), 4)
+	b.hex(dir, "class", uint64(id.Class), 6)
+	b.hex(dir, "revision", uint64(id.Revision), 2)
+	b.decimal(dir, "irq", irq)
+	b.decimal(dir, "numa_node", n.NUMANode)
 	b.text(dir, "modalias", modalias(id)+"\n")
 	b.text(dir, "resource", resourceFile(n))
 	b.file(dir+"/config", configSpace(n, irq, multiFunction))
@@ -340,11 +370,11 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "local_cpulist", cpus.String()+"\n")
 	b.text(dir, "current_link_speed", linkSpeed(n.Link.CurrentGen)+"\n")
 	b.text(dir, "max_link_speed", linkSpeed(n.Link.MaxGen)+"\n")
-	b.text(dir, "current_link_width", decimal(n.Link.CurrentWidth))
-	b.text(dir, "max_link_width", decimal(n.Link.MaxWidth))
+	b.decimal(dir, "current_link_width", n.Link.CurrentWidth)
+	b.decimal(dir, "max_link_width", n.Link.MaxWidth)
 	if n.Role.IsBridge() {
-		b.text(dir, "secondary_bus_number", decimal(int(n.Secondary)))
-		b.text(dir, "subordinate_bus_number", decimal(int(n.Subordinate)))
+		b.decimal(dir, "secondary_bus_number", int(n.Secondary))
+		b.decimal(dir, "subordinate_bus_number", int(n.Subordinate))
 	}
 	// What the kernel writes alike for every function it has not been told
 	// otherwise about; fidelity lists the rest as gaps.
