@@ -346,7 +346,7 @@ func (c *checker) setCheck(name string, kind profile.Kind, get func() ([]*nvpci.
 	slices.Sort(got)
 	slices.Sort(want)
 	if slices.Equal(got, want) {
-		c.add(name, "*", true, "exactly the profile's %d %ss", len(want), kind)
+		c.add(name, "*", true, "exactly the profile's %d %s", len(want), kind.Plural())
 		return
 	}
 	c.add(name, "*", false, "got %v, want %v", got, want)

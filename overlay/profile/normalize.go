@@ -27,6 +27,14 @@ func (k Kind) String() string {
 	return "gpu"
 }
 
+// Plural names several of a kind.
+func (k Kind) Plural() string {
+	if k == NVSwitch {
+		return "nvswitches"
+	}
+	return "gpus"
+}
+
 // Class codes, as the kernel's class file shows them.
 const (
 	Class3DController  uint32 = 0x030200
