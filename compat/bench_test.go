@@ -9,15 +9,13 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // BenchmarkCompat runs the consumer matrix on an 8-GPU tree. go-nvlib
 // parses pci.ids once per NVIDIA function it reads, on every scan; that
 // is most of the time, and GFD pays it too.
 func BenchmarkCompat(b *testing.B) {
-	m, err := profile.Normalize("synthetic", overlaytest.SyntheticProfile(8), profile.Options{})
-	require.NoError(b, err)
+	m := overlaytest.SyntheticMachine(b, 8)
 	root, _ := overlaytest.Render(b, m, plan.Options{})
 	b.ReportAllocs()
 	var rows int

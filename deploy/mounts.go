@@ -18,11 +18,6 @@ import (
 // KernelLinksDir is where consumers list PCI devices in a container.
 const KernelLinksDir = "/sys/bus/pci/devices"
 
-// linksDepth is how many levels a links-directory entry climbs (../../../../)
-// to reach the container root; a mount target of any other depth leaves the
-// bridges' links pointing elsewhere.
-const linksDepth = 4
-
 // Mount is one bind mount into a container.
 type Mount struct {
 	Source      string   `json:"source"`
@@ -80,8 +75,8 @@ func CheckLinksTarget(t string) error {
 	case path.Clean(t) != t:
 		return fmt.Errorf("--also-at %q: must be clean (no trailing slash, . or ..)", t)
 	}
-	if depth := strings.Count(t, "/"); depth != linksDepth {
-		return fmt.Errorf("--also-at %q: is %d levels deep, but the links climb exactly %d levels (../../../../) to the container root, so it must be %d levels deep, like /host-sys/bus/pci/devices", t, depth, linksDepth, linksDepth)
+	if depth := strings.Count(t, "/"); depth != plan.LinksDepth {
+		return fmt.Errorf("--also-at %q: is %d levels deep, but the links climb exactly %d levels (../../../../) to the container root, so it must be %d levels deep, like /host-sys/bus/pci/devices", t, depth, plan.LinksDepth, plan.LinksDepth)
 	}
 	return nil
 }

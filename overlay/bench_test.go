@@ -16,12 +16,6 @@ import (
 
 var sizes = []int{8, 72, 1024, 4096}
 
-func synthetic(tb testing.TB, gpus int) *profile.Machine {
-	m, err := profile.Normalize("synthetic", overlaytest.SyntheticProfile(gpus), profile.Options{})
-	require.NoError(tb, err)
-	return m
-}
-
 func planFor(tb testing.TB, m *profile.Machine) *plan.Plan {
 	p, err := plan.New(m, plan.Options{})
 	require.NoError(tb, err)
@@ -30,7 +24,7 @@ func planFor(tb testing.TB, m *profile.Machine) *plan.Plan {
 
 func TestSyntheticProfilesPlan(t *testing.T) {
 	for _, n := range sizes {
-		require.Len(t, planFor(t, synthetic(t, n)).Machine.GPUs(), n)
+		require.Len(t, planFor(t, overlaytest.SyntheticMachine(t, n)).Machine.GPUs(), n)
 	}
 }
 
@@ -41,7 +35,7 @@ func BenchmarkPlan(b *testing.B) {
 			b.ReportAllocs()
 			var entries int
 			for b.Loop() {
-				m := synthetic(b, n)
+				m := overlaytest.SyntheticMachine(b, n)
 				entries = len(planFor(b, m).Entries)
 			}
 			b.ReportMetric(float64(entries), "entries/op")
@@ -61,7 +55,7 @@ func BenchmarkRender(b *testing.B) {
 			for b.Loop() {
 				i++
 				root := filepath.Join(dir, fmt.Sprint(i))
-				p := planFor(b, synthetic(b, n))
+				p := planFor(b, overlaytest.SyntheticMachine(b, n))
 				var err error
 				st, err = writer.Apply(root, p, writer.Options{})
 				require.NoError(b, err)
@@ -83,11 +77,11 @@ func BenchmarkRerenderUnchanged(b *testing.B) {
 		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			root := filepath.Join(b.TempDir(), "overlay")
-			_, err := writer.Apply(root, planFor(b, synthetic(b, n)), writer.Options{})
+			_, err := writer.Apply(root, planFor(b, overlaytest.SyntheticMachine(b, n)), writer.Options{})
 			require.NoError(b, err)
 			var st writer.Stats
 			for b.Loop() {
-				st, err = writer.Apply(root, planFor(b, synthetic(b, n)), writer.Options{})
+				st, err = writer.Apply(root, planFor(b, overlaytest.SyntheticMachine(b, n)), writer.Options{})
 				require.NoError(b, err)
 			}
 			require.Zero(b, st.Written())

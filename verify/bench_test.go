@@ -4,11 +4,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
@@ -17,8 +14,7 @@ import (
 // The isolation and mount checks fail there, as they should outside a
 // container; the work is the same.
 func BenchmarkVerify(b *testing.B) {
-	m, err := profile.Normalize("synthetic", overlaytest.SyntheticProfile(8), profile.Options{})
-	require.NoError(b, err)
+	m := overlaytest.SyntheticMachine(b, 8)
 	root, _ := overlaytest.Render(b, m, plan.Options{})
 	sys := verify.Live(filepath.Join(root, "sys"), root)
 	b.ReportAllocs()

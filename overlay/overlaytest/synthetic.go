@@ -2,9 +2,20 @@ package overlaytest
 
 import (
 	"fmt"
+	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
+
+// SyntheticMachine normalises SyntheticProfile(n).
+func SyntheticMachine(tb testing.TB, n int) *profile.Machine {
+	tb.Helper()
+	m, err := profile.Normalize("synthetic", SyntheticProfile(n), profile.Options{})
+	if err != nil {
+		tb.Fatalf("synthetic profile of %d GPUs: %v", n, err)
+	}
+	return m
+}
 
 // SyntheticProfile builds an HGX-like profile with n GPUs for benchmarks and
 // scale tests: H100 ids, four GPUs per root complex with room for a switch

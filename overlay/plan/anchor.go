@@ -177,13 +177,7 @@ func (b *rcBuilder) freeBusPair() (uint8, bool) {
 }
 
 func (b *rcBuilder) anchorChain(bus, dev, fn uint8) *Node {
-	rp := &Node{
-		Role:        RootPort,
-		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: b.root.ID.Bus, Device: dev, Function: fn},
-		Identity:    rootPortIdentity(b.hierarchy),
-		Secondary:   bus,
-		Subordinate: bus + 1,
-	}
+	rp := b.addRootPort(dev, fn, bus, bus+1)
 	bridge := &Node{
 		Role:        PCIBridge,
 		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: bus},
@@ -193,7 +187,6 @@ func (b *rcBuilder) anchorChain(bus, dev, fn uint8) *Node {
 		Subordinate: bus + 1,
 	}
 	rp.Children = []*Node{bridge}
-	b.root.Children = append(b.root.Children, rp)
 	return bridge
 }
 

@@ -48,9 +48,10 @@ const (
 	DefaultHostSysfs = "/sys"
 )
 
-// linksDepth is how deep the links directory sits below any root it is
-// mounted under (sys/bus/pci/devices, /sys/bus/pci/devices).
-const linksDepth = 4
+// LinksDepth is how deep the links directory sits below any root it is
+// mounted under (sys/bus/pci/devices, /sys/bus/pci/devices): a bridge's
+// link climbs exactly this many levels to reach the container root.
+const LinksDepth = 4
 
 // Kind is what an entry is on disk.
 type Kind uint8
@@ -416,7 +417,7 @@ func (b *builder) escapedTarget(n *Node) string {
 
 // EscapedTarget is the plain escaped link text for a device directory.
 func EscapedTarget(containerRoot, sysPath string) string {
-	return up(linksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
+	return up(LinksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
 }
 
 // AnchoredTarget is the two-step link text: through the anchor's entry, up to

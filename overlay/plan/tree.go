@@ -312,14 +312,7 @@ func (b *rcBuilder) newGroup(bus uint8, levels int) (*Node, error) {
 		return nil, fmt.Errorf("no free device number on root bus %02x for another root port", b.root.ID.Bus)
 	}
 	first := bus - uint8(2*levels)
-	rp := &Node{
-		Role:        RootPort,
-		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: b.root.ID.Bus, Device: dev, Function: fn},
-		Identity:    rootPortIdentity(b.hierarchy),
-		Secondary:   first,
-		Subordinate: bus,
-	}
-	b.root.Children = append(b.root.Children, rp)
+	rp := b.addRootPort(dev, fn, first, bus)
 	g := &group{rootPort: rp, levels: levels, buses: 1}
 	b.groups = append(b.groups, g)
 	parent := rp
@@ -332,6 +325,19 @@ func (b *rcBuilder) newGroup(bus uint8, levels int) (*Node, error) {
 		return rp, nil
 	}
 	return b.addDownPort(parent, bus), nil
+}
+
+// addRootPort adds a root port at dev.fn of the root bus, for buses sec-sub.
+func (b *rcBuilder) addRootPort(dev, fn, sec, sub uint8) *Node {
+	rp := &Node{
+		Role:        RootPort,
+		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: b.root.ID.Bus, Device: dev, Function: fn},
+		Identity:    rootPortIdentity(b.hierarchy),
+		Secondary:   sec,
+		Subordinate: sub,
+	}
+	b.root.Children = append(b.root.Children, rp)
+	return rp
 }
 
 // addSwitch adds a switch whose upstream port sits on bus. Below an
