@@ -14,7 +14,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-var sizes = []int{8, 72, 1024, 4096}
+// sizes are the machine sizes the issue asks to plan and render.
+func sizes() []int { return []int{8, 72, 1024, 4096} }
 
 func planFor(tb testing.TB, m *profile.Machine) *plan.Plan {
 	p, err := plan.New(m, plan.Options{})
@@ -23,14 +24,14 @@ func planFor(tb testing.TB, m *profile.Machine) *plan.Plan {
 }
 
 func TestSyntheticProfilesPlan(t *testing.T) {
-	for _, n := range sizes {
+	for _, n := range sizes() {
 		require.Len(t, planFor(t, overlaytest.SyntheticMachine(t, n)).Machine.GPUs(), n)
 	}
 }
 
 // BenchmarkPlan is the pure part: profile to every path and content.
 func BenchmarkPlan(b *testing.B) {
-	for _, n := range sizes {
+	for _, n := range sizes() {
 		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			var entries int
@@ -46,7 +47,7 @@ func BenchmarkPlan(b *testing.B) {
 
 // BenchmarkRender plans and writes a fresh tree.
 func BenchmarkRender(b *testing.B) {
-	for _, n := range sizes {
+	for _, n := range sizes() {
 		b.Run(fmt.Sprintf("gpus=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			dir := b.TempDir()

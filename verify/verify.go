@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -116,7 +117,9 @@ const linksDir = "bus/pci/devices"
 
 // links opens every entry of the links directory, as go-nvlib and NFD do
 // (one unreadable entry aborts go-nvlib's whole scan), and checks that the
-// devices of display class (0x03) are exactly the profile's GPUs.
+// NVIDIA functions of display class (0x03) are exactly the profile's GPUs.
+// Other vendors' display devices, such as a server's BMC VGA listed by
+// --host-devices merge, are the node's own and confuse no GPU consumer.
 func (v *verifier) links() {
 	where := path.Join(v.sys.Sysfs, linksDir)
 	entries, err := fs.ReadDir(v.fsys, linksDir)
@@ -139,7 +142,12 @@ func (v *verifier) links() {
 			broken = append(broken, fmt.Sprintf("%s (class: %v)", e.Name(), err))
 			continue
 		}
-		if class>>16 == 0x03 {
+		vendor, err := readHex(v.fsys, p+"/vendor")
+		if err != nil {
+			broken = append(broken, fmt.Sprintf("%s (vendor: %v)", e.Name(), err))
+			continue
+		}
+		if class>>16 == 0x03 && vendor == uint64(boards.VendorNVIDIA) {
 			display[e.Name()] = fmt.Sprintf("0x%06x", class)
 		}
 	}
@@ -185,13 +193,13 @@ func (v *verifier) displayDevices(where string, display map[string]string) {
 	}
 	slices.Sort(others)
 	if len(others) > 0 {
-		problems = append(problems, "not in the profile but of display class: "+strings.Join(others, ", "))
+		problems = append(problems, "NVIDIA functions of display class not in the profile: "+strings.Join(others, ", "))
 	}
 	if len(problems) > 0 {
 		v.add(DisplayDevices, where, false, "%s", strings.Join(problems, "; "))
 		return
 	}
-	v.add(DisplayDevices, where, true, "exactly the profile's %d GPUs are of display class", len(gpus))
+	v.add(DisplayDevices, where, true, "exactly the profile's %d GPUs are NVIDIA functions of display class", len(gpus))
 }
 
 // kernelDevices: the mock serves only the links directory, so /sys/devices

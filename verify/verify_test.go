@@ -170,16 +170,17 @@ func TestRun(t *testing.T) {
 			failing: []string{LinksResolve, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},
 		{
-			name: "another device of display class",
-			mutate: func(t *testing.T, f *fakeContainer) {
-				dir := filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:02.0")
-				require.NoError(t, os.MkdirAll(dir, 0o755))
-				for name, v := range map[string]string{"class": "0x030000", "vendor": "0x1234", "device": "0x1111"} {
-					require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
-				}
-				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:02.0", filepath.Join(f.sysfs, "bus/pci/devices/0000:00:02.0")))
-			},
-			failing: []string{DisplayDevices},
+			// A server's BMC VGA, listed by --host-devices merge, is no GPU
+			// to any NVIDIA consumer.
+			name:    "another vendor's device of display class",
+			mutate:  func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:02.0", "0x1a03", "0x030000") },
+			failing: nil,
+		},
+		{
+			name:    "an NVIDIA device of display class the profile lacks",
+			mutate:  func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:02.0", "0x10de", "0x030000") },
+			// go-nvlib reads more of an NVIDIA function than this one has.
+			failing: []string{DisplayDevices, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},
 	}
 	for _, tc := range tests {
@@ -242,4 +243,15 @@ func TestLiveReadsThisProcess(t *testing.T) {
 	require.Equal(t, int64(0x9fa0), magic, "PROC_SUPER_MAGIC")
 	_, err = sys.Statfs("/nonexistent/path")
 	require.True(t, errors.Is(err, os.ErrNotExist))
+}
+
+// addDevice puts a device with kernel-form links beside the mock ones.
+func (f *fakeContainer) addDevice(t *testing.T, bdf, vendor, class string) {
+	t.Helper()
+	dir := filepath.Join(f.sysfs, "devices/pci0000:00", bdf)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	for name, v := range map[string]string{"class": class, "vendor": vendor, "device": "0x1111"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
+	}
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/"+bdf, filepath.Join(f.sysfs, "bus/pci/devices", bdf)))
 }
