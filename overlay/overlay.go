@@ -96,10 +96,10 @@ func Plan(opts Options) (*plan.Plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Entries = append([]plan.Entry{
-			{Path: "bin", Kind: plan.Dir, Mode: 0o755},
-			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: src},
-		}, p.Entries...)
+		// Last, in room the planner left: prepending would copy every entry.
+		p.Entries = append(p.Entries,
+			plan.Entry{Path: "bin", Kind: plan.Dir, Mode: 0o755},
+			plan.Entry{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: src})
 	}
 	return p, nil
 }
