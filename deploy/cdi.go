@@ -102,8 +102,9 @@ type MergeResult struct {
 // the whole-/sys/devices mount that ours replace; with add it then appends
 // ours to the top-level edits, which runtimes apply with any of the spec's
 // devices. Everything else stays as it was, cdiVersion too: the mounts need
-// nothing newer than 0.3.0. Merging twice gives the same spec. Without add (--fail-open on an unrendered root) it only removes our
-// mounts, and leaves the /sys/devices mount to serve as before.
+// nothing newer than 0.3.0. Merging twice gives the same spec. Without add
+// (--fail-open on an unrendered root) it only removes our mounts, and leaves
+// the /sys/devices mount to serve as before.
 func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
 	var r MergeResult
 	drop := func(m *specs.Mount) bool {

@@ -177,8 +177,8 @@ func TestRun(t *testing.T) {
 			failing: nil,
 		},
 		{
-			name:    "an NVIDIA device of display class the profile lacks",
-			mutate:  func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:02.0", "0x10de", "0x030000") },
+			name:   "an NVIDIA device of display class the profile lacks",
+			mutate: func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:02.0", "0x10de", "0x030000") },
 			// go-nvlib reads more of an NVIDIA function than this one has.
 			failing: []string{DisplayDevices, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},

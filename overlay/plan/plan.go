@@ -402,20 +402,15 @@ func (b *builder) node(n *Node, multiFunction bool) {
 
 	entry := LinksDir + "/" + bdf
 	if n.Role.IsBridge() {
-		b.bridges = append(b.bridges, link(entry, b.escapedTarget(n)))
+		b.bridges = append(b.bridges, link(entry, EscapedTarget(b.opts.ContainerRoot, n.SysPath())))
 		return
 	}
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
 }
 
-// escapedTarget is the plain form: out of sysfs and into the overlay at the
+// EscapedTarget is the plain form: out of sysfs and into the overlay at the
 // container root. deviceattribute's pcieRoot rejects it, so only bridges,
 // whose pcieRoot nobody asks, use it.
-func (b *builder) escapedTarget(n *Node) string {
-	return EscapedTarget(b.opts.ContainerRoot, n.SysPath())
-}
-
-// EscapedTarget is the plain escaped link text for a device directory.
 func EscapedTarget(containerRoot, sysPath string) string {
 	return up(LinksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
 }

@@ -120,10 +120,9 @@ func Parse(source string, data []byte) (*Profile, error) {
 }
 
 // decoder fills the schema types from a YAML node tree field by field, so
-// that every error names the exact field (devices[3].pci.bus_id). yaml.v3
-// itself reports only a line.
-// Aliases are expanded as they are met; checkAliases has already bounded
-// what they expand to.
+// that every error names the exact field (devices[3].pci.bus_id); yaml.v3
+// itself reports only a line. Aliases are expanded as they are met:
+// checkAliases has already bounded what they expand to.
 type decoder struct {
 	source string
 }
