@@ -63,12 +63,25 @@ func Load(nameOrPath string) (*profile.Profile, string, error) {
 			return p, "built-in " + nameOrPath, nil
 		}
 		if _, err := os.Stat(nameOrPath); err != nil {
-			return nil, "", fmt.Errorf("profile %q: not a built-in (%s) and not a file: %w", nameOrPath, strings.Join(Names(), ", "), err)
+			return nil, "", &UnknownError{Name: nameOrPath, Err: err}
 		}
 	}
 	p, err := profile.LoadFile(nameOrPath)
 	return p, nameOrPath, err
 }
+
+// UnknownError is a --profile that names neither a built-in nor a file: a
+// usage error, which commands exit 2 on.
+type UnknownError struct {
+	Name string
+	Err  error // why it is not a file
+}
+
+func (e *UnknownError) Error() string {
+	return fmt.Sprintf("profile %q: not a built-in (%s) and not a file: %v", e.Name, strings.Join(Names(), ", "), e.Err)
+}
+
+func (e *UnknownError) Unwrap() error { return e.Err }
 
 type gpuSpec struct {
 	bus  string
