@@ -239,8 +239,10 @@ func TestLoadFile(t *testing.T) {
 	dir := t.TempDir()
 	_, err := LoadFile(filepath.Join(dir, "missing.yaml"))
 	require.ErrorContains(t, err, "missing.yaml")
+	require.NoError(t, os.Chmod(dir, 0o750))
 	_, err = LoadFile(dir)
-	require.ErrorContains(t, err, "not a regular file")
+	// The directory's real mode, not the bare type bits (d---------).
+	require.ErrorContains(t, err, "not a regular file (drwxr-x---)")
 	big := filepath.Join(dir, "big.yaml")
 	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("# pad\n", MaxSize/6+10)), 0o644))
 	_, err = LoadFile(big)
