@@ -9,8 +9,10 @@ export CGO_ENABLED := 0
 
 all: build
 
+# -buildvcs=auto: --version shows the git revision even where GOFLAGS turns
+# stamping off (a git worktree is not stamped: the Go tool does not see it).
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/nvml-mock-sysfs
+	$(GO) build -trimpath -buildvcs=auto -o $(BIN) ./cmd/nvml-mock-sysfs
 
 # Installs the real consumers and runtimes the end-to-end tests drive
 # (pciutils, hwloc, podman, runc) when running as root; skips otherwise.

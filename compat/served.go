@@ -9,7 +9,7 @@ import (
 
 // ServedLinks is the consumer name of the host-side check that the links
 // resolve where a served container mounts the overlay.
-const ServedLinks = "links resolve at the container root"
+const ServedLinks = "links at the container root"
 
 // maxLinkHops bounds the symlinks followed while resolving one entry, as
 // the kernel's own limit (40) does.
@@ -49,9 +49,9 @@ func CheckServedLinks(root, containerRoot string) Result {
 		}
 	}
 	if len(bad) > 0 {
-		return Result{Consumer: ServedLinks, Device: containerRoot, Detail: fmt.Sprintf("%d of %d entries: %s", len(bad), len(entries), strings.Join(bad, "; "))}
+		return Result{Consumer: ServedLinks, Device: "*", Detail: fmt.Sprintf("with the overlay at %s, %d of %d entries do not resolve into it: %s", containerRoot, len(bad), len(entries), strings.Join(bad, "; "))}
 	}
-	return Result{Consumer: ServedLinks, Device: containerRoot, OK: true, Detail: fmt.Sprintf("%d entries resolve into %s with the overlay mounted there", len(entries), devices)}
+	return Result{Consumer: ServedLinks, Device: "*", OK: true, Detail: fmt.Sprintf("with the overlay at %s, all %d entries resolve into %s", containerRoot, len(entries), devices)}
 }
 
 // servedNamespace maps a container's paths to the host's through bind

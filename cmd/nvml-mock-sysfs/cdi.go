@@ -14,21 +14,21 @@ func runCDI(e *env, args []string) int {
 	fs.StringVar(&output, "output", "", "write a standalone CDI spec to this file")
 	fs.StringVar(&mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
 	fs.StringVar(&kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	switch {
 	case (output == "") == (mergeInto == ""):
-		return usageError(e, "cdi: give --output FILE or --merge-into FILE, one of them")
+		return usageError(e, "cdi", "give --output FILE or --merge-into FILE, one of them")
 	case mergeInto != "" && kind != "":
-		return usageError(e, "cdi: --kind applies to --output; --merge-into keeps the spec's own kind")
+		return usageError(e, "cdi", "--kind applies to --output; --merge-into keeps the spec's own kind")
 	}
 	if kind == "" {
 		kind = deploy.DefaultKind
 	}
 	if output != "" {
 		if err := deploy.CheckKind(kind); err != nil {
-			return usageError(e, "cdi: --kind: %v", err)
+			return usageError(e, "cdi", "--kind: %v", err)
 		}
 	}
 	mounts, rendered, code, ok := a.resolve(e, "cdi")

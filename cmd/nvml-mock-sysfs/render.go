@@ -13,12 +13,26 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+const renderHelp = `Without --profile, render re-uses the effective profile of the render
+already in --root (<root>/effective-profile.json), so a re-render keeps what
+is there; a root without a render gets the built-in ` + builtin.Default + `.
+
+Keys of the profile that nvml-mock's schema does not know (a typo such as
+subsytem_id would otherwise be ignored and the device rendered with a
+default) are warnings that name the file, the field and the nearest known
+key; --strict makes them an error.
+
+A first render into a directory that holds files where the overlay goes
+(an effective-profile.json or bin/nvml-mock-sysfs of your own) refuses and
+names them; --force replaces them.
+`
+
 func runRender(e *env, args []string) int {
-	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [flags]")
+	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--dry-run] [--no-binary] [--compare-content] [--strict] [--force]", renderHelp)
 	var o overlay.Options
 	var hierarchy, hostDevices string
 	var dryRun, noBinary bool
-	fs.StringVar(&o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file")
+	fs.StringVar(&o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+builtin.Default+")")
 	fs.StringVar(&o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
 	fs.StringVar(&o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
 	fs.StringVar(&hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
@@ -28,27 +42,37 @@ func runRender(e *env, args []string) int {
 	fs.BoolVar(&o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
 	fs.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
 	fs.BoolVar(&noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
-	if code, ok := parse(fs, args); !ok {
+	fs.BoolVar(&o.Strict, "strict", false, "refuse a profile with keys nvml-mock's schema does not know, instead of warning")
+	fs.BoolVar(&o.Writer.Force, "force", false, "let a first render replace files already in the root that no render made")
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	o.Hierarchy = boards.Hierarchy(hierarchy)
 	if hierarchy != "" && !o.Hierarchy.Valid() {
-		return usageError(e, "render: --hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
+		return usageError(e, "render", "--hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
 	}
 	o.HostDevices = overlay.HostDevices(hostDevices)
 	if o.HostDevices != overlay.HostDevicesNone && o.HostDevices != overlay.HostDevicesMerge {
-		return usageError(e, "render: --host-devices %q: want none or merge", hostDevices)
+		return usageError(e, "render", "--host-devices %q: want none or merge", hostDevices)
 	}
 	if err := writer.CheckRoot(o.Root); err != nil {
-		return usageError(e, "render: --root: %v", err)
+		return usageError(e, "render", "--root: %v", err)
 	}
 	if err := plan.ValidateContainerRoot(o.ContainerRoot); err != nil {
-		return usageError(e, "render: --container-root: %v", err)
+		return usageError(e, "render", "--container-root: %v", err)
+	}
+	o.Warn = func(err error) {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: warning: %s\n", oneLine(err.Error()))
+	}
+	if o.Profile == "" {
+		if src := o.ProfileSource(); src != builtin.Default {
+			fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: no --profile: re-using the effective profile of the render in %s\n", o.Root)
+		}
 	}
 	if dryRun {
 		p, err := overlay.Plan(o)
 		if err != nil {
-			return fail(e, "%v", err)
+			return failLoad(e, "render", err)
 		}
 		printSummary(e, p, o, nil)
 		if err := p.Tree.Format(e.stdout); err != nil {
@@ -65,7 +89,7 @@ func runRender(e *env, args []string) int {
 	}
 	p, st, err := overlay.Render(o)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failLoad(e, "render", err)
 	}
 	printSummary(e, p, o, &st)
 	return exitOK
