@@ -25,9 +25,16 @@ vet:
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
 
-test: deps build lint
-	$(GO) test -count=1 -timeout 20m ./...
-	$(MAKE) --no-print-directory fuzz-run
+# The tests run under gotestsum, whose summary lists every skipped test with
+# its reason and ends with its DONE line; .ci/testsummary.go then prints the
+# closing line: passed, failed, skipped, and the skipped tests' names. The
+# fuzz targets run first, so that this line is the last one.
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
+TESTJSON  := bin/test-events.json
+
+test: deps build lint fuzz-run
+	$(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) \
+		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m ./...
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
