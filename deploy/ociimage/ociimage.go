@@ -109,7 +109,7 @@ func Write(w io.Writer, img Image) error {
 	manifestDesc := descriptor(v1.MediaTypeImageManifest, manifestJSON)
 	manifestDesc.Platform = &platform
 	manifestDesc.Annotations = map[string]string{
-		AnnotationImageName:   img.Name,
+		AnnotationImageName:  img.Name,
 		v1.AnnotationRefName: tagOf(img.Name),
 	}
 	index := v1.Index{

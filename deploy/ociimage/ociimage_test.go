@@ -158,5 +158,7 @@ func TestPodmanLoads(t *testing.T) {
 	podman("load", "-i", archive)
 	out := podman("image", "inspect", "--format", "{{json .Config.Entrypoint}} {{json .Config.Cmd}}", "docker.io/library/demo:v1")
 	require.Equal(t, `["/bin/prog"] ["serve"]`, strings.TrimSpace(out))
-	t.Cleanup(func() { _ = exec.Command("podman", "--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs", "system", "reset", "--force").Run() })
+	t.Cleanup(func() {
+		_ = exec.Command("podman", "--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs", "system", "reset", "--force").Run()
+	})
 }
