@@ -36,6 +36,32 @@ func RequireProgram(t testing.TB, name, debianPackage string) string {
 	return p
 }
 
+// BuildBinary builds the static nvml-mock-sysfs binary into a temporary
+// directory and returns its path.
+func BuildBinary(t testing.TB) string {
+	t.Helper()
+	return BuildStatic(t, "./cmd/nvml-mock-sysfs")
+}
+
+// BuildStatic builds a main package of the repository (a path relative to
+// its top, such as ./cmd/nvml-mock-sysfs) as a static binary
+// (CGO_ENABLED=0) into a temporary directory and returns its path.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = Repo(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
 // Served is what a served container sees of a rendered overlay, recreated
 // in a private mount namespace of this machine: the overlay read-only at
 // its container root and the links directory read-only at each of LinksAt,
@@ -64,8 +90,17 @@ type Served struct {
 	// Tmpfs lists directories that get a private empty tmpfs, such as /run
 	// for a private daemon's sockets and state.
 	Tmpfs []string
+	// Binds are read-only bind mounts made after the tmpfs mounts, so a
+	// target may lie in one: a CDI spec directory at /run/cdi.
+	Binds []Bind
 	// Env is added to the environment of what runs inside.
 	Env []string
+}
+
+// Bind is a read-only bind mount of a host path; Target is created if
+// missing.
+type Bind struct {
+	Source, Target string
 }
 
 // containerRoot is ContainerRoot or its default.
@@ -91,6 +126,10 @@ func (s Served) Script() string {
 	}
 	for _, dir := range s.Tmpfs {
 		lines = append(lines, "mkdir -p "+q(dir), "mount -t tmpfs -o mode=0755 tmpfs "+q(dir))
+	}
+	for _, b := range s.Binds {
+		lines = append(lines, "mkdir -p "+q(b.Target))
+		bindRO(b.Source, b.Target)
 	}
 	if s.Root == "" {
 		return strings.Join(lines, "\n") + "\n"
