@@ -62,6 +62,7 @@ type (
 		NamespaceOptions criNamespaceOptions `json:"namespace_options"`
 	}
 	criLinux struct {
+		CgroupParent    string             `json:"cgroup_parent"`
 		SecurityContext criSecurityContext `json:"security_context"`
 	}
 	criPodConfig struct {
@@ -175,7 +176,10 @@ func (h *Harness) RunPod(t testing.TB, p Pod) *Sandbox {
 		Metadata:     criMetadata{Name: p.Name, Namespace: p.Namespace, UID: fmt.Sprintf("uid-%s-%d", p.Name, time.Now().UnixNano())},
 		LogDirectory: filepath.Join(dir, "logs"),
 		Annotations:  p.Annotations,
-		Linux:        criLinux{SecurityContext: criSecurityContext{NamespaceOptions: criNamespaceOptions{Network: namespaceModeNode}}},
+		Linux: criLinux{
+			CgroupParent:    h.CgroupParent,
+			SecurityContext: criSecurityContext{NamespaceOptions: criNamespaceOptions{Network: namespaceModeNode}},
+		},
 	})
 	s.ID = h.Crictl(t, "runp", s.config)
 	t.Cleanup(func() {

@@ -1,8 +1,11 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -74,4 +77,37 @@ func processExists(pid int) bool {
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(fields) > 0 && fields[0] != "Z"
+}
+
+// cgroupRoot is where the cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// removeCgroup removes a cgroup and the cgroups below it in every
+// hierarchy (v1 controllers, or the one v2 tree), deepest first: rmdir is
+// how a cgroup is removed, and it fails while one still has processes.
+func removeCgroup(cgroup string) error {
+	dirs := []string{filepath.Join(cgroupRoot, cgroup)}
+	if hierarchies, err := os.ReadDir(cgroupRoot); err == nil {
+		for _, h := range hierarchies {
+			dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroup))
+		}
+	}
+	for _, dir := range dirs {
+		var found []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				found = append(found, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, p := range slices.Backward(found) {
+			if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("remove cgroup %s: %w", p, err)
+			}
+		}
+	}
+	return nil
 }

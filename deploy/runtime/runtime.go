@@ -23,6 +23,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -69,6 +70,9 @@ type Harness struct {
 	CDIDir string
 	// LogFile is containerd's own log.
 	LogFile string
+	// CgroupParent is the cgroup (in every hierarchy) that holds the
+	// pods' and ctr's containers, removed at the end.
+	CgroupParent string
 
 	bin      string // containerd, ctr and the runc shim
 	crictl   string
@@ -97,6 +101,7 @@ func Start(t testing.TB, opts Options) *Harness {
 	h.NRISocket = filepath.Join(h.Dir, "nri.sock")
 	h.CDIDir = filepath.Join(h.Dir, "cdi")
 	h.LogFile = filepath.Join(h.Dir, "containerd.log")
+	h.CgroupParent = fmt.Sprintf("/nvml-mock-sysfs-runtime-%d", time.Now().UnixNano())
 	for _, s := range []string{h.Address + ".ttrpc", h.NRISocket} {
 		if len(s) > maxSocketPath {
 			t.Fatalf("runtime: socket path %s is %d bytes, over the %d a Unix socket allows: shorten the test's name", s, len(s), maxSocketPath)
@@ -274,6 +279,7 @@ func (h *Harness) CtrRun(t testing.TB, cdiDir string, flags []string, image stri
 		// in containerd's namespace, opens them, so they may not be in this
 		// namespace's private /run.
 		"--fifo-dir", filepath.Join(h.Dir, "fifo")}, flags...)
+	args = append(args, "--cgroup", path.Join(h.CgroupParent, id))
 	args = append(append(args, image, id), command...)
 	served := overlaytest.Served{Tmpfs: []string{"/run"}}
 	if cdiDir != "" {
@@ -330,6 +336,9 @@ func (h *Harness) stop(t testing.TB) {
 		if processExists(pid) {
 			t.Errorf("runtime: process %d outlived SIGKILL by %s", pid, stopTimeout)
 		}
+	}
+	if err := removeCgroup(h.CgroupParent); err != nil {
+		t.Errorf("runtime: %v", err)
 	}
 	h.logf("stopped containerd in %s; %d leftover processes killed %v", time.Since(began).Round(time.Millisecond), len(left), left)
 }
