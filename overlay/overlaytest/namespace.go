@@ -184,3 +184,20 @@ func InNamespace(t testing.TB, root, containerRoot, script string) (string, erro
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+// BuildBinary builds the static nvml-mock-sysfs binary into a temporary
+// directory and returns its path.
+func BuildBinary(t testing.TB) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
+	}
+	out := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, "./cmd/nvml-mock-sysfs")
+	cmd.Dir = Repo(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	return out
+}
