@@ -184,6 +184,7 @@ func InNamespace(t testing.TB, root, containerRoot, script string) (string, erro
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
 // BuildBinary builds the static nvml-mock-sysfs binary into a temporary
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {
