@@ -64,6 +64,11 @@ type Served struct {
 	// Tmpfs lists directories that get a private empty tmpfs, such as /run
 	// for a private daemon's sockets and state.
 	Tmpfs []string
+	// HostSysAt lists where the node's own /sys also appears, read-only,
+	// under the links directory when LinksAt names a path below it: as
+	// node-feature-discovery's DaemonSet mounts /sys at /host-sys. Links
+	// of host devices (--host-devices merge) resolve only there.
+	HostSysAt []string
 	// Env is added to the environment of what runs inside.
 	Env []string
 }
@@ -92,6 +97,11 @@ func (s Served) Script() string {
 	for _, dir := range s.Tmpfs {
 		lines = append(lines, "mkdir -p "+q(dir), "mount -t tmpfs -o mode=0755 tmpfs "+q(dir))
 	}
+	for _, dir := range s.HostSysAt {
+		// Created on the host and left there empty, like LinksAt's tops.
+		lines = append(lines, "mkdir -p "+q(dir))
+		bindRO("/sys", dir)
+	}
 	if s.Root == "" {
 		return strings.Join(lines, "\n") + "\n"
 	}
@@ -107,7 +117,7 @@ func (s Served) Script() string {
 	}
 	tmpfsOn := map[string]bool{}
 	for _, target := range targets {
-		if _, err := os.Stat(target); err != nil {
+		if _, err := os.Stat(target); err != nil && !s.underHostSys(target) {
 			top := "/" + strings.SplitN(strings.TrimPrefix(target, "/"), "/", 2)[0]
 			if !tmpfsOn[top] {
 				lines = append(lines, "mkdir -p "+q(top), "mount -t tmpfs -o mode=0755 tmpfs "+q(top))
@@ -118,6 +128,17 @@ func (s Served) Script() string {
 		bindRO(filepath.Join(s.Root, plan.LinksDir), target)
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// underHostSys reports whether path lies below one of HostSysAt, where
+// the node's sysfs, bound there first, provides it.
+func (s Served) underHostSys(path string) bool {
+	for _, dir := range s.HostSysAt {
+		if strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Command returns a command that runs name with args inside a new private
