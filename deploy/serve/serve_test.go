@@ -1,0 +1,409 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// badProfile names the field and the value its error must name.
+const (
+	badProfile = "../../testdata/hostile/link-gen-is-a-float.yaml"
+	badField   = "devices[0].pcie.max_link_gen"
+	badValue   = "4.5"
+)
+
+// configMap is a directory laid out as the kubelet lays out a ConfigMap
+// volume: the data in a timestamped directory, ..data a symlink to it, and
+// each key a symlink through ..data. An update writes a new timestamped
+// directory and swaps ..data atomically (a symlink ..data_tmp renamed over
+// it), then removes the old directory, as the kubelet's AtomicWriter does.
+type configMap struct {
+	t    *testing.T
+	dir  string
+	gen  int
+	data string // the current timestamped directory
+}
+
+const profileKey = "profile.yaml"
+
+func newConfigMap(t *testing.T, text []byte) *configMap {
+	cm := &configMap{t: t, dir: filepath.Join(t.TempDir(), "profile")}
+	require.NoError(t, os.Mkdir(cm.dir, 0o755))
+	cm.swap(text)
+	require.NoError(t, os.Symlink(filepath.Join("..data", profileKey), filepath.Join(cm.dir, profileKey)))
+	return cm
+}
+
+func (cm *configMap) file() string { return filepath.Join(cm.dir, profileKey) }
+
+func (cm *configMap) swap(text []byte) {
+	t := cm.t
+	cm.gen++
+	data := fmt.Sprintf("..2026_12_02_17_00_%02d.%09d", cm.gen, cm.gen)
+	require.NoError(t, os.Mkdir(filepath.Join(cm.dir, data), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(cm.dir, data, profileKey), text, 0o644))
+	tmp := filepath.Join(cm.dir, "..data_tmp")
+	require.NoError(t, os.Symlink(data, tmp))
+	require.NoError(t, os.Rename(tmp, filepath.Join(cm.dir, "..data")))
+	if cm.data != "" {
+		require.NoError(t, os.RemoveAll(filepath.Join(cm.dir, cm.data)))
+	}
+	cm.data = data
+}
+
+func builtinText(t *testing.T, name string) []byte {
+	t.Helper()
+	p, ok := builtin.Get(name)
+	require.True(t, ok, name)
+	text, err := profile.Marshal(p, name)
+	require.NoError(t, err)
+	return text
+}
+
+// logBuffer collects the JSON log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// lines returns the records at level.
+func (b *logBuffer) lines(t *testing.T, level string) []map[string]any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+		if rec["level"] == level {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// served is a running server on temporary paths.
+type served struct {
+	t    *testing.T
+	srv  *Server
+	opts Options
+	cm   *configMap
+	logs *logBuffer
+	url  string
+	stop context.CancelFunc
+	done chan error
+}
+
+// start serves the ConfigMap's profile into a new root and a standalone
+// spec; adjust changes the options first.
+func start(t *testing.T, cm *configMap, adjust func(*Options)) *served {
+	t.Helper()
+	dir := t.TempDir()
+	logs := &logBuffer{}
+	o := Options{
+		Render: overlay.Options{Profile: cm.file(), Root: filepath.Join(dir, "overlay")},
+		Output: filepath.Join(dir, "cdi", "nvml-mock-sysfs.yaml"),
+		Listen: "127.0.0.1:0",
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	require.NoError(t, os.Mkdir(filepath.Dir(o.Output), 0o755))
+	if adjust != nil {
+		adjust(&o)
+	}
+	srv, err := New(o)
+	require.NoError(t, err)
+	addr, err := srv.Listen()
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{t: t, srv: srv, opts: o, cm: cm, logs: logs, url: "http://" + addr.String(), stop: cancel, done: make(chan error, 1)}
+	go func() { s.done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+// probe gets a health endpoint, as the kubelet's httpGet probe does.
+func (s *served) probe(path string) (int, string) {
+	s.t.Helper()
+	resp, err := http.Get(s.url + path)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp.StatusCode, string(body)
+}
+
+// waitReady waits for /readyz to answer want and returns how long it took.
+func (s *served) waitReady(want int, within time.Duration) time.Duration {
+	s.t.Helper()
+	start := time.Now()
+	var code int
+	var body string
+	for time.Since(start) < within {
+		if code, body = s.probe(ReadyzPath); code == want {
+			return time.Since(start)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.t.Fatalf("readyz answered %d %q for %s, want %d", code, body, within, want)
+	return 0
+}
+
+// waitSyncs waits until n more syncs have finished.
+func (s *served) waitSyncs(n int) Status {
+	s.t.Helper()
+	from := s.srv.Status().Syncs
+	require.Eventually(s.t, func() bool { return s.srv.Status().Syncs >= from+n }, 10*time.Second, 10*time.Millisecond)
+	return s.srv.Status()
+}
+
+// digestOf is the plan digest a render of the profile text would vouch for.
+func (s *served) digestOf(name string) string {
+	s.t.Helper()
+	o := s.opts.Render
+	o.Profile = name
+	p, err := overlay.Plan(o)
+	require.NoError(s.t, err)
+	return p.Digest()
+}
+
+
+// specIdentity says whether the spec file was rewritten: inode and mtime.
+func specIdentity(t *testing.T, file string) string {
+	t.Helper()
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	return fmt.Sprintf("%v %v", info.Sys(), info.ModTime().UnixNano())
+}
+
+func TestUnchangedProfileWritesNothing(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	first := s.waitSyncs(1)
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	spec := specIdentity(t, s.opts.Output)
+
+	st := s.waitSyncs(5)
+	require.Zero(t, st.Failures)
+	require.Zero(t, st.Stats.Written()+st.Stats.DirsCreated+st.Stats.Removed, "%+v", st.Stats)
+	require.Positive(t, st.Stats.FilesUnchanged)
+	require.Equal(t, first.SpecWrites, st.SpecWrites, "no spec rewritten")
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after 5 resyncs")
+	require.Equal(t, spec, specIdentity(t, s.opts.Output))
+	t.Logf("FIGURES %d syncs of an unchanged profile: 0 files written, %d files and %d links unchanged, last sync %s",
+		st.Syncs, st.Stats.FilesUnchanged, st.Stats.LinksUnchanged, st.Duration)
+
+	// Negative control: the resyncs do compare. A file truncated behind
+	// the server's back is written again by the next one.
+	var victim string
+	require.NoError(t, filepath.WalkDir(filepath.Join(s.opts.Render.Root, "sys/devices"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && victim == "" && d.Name() == "vendor" {
+			victim = p
+		}
+		return err
+	}))
+	require.NotEmpty(t, victim)
+	want, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(victim, 0))
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(victim)
+		return err == nil && bytes.Equal(b, want)
+	}, 5*time.Second, 10*time.Millisecond, "the resync repairs %s", victim)
+	require.NotEqual(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the repair wrote")
+}
+
+func TestConfigMapSwapRerenders(t *testing.T) {
+	t.Run("watch", func(t *testing.T) {
+		cm := newConfigMap(t, builtinText(t, "t4"))
+		// An hour's resync: only the watch can see the swap in time.
+		s := start(t, cm, func(o *Options) { o.Resync = time.Hour })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		require.Equal(t, s.digestOf("t4"), s.srv.Status().Digest)
+		// The machine is shared, and a render under load takes seconds, so
+		// the swap is timed to the start of its render: the watch's part.
+		var noticedMax time.Duration
+		for i, name := range []string{"h100", "t4", "h100"} {
+			began := time.Now()
+			cm.swap(builtinText(t, name))
+			want := s.digestOf(name)
+			require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond, "swap %d to %s", i, name)
+			took, render := time.Since(began), s.srv.Status().Duration
+			noticed := took - render
+			require.Less(t, noticed, 2*time.Second, "swap %d to %s: its render began %s after it", i, name, noticed)
+			noticedMax = max(noticedMax, noticed)
+			t.Logf("swap %d to %s: rendered %s after the swap; the sync took %s", i, name, took.Round(time.Millisecond), render.Round(time.Millisecond))
+			s.waitReady(http.StatusOK, 5*time.Second)
+			eff, err := os.ReadFile(filepath.Join(s.opts.Render.Root, plan.ProfileFile))
+			require.NoError(t, err)
+			require.Contains(t, string(eff), map[string]string{"t4": "Tesla T4", "h100": "H100"}[name])
+		}
+		t.Logf("FIGURES 3 ConfigMap swaps, each render began within %s of the swap (debounce %s, resync 1h)", noticedMax.Round(time.Millisecond), DefaultDebounce)
+	})
+	t.Run("no watch: the swap waits for the resync", func(t *testing.T) {
+		// Negative control: without the watch the same swap goes unseen.
+		cm := newConfigMap(t, builtinText(t, "t4"))
+		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		old := s.srv.Status().Digest
+		cm.swap(builtinText(t, "h100"))
+		time.Sleep(3 * time.Second) // longer than the watch is allowed above
+		require.Equal(t, old, s.srv.Status().Digest)
+		require.Equal(t, 1, s.srv.Status().Syncs)
+	})
+	t.Run("no watch: the resync is the safety net", func(t *testing.T) {
+		cm := newConfigMap(t, builtinText(t, "t4"))
+		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		cm.swap(builtinText(t, "h100"))
+		want := s.digestOf("h100")
+		require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond)
+	})
+}
+
+func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
+	bad, err := os.ReadFile(badProfile)
+	require.NoError(t, err)
+	cm := newConfigMap(t, builtinText(t, "t4"))
+	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	s.waitSyncs(1)
+	good := s.srv.Status().Digest
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	spec := specIdentity(t, s.opts.Output)
+
+	cm.swap(bad)
+	notReadyIn := s.waitReady(http.StatusServiceUnavailable, 5*time.Second)
+	_, body := s.probe(ReadyzPath)
+	for _, want := range []string{cm.file(), badField, badValue} {
+		require.Contains(t, body, want)
+	}
+	st := s.waitSyncs(5)
+	require.GreaterOrEqual(t, st.Failures, 5)
+	require.Equal(t, good, st.Digest, "the last good render")
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the bad profile")
+	require.Equal(t, spec, specIdentity(t, s.opts.Output))
+	code, _ := s.probe(HealthzPath)
+	require.Equal(t, http.StatusOK, code, "a bad profile is not-ready, not unhealthy")
+	select {
+	case err := <-s.done:
+		t.Fatalf("Run returned on a bad profile: %v", err)
+	default:
+	}
+	errs := s.logs.lines(t, "ERROR")
+	require.Len(t, errs, 1, "one line for %d failed syncs", st.Failures)
+	line := fmt.Sprint(errs[0]["err"])
+	for _, want := range []string{cm.file(), badField, badValue} {
+		require.Contains(t, line, want)
+	}
+
+	// Fixed: ready again by itself, on the new profile.
+	cm.swap(builtinText(t, "h100"))
+	readyIn := s.waitReady(http.StatusOK, 5*time.Second)
+	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
+	recovered := false
+	for _, rec := range s.logs.lines(t, "INFO") {
+		recovered = recovered || rec["msg"] == "recovered"
+	}
+	require.True(t, recovered)
+	t.Logf("FIGURES bad profile: not ready within %s, %d failed syncs logged as 1 line, tree and spec untouched; fixed: ready within %s",
+		notReadyIn.Round(time.Millisecond), st.Failures, readyIn.Round(time.Millisecond))
+}
+
+func TestBadProfileAtStartIsNotReady(t *testing.T) {
+	bad, err := os.ReadFile(badProfile)
+	require.NoError(t, err)
+	cm := newConfigMap(t, bad)
+	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitSyncs(3)
+	code, body := s.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, badField)
+	_, err = os.Stat(s.opts.Output)
+	require.ErrorIs(t, err, os.ErrNotExist, "no spec before a good render: the gate")
+	cm.swap(builtinText(t, "t4"))
+	s.waitReady(http.StatusOK, 5*time.Second)
+	_, err = os.Stat(s.opts.Output)
+	require.NoError(t, err)
+}
+
+func TestReadyFollowsTheMarker(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { o.Resync = time.Hour })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	// Another render of the same root, of another profile: the tree is no
+	// longer the current profile's, and readyz says so.
+	o := s.opts.Render
+	o.Profile = "h100"
+	_, _, err := overlay.Render(o)
+	require.NoError(t, err)
+	code, body := s.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "not the current profile's")
+	s.srv.Sync(context.Background(), "test")
+	s.waitReady(http.StatusOK, time.Second)
+}
+
+func TestStopLeavesTheTree(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4")), nil)
+	s.waitReady(http.StatusOK, 10*time.Second)
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	began := time.Now()
+	s.stop()
+	select {
+	case err := <-s.done:
+		require.NoError(t, err)
+		s.done <- err // for the cleanup
+	case <-time.After(DefaultStopTimeout + 2*time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	t.Logf("FIGURES Run returned %s after its context ended", time.Since(began).Round(time.Millisecond))
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after the stop")
+	_, err := os.Stat(s.opts.Output)
+	require.NoError(t, err)
+	_, err = http.Get(s.url + HealthzPath)
+	require.Error(t, err, "the endpoints are closed")
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no spec target":   {Render: overlay.Options{Root: "/tmp/x"}},
+		"relative root":    {Render: overlay.Options{Root: "x"}, Output: "/tmp/s.yaml"},
+		"bad kind":         {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kind: "nokind"},
+		"also-at depth":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", AlsoAt: []string{"/host/sys/bus/pci/devices"}},
+		"container root /": {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
+	} {
+		_, err := New(o)
+		require.Error(t, err, name)
+	}
+	s, err := New(Options{Output: "/tmp/s.yaml"})
+	require.NoError(t, err)
+	require.Equal(t, DefaultListen, s.opts.Listen)
+	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
+	require.Equal(t, DefaultResync, s.opts.Resync)
+}
