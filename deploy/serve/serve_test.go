@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -31,43 +31,11 @@ const (
 	badValue   = "4.5"
 )
 
-// configMap is a directory laid out as the kubelet lays out a ConfigMap
-// volume: the data in a timestamped directory, ..data a symlink to it, and
-// each key a symlink through ..data. An update writes a new timestamped
-// directory and swaps ..data atomically (a symlink ..data_tmp renamed over
-// it), then removes the old directory, as the kubelet's AtomicWriter does.
-type configMap struct {
-	t    *testing.T
-	dir  string
-	gen  int
-	data string // the current timestamped directory
-}
-
 const profileKey = "profile.yaml"
 
-func newConfigMap(t *testing.T, text []byte) *configMap {
-	cm := &configMap{t: t, dir: filepath.Join(t.TempDir(), "profile")}
-	require.NoError(t, os.Mkdir(cm.dir, 0o755))
-	cm.swap(text)
-	require.NoError(t, os.Symlink(filepath.Join("..data", profileKey), filepath.Join(cm.dir, profileKey)))
-	return cm
-}
-
-func (cm *configMap) file() string { return filepath.Join(cm.dir, profileKey) }
-
-func (cm *configMap) swap(text []byte) {
-	t := cm.t
-	cm.gen++
-	data := fmt.Sprintf("..2026_12_02_17_00_%02d.%09d", cm.gen, cm.gen)
-	require.NoError(t, os.Mkdir(filepath.Join(cm.dir, data), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(cm.dir, data, profileKey), text, 0o644))
-	tmp := filepath.Join(cm.dir, "..data_tmp")
-	require.NoError(t, os.Symlink(data, tmp))
-	require.NoError(t, os.Rename(tmp, filepath.Join(cm.dir, "..data")))
-	if cm.data != "" {
-		require.NoError(t, os.RemoveAll(filepath.Join(cm.dir, cm.data)))
-	}
-	cm.data = data
+func newConfigMap(t *testing.T, text []byte) *podtest.ConfigMap {
+	t.Helper()
+	return podtest.NewConfigMap(t, filepath.Join(t.TempDir(), "profile"), profileKey, text)
 }
 
 func builtinText(t *testing.T, name string) []byte {
@@ -111,7 +79,7 @@ type served struct {
 	t    *testing.T
 	srv  *Server
 	opts Options
-	cm   *configMap
+	cm   *podtest.ConfigMap
 	logs *logBuffer
 	url  string
 	stop context.CancelFunc
@@ -120,12 +88,12 @@ type served struct {
 
 // start serves the ConfigMap's profile into a new root and a standalone
 // spec; adjust changes the options first.
-func start(t *testing.T, cm *configMap, adjust func(*Options)) *served {
+func start(t *testing.T, cm *podtest.ConfigMap, adjust func(*Options)) *served {
 	t.Helper()
 	dir := t.TempDir()
 	logs := &logBuffer{}
 	o := Options{
-		Render: overlay.Options{Profile: cm.file(), Root: filepath.Join(dir, "overlay")},
+		Render: overlay.Options{Profile: cm.File(), Root: filepath.Join(dir, "overlay")},
 		Output: filepath.Join(dir, "cdi", "nvml-mock-sysfs.yaml"),
 		Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -151,28 +119,15 @@ func start(t *testing.T, cm *configMap, adjust func(*Options)) *served {
 // probe gets a health endpoint, as the kubelet's httpGet probe does.
 func (s *served) probe(path string) (int, string) {
 	s.t.Helper()
-	resp, err := http.Get(s.url + path)
+	code, body, err := podtest.Probe(s.url + path)
 	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	return resp.StatusCode, string(body)
+	return code, body
 }
 
 // waitReady waits for /readyz to answer want and returns how long it took.
 func (s *served) waitReady(want int, within time.Duration) time.Duration {
 	s.t.Helper()
-	start := time.Now()
-	var code int
-	var body string
-	for time.Since(start) < within {
-		if code, body = s.probe(ReadyzPath); code == want {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.t.Fatalf("readyz answered %d %q for %s, want %d", code, body, within, want)
-	return 0
+	return podtest.WaitProbe(s.t, s.url+ReadyzPath, want, within)
 }
 
 // waitSyncs waits until n more syncs have finished.
@@ -192,7 +147,6 @@ func (s *served) digestOf(name string) string {
 	require.NoError(s.t, err)
 	return p.Digest()
 }
-
 
 // specIdentity says whether the spec file was rewritten: inode and mtime.
 func specIdentity(t *testing.T, file string) string {
@@ -251,7 +205,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		var noticedMax time.Duration
 		for i, name := range []string{"h100", "t4", "h100"} {
 			began := time.Now()
-			cm.swap(builtinText(t, name))
+			cm.Swap(builtinText(t, name))
 			want := s.digestOf(name)
 			require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond, "swap %d to %s", i, name)
 			took, render := time.Since(began), s.srv.Status().Duration
@@ -259,7 +213,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 			require.Less(t, noticed, 2*time.Second, "swap %d to %s: its render began %s after it", i, name, noticed)
 			noticedMax = max(noticedMax, noticed)
 			t.Logf("swap %d to %s: rendered %s after the swap; the sync took %s", i, name, took.Round(time.Millisecond), render.Round(time.Millisecond))
-			s.waitReady(http.StatusOK, 5*time.Second)
+			s.waitReady(http.StatusOK, 30*time.Second)
 			eff, err := os.ReadFile(filepath.Join(s.opts.Render.Root, plan.ProfileFile))
 			require.NoError(t, err)
 			require.Contains(t, string(eff), map[string]string{"t4": "Tesla T4", "h100": "H100"}[name])
@@ -272,7 +226,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
 		old := s.srv.Status().Digest
-		cm.swap(builtinText(t, "h100"))
+		cm.Swap(builtinText(t, "h100"))
 		time.Sleep(3 * time.Second) // longer than the watch is allowed above
 		require.Equal(t, old, s.srv.Status().Digest)
 		require.Equal(t, 1, s.srv.Status().Syncs)
@@ -281,7 +235,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		cm := newConfigMap(t, builtinText(t, "t4"))
 		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
-		cm.swap(builtinText(t, "h100"))
+		cm.Swap(builtinText(t, "h100"))
 		want := s.digestOf("h100")
 		require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond)
 	})
@@ -298,10 +252,10 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
 	spec := specIdentity(t, s.opts.Output)
 
-	cm.swap(bad)
+	cm.Swap(bad)
 	notReadyIn := s.waitReady(http.StatusServiceUnavailable, 5*time.Second)
 	_, body := s.probe(ReadyzPath)
-	for _, want := range []string{cm.file(), badField, badValue} {
+	for _, want := range []string{cm.File(), badField, badValue} {
 		require.Contains(t, body, want)
 	}
 	st := s.waitSyncs(5)
@@ -319,13 +273,13 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	errs := s.logs.lines(t, "ERROR")
 	require.Len(t, errs, 1, "one line for %d failed syncs", st.Failures)
 	line := fmt.Sprint(errs[0]["err"])
-	for _, want := range []string{cm.file(), badField, badValue} {
+	for _, want := range []string{cm.File(), badField, badValue} {
 		require.Contains(t, line, want)
 	}
 
 	// Fixed: ready again by itself, on the new profile.
-	cm.swap(builtinText(t, "h100"))
-	readyIn := s.waitReady(http.StatusOK, 5*time.Second)
+	cm.Swap(builtinText(t, "h100"))
+	readyIn := s.waitReady(http.StatusOK, 30*time.Second)
 	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
 	recovered := false
 	for _, rec := range s.logs.lines(t, "INFO") {
@@ -347,8 +301,8 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 	require.Contains(t, body, badField)
 	_, err = os.Stat(s.opts.Output)
 	require.ErrorIs(t, err, os.ErrNotExist, "no spec before a good render: the gate")
-	cm.swap(builtinText(t, "t4"))
-	s.waitReady(http.StatusOK, 5*time.Second)
+	cm.Swap(builtinText(t, "t4"))
+	s.waitReady(http.StatusOK, 30*time.Second)
 	_, err = os.Stat(s.opts.Output)
 	require.NoError(t, err)
 }
