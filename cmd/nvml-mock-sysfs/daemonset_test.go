@@ -116,17 +116,17 @@ func startPod(t *testing.T, bin string, c corev1.Container, dir string) *podProc
 }
 
 // stop sends sig and waits for the exit, at most grace.
-func (p *podProcess) stop(sig syscall.Signal, grace time.Duration) (error, time.Duration) {
+func (p *podProcess) stop(sig syscall.Signal, grace time.Duration) (time.Duration, error) {
 	p.t.Helper()
 	began := time.Now()
 	require.NoError(p.t, p.cmd.Process.Signal(sig))
 	select {
 	case err := <-p.exited:
 		p.exited <- err
-		return err, time.Since(began)
+		return time.Since(began), err
 	case <-time.After(grace):
 		p.t.Fatalf("still running %s after %v; log:\n%s", grace, sig, p.logs.String())
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -210,7 +210,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	podtest.WaitProbe(t, readyz, http.StatusOK, 30*time.Second)
 	marker, err := writer.ReadMarker(os.DirFS(root))
 	require.NoError(t, err)
-	err, stopIn := p.stop(syscall.SIGTERM, grace)
+	stopIn, err := p.stop(syscall.SIGTERM, grace)
 	require.NoError(t, err, "exit 0 on SIGTERM; log:\n%s", p.logs.String())
 	after, err := writer.ReadMarker(os.DirFS(root))
 	require.NoError(t, err, "the tree stays, complete")
@@ -242,7 +242,7 @@ func TestServeStopsMidRender(t *testing.T) {
 			require.NoError(t, err)
 			vol.Swap(text)
 			time.Sleep(300 * time.Millisecond) // past the debounce: the render is under way
-			exitErr, took := p.stop(sig, grace)
+			took, exitErr := p.stop(sig, grace)
 			root := filepath.Join(dir, "var/lib/nvml-mock")
 			_, markerErr := writer.ReadMarker(os.DirFS(root))
 			if sig == syscall.SIGKILL {
