@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -57,26 +54,9 @@ func daemonSetPod(t *testing.T) (corev1.PodSpec, corev1.ConfigMap) {
 type podProcess struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	logs   *lockedBuffer
+	logs   *podtest.Log
 	url    string
 	exited chan error
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func startPod(t *testing.T, bin string, c corev1.Container, dir string) *podProcess {
@@ -99,7 +79,7 @@ func startPod(t *testing.T, bin string, c corev1.Container, dir string) *podProc
 			}
 		}
 	}
-	p := &podProcess{t: t, logs: &lockedBuffer{}, url: "http://" + addr, exited: make(chan error, 1)}
+	p := &podProcess{t: t, logs: &podtest.Log{}, url: "http://" + addr, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start())
@@ -128,19 +108,6 @@ func (p *podProcess) stop(sig syscall.Signal, grace time.Duration) (time.Duratio
 		p.t.Fatalf("still running %s after %v; log:\n%s", grace, sig, p.logs.String())
 		return 0, nil
 	}
-}
-
-// logLines parses the JSON log and returns the records at level.
-func (p *podProcess) logLines(level string) []map[string]any {
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(p.logs.String()), "\n") {
-		var rec map[string]any
-		require.NoError(p.t, json.Unmarshal([]byte(l), &rec), "log line %q", l)
-		if rec["level"] == level {
-			out = append(out, rec)
-		}
-	}
-	return out
 }
 
 func effectiveProfile(t *testing.T, root string) string {
@@ -199,7 +166,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	vol.Swap(bad)
 	podtest.WaitProbe(t, readyz, http.StatusServiceUnavailable, 30*time.Second)
 	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "after the bad profile")
-	errs := p.logLines("ERROR")
+	errs := p.logs.Records(t, "ERROR")
 	require.Len(t, errs, 1)
 	for _, want := range []string{vol.File(), "devices[0].pcie.max_link_gen", "4.5"} {
 		require.Contains(t, fmt.Sprint(errs[0]["err"]), want)

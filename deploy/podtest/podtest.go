@@ -6,11 +6,15 @@
 package podtest
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,4 +94,37 @@ func WaitProbe(t testing.TB, url string, want int, within time.Duration) time.Du
 	}
 	t.Fatalf("%s answered %d %q (%v) for %s, want %d", url, code, body, err, within, want)
 	return 0
+}
+
+// Log collects what serve --log-format json writes, from any goroutine.
+type Log struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *Log) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Records parses every line as a JSON record and returns those at level
+// ("INFO", "ERROR", ...); a line that is not JSON fails the test.
+func (l *Log) Records(t testing.TB, level string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(l.String()), "\n") {
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &rec), "log line %q", line)
+		if rec["level"] == level {
+			out = append(out, rec)
+		}
+	}
+	return out
 }

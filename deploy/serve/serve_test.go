@@ -3,14 +3,11 @@ package serve
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,40 +44,13 @@ func builtinText(t *testing.T, name string) []byte {
 	return text
 }
 
-// logBuffer collects the JSON log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// lines returns the records at level.
-func (b *logBuffer) lines(t *testing.T, level string) []map[string]any {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
-		var rec map[string]any
-		require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
-		if rec["level"] == level {
-			out = append(out, rec)
-		}
-	}
-	return out
-}
-
 // served is a running server on temporary paths.
 type served struct {
 	t    *testing.T
 	srv  *Server
 	opts Options
 	cm   *podtest.ConfigMap
-	logs *logBuffer
+	logs *podtest.Log
 	url  string
 	stop context.CancelFunc
 	done chan error
@@ -91,7 +61,7 @@ type served struct {
 func start(t *testing.T, cm *podtest.ConfigMap, adjust func(*Options)) *served {
 	t.Helper()
 	dir := t.TempDir()
-	logs := &logBuffer{}
+	logs := &podtest.Log{}
 	o := Options{
 		Render: overlay.Options{Profile: cm.File(), Root: filepath.Join(dir, "overlay")},
 		Output: filepath.Join(dir, "cdi", "nvml-mock-sysfs.yaml"),
@@ -270,7 +240,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 		t.Fatalf("Run returned on a bad profile: %v", err)
 	default:
 	}
-	errs := s.logs.lines(t, "ERROR")
+	errs := s.logs.Records(t, "ERROR")
 	require.Len(t, errs, 1, "one line for %d failed syncs", st.Failures)
 	line := fmt.Sprint(errs[0]["err"])
 	for _, want := range []string{cm.File(), badField, badValue} {
@@ -282,7 +252,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	readyIn := s.waitReady(http.StatusOK, 30*time.Second)
 	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
 	recovered := false
-	for _, rec := range s.logs.lines(t, "INFO") {
+	for _, rec := range s.logs.Records(t, "INFO") {
 		recovered = recovered || rec["msg"] == "recovered"
 	}
 	require.True(t, recovered)
