@@ -293,15 +293,18 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	s.syncing = start
 	s.mu.Unlock()
 
+	s.mu.Lock()
+	prev := s.status
+	s.mu.Unlock()
 	p, st, err := overlay.Render(s.opts.Render)
 	specWrites := 0
 	if err == nil {
+		s.logRender(ctx, reason, p, st, prev.Syncs == 0, time.Since(start))
 		specWrites, err = s.writeSpecs()
 	}
 	took := time.Since(start)
 
 	s.mu.Lock()
-	prev := s.status
 	s.syncing = time.Time{}
 	s.status.Syncs++
 	s.status.Duration = took
@@ -317,35 +320,37 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	}
 	s.mu.Unlock()
 
-	if err != nil {
+	switch {
+	case err != nil && err.Error() != prev.Err:
 		// One line per distinct failure: a resync of the same bad profile
 		// says nothing new.
-		if err.Error() != prev.Err {
-			s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
-		}
-		return
+		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
+	case err == nil && prev.Err != "":
+		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
 	}
-	changed := st.Written() > 0 || st.DirsCreated > 0 || st.Removed > 0 || specWrites > 0
-	level := slog.LevelDebug
-	if changed || prev.Err != "" || prev.Syncs == 0 {
-		level = slog.LevelInfo
-	}
-	msg := "unchanged"
-	switch {
-	case prev.Err != "":
-		msg = "recovered"
-	case changed:
-		msg = "rendered"
+}
+
+// logRender logs a render that succeeded: at info when it changed the
+// tree (or is the first), at debug when it wrote nothing, so a quiet
+// resync stays quiet.
+func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, first bool, took time.Duration) {
+	level, msg := slog.LevelDebug, "unchanged"
+	if st.Written() > 0 || st.DirsCreated > 0 || st.Removed > 0 || first {
+		level, msg = slog.LevelInfo, "rendered"
 	}
 	s.log.Log(ctx, level, msg, "reason", reason, "profile", p.Machine.Source, "gpus", len(p.Machine.GPUs()),
 		"digest", p.Digest(), "files_written", st.FilesWritten, "links_written", st.LinksWritten,
 		"dirs_created", st.DirsCreated, "removed", st.Removed, "files_unchanged", st.FilesUnchanged,
-		"links_unchanged", st.LinksUnchanged, "specs_written", specWrites, "took", took.String())
+		"links_unchanged", st.LinksUnchanged, "took", took.String())
+	warn := slog.LevelDebug
+	if level == slog.LevelInfo {
+		warn = slog.LevelWarn
+	}
 	for _, f := range st.Foreign {
-		s.log.Warn("links directory holds an entry no render made; go-nvlib aborts its scan on an unreadable one", "entry", f)
+		s.log.Log(ctx, warn, "links directory holds an entry no render made; go-nvlib aborts its scan on an unreadable one", "entry", f)
 	}
 	for _, k := range st.Kept {
-		s.log.Warn("kept a stale directory: it holds files no render made", "path", filepath.Join(s.opts.Render.Root, k))
+		s.log.Log(ctx, warn, "kept a stale directory: it holds files no render made", "path", filepath.Join(s.opts.Render.Root, k))
 	}
 }
 
@@ -473,13 +478,13 @@ func (s *Server) watch() *watcher {
 	dirs := map[string]map[string]bool{}
 	// A built-in profile has no file to watch.
 	if _, builtinName := builtin.Get(s.profileName()); !builtinName && s.opts.Render.Profile != "" {
-		dirs[filepath.Dir(filepath.Clean(s.opts.Render.Profile))] = nil
+		dirs[dirOf(s.opts.Render.Profile)] = nil
 	}
 	for _, f := range []string{s.opts.Output, s.opts.MergeInto} {
 		if f == "" {
 			continue
 		}
-		dir := filepath.Dir(filepath.Clean(f))
+		dir := dirOf(f)
 		names, ok := dirs[dir]
 		switch {
 		case ok && names == nil:
@@ -523,6 +528,14 @@ func (w *watcher) add() {
 		}
 		w.log.Debug("watching", "dir", dir)
 	}
+}
+
+// dirOf is a file's directory, absolute, as fsnotify names its events.
+func dirOf(file string) string {
+	if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return filepath.Dir(file)
 }
 
 func (w *watcher) relevant(ev fsnotify.Event) bool {

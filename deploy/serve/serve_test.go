@@ -8,11 +8,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -330,4 +333,122 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	require.Equal(t, DefaultListen, s.opts.Listen)
 	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
 	require.Equal(t, DefaultResync, s.opts.Resync)
+}
+
+// merged says whether the spec in file serves root: a top-level mount of it
+// at the container root, and no whole-/sys/devices mount left.
+func merged(t *testing.T, file, root string) bool {
+	t.Helper()
+	s, err := deploy.ReadSpec(file)
+	require.NoError(t, err)
+	ours, whole := false, false
+	for _, m := range s.ContainerEdits.Mounts {
+		ours = ours || (m.HostPath == root && m.ContainerPath == plan.DefaultContainerRoot)
+		whole = whole || m.ContainerPath == deploy.WholeDevicesDir
+	}
+	return ours && !whole
+}
+
+// rewrite replaces file atomically, as another spec writer would.
+func rewrite(t *testing.T, file string, data []byte) {
+	t.Helper()
+	tmp := file + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, data, 0o644))
+	require.NoError(t, os.Rename(tmp, file))
+}
+
+func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
+	original, err := os.ReadFile("../testdata/nvidia.yaml")
+	require.NoError(t, err)
+	setup := func(o *Options) {
+		o.MergeInto = filepath.Join(filepath.Dir(o.Output), "nvidia.yaml")
+		o.Output = ""
+		rewrite(t, o.MergeInto, original)
+	}
+
+	t.Run("watch", func(t *testing.T) {
+		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { setup(o); o.Resync = time.Hour })
+		s.waitReady(http.StatusOK, 30*time.Second)
+		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+		// nvml-mock's setup writes its spec again: merged again at once.
+		began := time.Now()
+		rewrite(t, s.opts.MergeInto, original)
+		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+		require.Eventually(t, func() bool { return merged(t, s.opts.MergeInto, s.opts.Render.Root) }, 5*time.Second, 10*time.Millisecond)
+		t.Logf("FIGURES the rewritten spec merged again %s after the rewrite", time.Since(began).Round(time.Millisecond))
+	})
+	t.Run("no watch", func(t *testing.T) {
+		// Negative control: without the watch the rewrite stays unmerged.
+		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { setup(o); o.Resync = time.Hour; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 30*time.Second)
+		rewrite(t, s.opts.MergeInto, original)
+		time.Sleep(3 * time.Second)
+		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+	})
+	t.Run("missing", func(t *testing.T) {
+		// The spec to merge into is not there yet: not ready, until it is.
+		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) {
+			setup(o)
+			require.NoError(t, os.Remove(o.MergeInto))
+			o.Resync = time.Hour
+		})
+		s.waitSyncs(1)
+		code, body := s.probe(ReadyzPath)
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Contains(t, body, "--merge-into "+s.opts.MergeInto)
+		rewrite(t, s.opts.MergeInto, original)
+		s.waitReady(http.StatusOK, 30*time.Second)
+		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+	})
+}
+
+// TestStuckRenderAndStopTimeout holds the writer's own lock on the root, so
+// a render waits: /healthz fails once it has waited StuckAfter, and a stop
+// abandons it after StopTimeout instead of waiting for the lock.
+func TestStuckRenderAndStopTimeout(t *testing.T) {
+	cm := newConfigMap(t, builtinText(t, "t4"))
+	s := start(t, cm, func(o *Options) {
+		o.Resync = time.Hour
+		o.StuckAfter = 300 * time.Millisecond
+		o.StopTimeout = 500 * time.Millisecond
+	})
+	s.waitReady(http.StatusOK, 30*time.Second)
+	lock := func() func() {
+		fd, err := unix.Open(s.opts.Render.Root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		require.NoError(t, err)
+		require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
+		return func() { require.NoError(t, unix.Close(fd)) }
+	}
+
+	unlock := lock()
+	cm.Swap(builtinText(t, "h100"))
+	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	_, body := s.probe(HealthzPath)
+	require.Contains(t, body, "one sync has run for")
+	unlock()
+	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusOK, 30*time.Second)
+	s.waitReady(http.StatusOK, 30*time.Second)
+	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
+
+	unlock = lock()
+	syncs := s.srv.Status().Syncs
+	cm.Swap(builtinText(t, "t4"))
+	time.Sleep(DefaultDebounce + 300*time.Millisecond) // the render waits for the lock
+	began := time.Now()
+	s.stop()
+	require.NoError(t, <-s.done)
+	took := time.Since(began)
+	require.Less(t, took, 5*time.Second, "abandoned after StopTimeout, not after the lock timeout")
+	require.GreaterOrEqual(t, took, s.opts.StopTimeout)
+	unlock()
+	// The abandoned render goes on in this process; let it end before the
+	// temporary directories go.
+	require.Eventually(t, func() bool { return s.srv.Status().Syncs > syncs }, 30*time.Second, 10*time.Millisecond)
+	s.done <- nil
+	warned := false
+	for _, rec := range s.logs.Records(t, "WARN") {
+		warned = warned || strings.HasPrefix(fmt.Sprint(rec["msg"]), "stopping with a render in flight")
+	}
+	require.True(t, warned)
+	t.Logf("FIGURES a render stuck on the lock: healthz 503 after StuckAfter; stop returned after %s (StopTimeout %s)", took.Round(time.Millisecond), s.opts.StopTimeout)
 }
