@@ -124,9 +124,53 @@ go build -trimpath -ldflags "-X ` + mod + `/pkg/utils/hostpath.pathPrefix=/host-
 	}
 }
 
+// DRADiscovery is the NVIDIA DRA driver's kubelet plugin package compiled
+// as a test binary with one test file of ours, which runs the driver's own
+// device discovery and prints each device's attributes: the plugin itself
+// needs a kubelet and an API server. See DRADiscoveryRun.
+func DRADiscovery() Program {
+	return Program{
+		Name:    "dra-discovery",
+		Tarball: "dra-driver-nvidia-gpu.tar.xz",
+		Files: map[string]string{
+			"cmd/gpu-kubelet-plugin/zz_nvml_mock_sysfs_discovery_test.go": "compat/consumers/testdata/dra-discovery/discovery_test.go",
+		},
+		Steps: []Step{{
+			Args: []string{"go", "test", "-c", "-trimpath", "-o", "{out}/gpu-kubelet-plugin.test", "./cmd/gpu-kubelet-plugin"},
+			Env:  []string{"CGO_ENABLED=1"},
+		}},
+		Outputs: []string{"gpu-kubelet-plugin.test"},
+	}
+}
+
+// GHWList is a program of ours that prints what ghw v0.27.0's PCI() lists
+// (its own module, with ghw from the proxy). See GHWListRun.
+func GHWList() Program {
+	return ourModule("ghw-list", false)
+}
+
+// NVMLList is a program of ours that loads libnvidia-ml.so.1 through
+// go-nvml (the version GFD vendors) and prints each GPU's PCI identity.
+// See NVMLListRun.
+func NVMLList() Program {
+	return ourModule("nvml-list", true)
+}
+
+// ourModule is a small module of ours under compat/consumers/testdata/name,
+// built with its own go.mod and go.sum.
+func ourModule(name string, cgo bool) Program {
+	dir := "compat/consumers/testdata/" + name + "/"
+	return Program{
+		Name:    name,
+		Files:   map[string]string{"go.mod": dir + "go.mod", "go.sum": dir + "go.sum", "main.go": dir + "main.go"},
+		Steps:   []Step{goBuild(cgo, "-o", "{out}/"+name, ".")},
+		Outputs: []string{name},
+	}
+}
+
 // All lists every program the end-to-end suites build, in the order
 // build-consumers builds them: the quick ones first, so a cold run shows
 // progress early.
 func All() []Program {
-	return []Program{MockNVML(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), NFDWorker(), Containerd()}
+	return []Program{MockNVML(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd()}
 }

@@ -36,32 +36,6 @@ func RequireProgram(t testing.TB, name, debianPackage string) string {
 	return p
 }
 
-// BuildBinary builds the static nvml-mock-sysfs binary into a temporary
-// directory and returns its path.
-func BuildBinary(t testing.TB) string {
-	t.Helper()
-	return BuildStatic(t, "./cmd/nvml-mock-sysfs")
-}
-
-// BuildStatic builds a main package of the repository (a path relative to
-// its top, such as ./cmd/nvml-mock-sysfs) as a static binary
-// (CGO_ENABLED=0) into a temporary directory and returns its path.
-func BuildStatic(t testing.TB, pkg string) string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
-	}
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
-	cmd.Dir = Repo(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return out
-}
-
 // Served is what a served container sees of a rendered overlay, recreated
 // in a private mount namespace of this machine: the overlay read-only at
 // its container root and the links directory read-only at each of LinksAt,
@@ -93,6 +67,11 @@ type Served struct {
 	// Binds are read-only bind mounts made after the tmpfs mounts, so a
 	// target may lie in one: a CDI spec directory at /run/cdi.
 	Binds []Bind
+	// HostSysAt lists where the node's own /sys also appears, read-only,
+	// under the links directory when LinksAt names a path below it: as
+	// node-feature-discovery's DaemonSet mounts /sys at /host-sys. Links
+	// of host devices (--host-devices merge) resolve only there.
+	HostSysAt []string
 	// Env is added to the environment of what runs inside.
 	Env []string
 }
@@ -131,6 +110,11 @@ func (s Served) Script() string {
 		lines = append(lines, "mkdir -p "+q(b.Target))
 		bindRO(b.Source, b.Target)
 	}
+	for _, dir := range s.HostSysAt {
+		// Created on the host and left there empty, like LinksAt's tops.
+		lines = append(lines, "mkdir -p "+q(dir))
+		bindRO("/sys", dir)
+	}
 	if s.Root == "" {
 		return strings.Join(lines, "\n") + "\n"
 	}
@@ -146,7 +130,7 @@ func (s Served) Script() string {
 	}
 	tmpfsOn := map[string]bool{}
 	for _, target := range targets {
-		if _, err := os.Stat(target); err != nil {
+		if _, err := os.Stat(target); err != nil && !s.underHostSys(target) {
 			top := "/" + strings.SplitN(strings.TrimPrefix(target, "/"), "/", 2)[0]
 			if !tmpfsOn[top] {
 				lines = append(lines, "mkdir -p "+q(top), "mount -t tmpfs -o mode=0755 tmpfs "+q(top))
@@ -157,6 +141,17 @@ func (s Served) Script() string {
 		bindRO(filepath.Join(s.Root, plan.LinksDir), target)
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// underHostSys reports whether path lies below one of HostSysAt, where
+// the node's sysfs, bound there first, provides it.
+func (s Served) underHostSys(path string) bool {
+	for _, dir := range s.HostSysAt {
+		if strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // Command returns a command that runs name with args inside a new private
@@ -222,4 +217,30 @@ func InNamespace(t testing.TB, root, containerRoot, script string) (string, erro
 	cmd := Served{Root: root, ContainerRoot: containerRoot}.Command("sh", "-c", script)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// BuildBinary builds the static nvml-mock-sysfs binary into a temporary
+// directory and returns its path.
+func BuildBinary(t testing.TB) string {
+	t.Helper()
+	return BuildStatic(t, "./cmd/nvml-mock-sysfs")
+}
+
+// BuildStatic builds a main package of the repository (a path relative to
+// its top, such as ./cmd/nvml-mock-sysfs) as a static binary
+// (CGO_ENABLED=0) into a temporary directory and returns its path.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
+	}
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
+	cmd.Dir = Repo(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
 }

@@ -4,7 +4,7 @@
 // build inside a test would show nothing for many minutes. The tests then
 // find every build in the cache.
 //
-//	go run ./compat/consumers/build-consumers [-third-party DIR]
+//	go run ./compat/consumers/build-consumers [-third-party DIR] [-only NAME,...]
 package main
 
 import (
@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
@@ -19,6 +21,7 @@ import (
 
 func main() {
 	thirdParty := flag.String("third-party", "../shared/third-party", "the directory of the vendored source tarballs")
+	only := flag.String("only", "", "build only these programs (comma-separated names); empty builds all")
 	flag.Parse()
 	repo, err := os.Getwd()
 	if err != nil {
@@ -37,6 +40,14 @@ func main() {
 	c := consumers.Cache{Repo: repo, ThirdParty: tp}
 	start := time.Now()
 	programs := consumers.All()
+	if *only != "" {
+		names := strings.Split(*only, ",")
+		programs = slices.DeleteFunc(programs, func(p consumers.Program) bool { return !slices.Contains(names, p.Name) })
+		if len(programs) != len(names) {
+			fmt.Fprintf(os.Stderr, "build-consumers: -only %s: a name is not one of the programs\n", *only)
+			os.Exit(2)
+		}
+	}
 	for i, p := range programs {
 		fmt.Fprintf(os.Stderr, "consumers: [%d/%d] %s\n", i+1, len(programs), p.Name)
 		if _, err := c.Build(p); err != nil {
