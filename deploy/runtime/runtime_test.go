@@ -23,10 +23,12 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
-// The profile is one the renderer was not tuned against: two PCI domains,
-// three root complexes, NUMA -1 and 1, a VGA-class GPU.
+// The profile is the consumer suite's: five H100s over two PCI domains,
+// three root complexes, NUMA -1 and 1, two NVSwitches, and what nvml-mock's
+// NVML needs, so GFD and the DRA driver read the same machine through the
+// mock NVML that the tree shows them.
 const (
-	unseenProfile = "../../testdata/two-domains.yaml"
+	unseenProfile = "../../compat/consumers/testdata/profiles/two-domains.yaml"
 	// device is our CDI device, as `cdi` writes it by default.
 	device = deploy.DefaultKind + "=" + deploy.DeviceName
 	// verifyImage holds the static binary alone.
@@ -184,6 +186,10 @@ func TestContainerd(t *testing.T) {
 	t.Run("NRI", func(t *testing.T) {
 		testNRI(t, s)
 	})
+
+	t.Run("consumers in CRI containers", func(t *testing.T) {
+		testConsumers(t, s)
+	})
 }
 
 // testMergedSpec serves the drop-in case: a spec in nvml-mock's shape whose
@@ -227,7 +233,7 @@ func testMergedSpec(t *testing.T, s *served) {
 // plugin is connected only while its subtest runs.
 func testNRI(t *testing.T, s *served) {
 	t.Run("device-injector", func(t *testing.T) {
-		s.h.StartNRIPlugin(t, "10-device-injector", exec.Command(consumers.NeedBinary(t, consumers.DeviceInjector()), "-idx", "10", "-socket-path", s.h.NRISocket))
+		s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
 		t.Run("CDI annotation", func(t *testing.T) {
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-cdi", Annotations: map[string]string{
 				"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
@@ -278,4 +284,9 @@ func testNRI(t *testing.T, s *served) {
 			require.NotContains(t, failed, verify.OverlayMount)
 		})
 	})
+}
+
+// deviceInjector is containerd's NRI device-injector, connecting to h.
+func deviceInjector(t *testing.T, h *runtime.Harness) *exec.Cmd {
+	return exec.Command(consumers.NeedBinary(t, consumers.DeviceInjector()), "-idx", "10", "-socket-path", h.NRISocket)
 }
