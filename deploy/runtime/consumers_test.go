@@ -70,7 +70,6 @@ const (
 // name.
 func testConsumers(t *testing.T, s *served) {
 	mockNVML := consumers.Need(t, consumers.MockNVML())
-	s.h.Import(t, consumerBaseImage(), runtime.CRINamespace)
 	s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
 	pod := s.h.RunPod(t, runtime.Pod{Name: "consumers", Annotations: map[string]string{
 		"cdi-devices.noderesource.dev/container." + gfdContainer: "- " + device,

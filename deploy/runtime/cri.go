@@ -37,6 +37,20 @@ type Container struct {
 	CDIDevices []string
 	// Annotations are the container's (cdi.k8s.io/ ones name CDI devices).
 	Annotations map[string]string
+	// Security is what a kubelet makes of the container's securityContext.
+	Security Security
+}
+
+// Security is a container's Linux security context. The zero value is
+// the runtime's default: root, the default capabilities, a writable root.
+type Security struct {
+	ReadOnlyRootfs bool
+	// DropCapabilities are capability names, or "ALL".
+	DropCapabilities []string
+	// NoNewPrivs is allowPrivilegeEscalation: false.
+	NoNewPrivs bool
+	// RunAsUser, when set, is the user the process runs as.
+	RunAsUser *int64
 }
 
 // Mount is a CRI bind mount.
@@ -86,6 +100,21 @@ type (
 	criImageSpec struct {
 		Image string `json:"image"`
 	}
+	criCapability struct {
+		DropCapabilities []string `json:"drop_capabilities,omitempty"`
+	}
+	criInt64Value struct {
+		Value int64 `json:"value"`
+	}
+	criContainerSecurityContext struct {
+		Capabilities   *criCapability `json:"capabilities,omitempty"`
+		RunAsUser      *criInt64Value `json:"run_as_user,omitempty"`
+		ReadonlyRootfs bool           `json:"readonly_rootfs,omitempty"`
+		NoNewPrivs     bool           `json:"no_new_privs,omitempty"`
+	}
+	criContainerLinux struct {
+		SecurityContext criContainerSecurityContext `json:"security_context"`
+	}
 	criContainerConfig struct {
 		Metadata    criMetadata       `json:"metadata"`
 		Image       criImageSpec      `json:"image"`
@@ -96,6 +125,7 @@ type (
 		Annotations map[string]string `json:"annotations,omitempty"`
 		LogPath     string            `json:"log_path"`
 		CDIDevices  []criCDIDevice    `json:"CDI_devices,omitempty"`
+		Linux       criContainerLinux `json:"linux"`
 	}
 )
 
@@ -204,6 +234,16 @@ func (s *Sandbox) Start(t testing.TB, c Container) *CRIContainer {
 		Args:        c.Args,
 		Annotations: c.Annotations,
 		LogPath:     c.Name + ".log",
+		Linux: criContainerLinux{SecurityContext: criContainerSecurityContext{
+			ReadonlyRootfs: c.Security.ReadOnlyRootfs,
+			NoNewPrivs:     c.Security.NoNewPrivs,
+		}},
+	}
+	if len(c.Security.DropCapabilities) > 0 {
+		cfg.Linux.SecurityContext.Capabilities = &criCapability{DropCapabilities: c.Security.DropCapabilities}
+	}
+	if c.Security.RunAsUser != nil {
+		cfg.Linux.SecurityContext.RunAsUser = &criInt64Value{Value: *c.Security.RunAsUser}
 	}
 	for _, kv := range c.Env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -262,6 +302,13 @@ func (c *CRIContainer) Logs(t testing.TB) (stdout, stderr string) {
 		t.Fatalf("runtime: crictl logs %s: %v\n%s", c.Name, err, e.String())
 	}
 	return o.String(), e.String()
+}
+
+// Stop stops the container as a kubelet does: SIGTERM, then SIGKILL after
+// the grace period.
+func (c *CRIContainer) Stop(t testing.TB, grace time.Duration) {
+	t.Helper()
+	c.s.h.Crictl(t, "stop", "--timeout", fmt.Sprint(int(grace.Seconds())), c.ID)
 }
 
 // Remove removes the container (stopping it first if it still runs).

@@ -75,6 +75,7 @@ func serve(t *testing.T, h *runtime.Harness) *served {
 		Files:      []ociimage.File{{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755}},
 		Entrypoint: []string{"/nvml-mock-sysfs"},
 	}, runtime.CRINamespace, runtime.CtrNamespace)
+	h.Import(t, consumerBaseImage(), runtime.CRINamespace)
 	return s
 }
 
@@ -177,6 +178,10 @@ func TestContainerd(t *testing.T) {
 			require.Contains(t, failed, verify.OverlayMount)
 			require.Contains(t, failed, "deviceattribute.pcieRoot")
 		})
+	})
+
+	t.Run("CRI container security and stop", func(t *testing.T) {
+		testCRIContainer(t, s)
 	})
 
 	t.Run("CRI merged spec", func(t *testing.T) {
