@@ -73,6 +73,18 @@ func (r *Report) Failures() []Result {
 	return out
 }
 
+// FailedChecks names the checks (the Consumer of each failed row) that
+// failed, each once, in report order.
+func (r *Report) FailedChecks() []string {
+	var out []string
+	for _, x := range r.Failures() {
+		if !slices.Contains(out, x.Consumer) {
+			out = append(out, x.Consumer)
+		}
+	}
+	return out
+}
+
 // Run checks a sysfs tree against the machine it should show. sysfs is
 // "/sys" to read where consumers read by default, or <root>/sys for a tree
 // on the host.

@@ -171,3 +171,11 @@ func TestProfileMismatchIsCaught(t *testing.T) {
 	require.False(t, r.OK())
 	require.NotEmpty(t, r.Failures())
 }
+
+func TestFailedChecks(t *testing.T) {
+	r := &compat.Report{Results: []compat.Result{
+		{Consumer: "b", OK: false}, {Consumer: "a", OK: true}, {Consumer: "c", OK: false}, {Consumer: "b", OK: false},
+	}}
+	require.Equal(t, []string{"b", "c"}, r.FailedChecks(), "each failed check once, in report order")
+	require.Empty(t, (&compat.Report{Results: []compat.Result{{Consumer: "a", OK: true}}}).FailedChecks())
+}

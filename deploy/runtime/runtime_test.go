@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -106,16 +105,6 @@ func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
 	require.Equal(t, want, roots, "pcieRoot of every device")
 }
 
-func failedNames(r *compat.Report) []string {
-	var out []string
-	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Consumer) {
-			out = append(out, c.Consumer)
-		}
-	}
-	return out
-}
-
 // verifyContainer is a CRI container that runs verify, with the profile
 // mounted for the case it gets no overlay.
 func (s *served) verifyContainer(name string) runtime.Container {
@@ -151,7 +140,7 @@ func TestContainerd(t *testing.T) {
 		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--mount", "type=bind,src=" + s.profile + ",dst=" + profileInImage + ",options=rbind:ro"},
 			verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json", "--profile", profileInImage)
 		require.Equal(t, 1, code)
-		require.Contains(t, failedNames(report(t, code, stdout, stderr)), verify.LinksMount)
+		require.Contains(t, report(t, code, stdout, stderr).FailedChecks(), verify.LinksMount)
 	})
 
 	t.Run("CRI", func(t *testing.T) {
@@ -173,7 +162,7 @@ func TestContainerd(t *testing.T) {
 			c.Args = append(c.Args, "--profile", profileInImage)
 			res := pod.Run(t, c)
 			require.Equal(t, 1, res.ExitCode)
-			failed := failedNames(report(t, res.ExitCode, res.Stdout, res.Stderr))
+			failed := report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks()
 			require.Contains(t, failed, verify.LinksMount)
 			require.Contains(t, failed, verify.OverlayMount)
 			require.Contains(t, failed, "deviceattribute.pcieRoot")
@@ -226,7 +215,7 @@ func testMergedSpec(t *testing.T, s *served) {
 
 	code, r := s.verifyIn(t, runtime.Pod{Name: "before-merge"}, c)
 	require.Equal(t, 1, code, "before the merge")
-	require.Contains(t, failedNames(r), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
+	require.Contains(t, r.FailedChecks(), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
 
 	require.Contains(t, s.cli(t, "cdi", "--root", s.root, "--merge-into", file), "removed 1 mounts, added 2")
 	c.Args = c.Args[:len(c.Args)-2]
@@ -257,7 +246,7 @@ func testNRI(t *testing.T, s *served) {
 			c.Args = append(c.Args, "--profile", profileInImage)
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-none"}, c)
 			require.Equal(t, 1, code)
-			require.Contains(t, failedNames(r), verify.LinksMount)
+			require.Contains(t, r.FailedChecks(), verify.LinksMount)
 		})
 	})
 
@@ -284,7 +273,7 @@ func testNRI(t *testing.T, s *served) {
 		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-plain"}, s.verifyContainer("verify"))
 			require.Equal(t, 1, code)
-			failed := failedNames(r)
+			failed := r.FailedChecks()
 			require.Contains(t, failed, verify.LinksMount)
 			require.NotContains(t, failed, verify.OverlayMount)
 		})
