@@ -70,6 +70,8 @@ type Harness struct {
 	CDIDir string
 	// LogFile is containerd's own log.
 	LogFile string
+	// ConfigFile is containerd's config.
+	ConfigFile string
 	// CgroupParent is the cgroup (in every hierarchy) that holds the
 	// pods' and ctr's containers, removed at the end.
 	CgroupParent string
@@ -112,13 +114,13 @@ func Start(t testing.TB, opts Options) *Harness {
 			t.Fatal(err)
 		}
 	}
-	config := filepath.Join(h.Dir, "config.toml")
-	for file, content := range map[string]string{config: h.config(), filepath.Join(h.Dir, "crictl.yaml"): h.crictlConfig()} {
+	h.ConfigFile = filepath.Join(h.Dir, "config.toml")
+	for file, content := range map[string]string{h.ConfigFile: h.config(), filepath.Join(h.Dir, "crictl.yaml"): h.crictlConfig()} {
 		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.start(t, config)
+	h.start(t)
 	t.Cleanup(func() { h.stop(t) })
 	h.Import(t, pauseImage(t), CRINamespace)
 	return h
@@ -144,9 +146,9 @@ func (h *Harness) config() string {
 		`  path = ` + d("opt"),
 		`[plugins."io.containerd.image-verifier.v1.bindir"]`,
 		`  bin_dir = ` + d("image-verifier"),
-		// CDI as a kubelet's node has it, from this harness's directory.
+		// CDI from this harness's directory (containerd 2.4 always enables
+		// CDI; enable_cdi is gone).
 		`[plugins."io.containerd.cri.v1.runtime"]`,
-		`  enable_cdi = true`,
 		`  cdi_spec_dirs = [` + q(h.CDIDir) + `]`,
 		// Without CAP_SYS_RESOURCE containerd may not lower a container's
 		// oom_score_adj below its own.
@@ -173,7 +175,7 @@ func (h *Harness) logf(format string, args ...any) {
 
 // start runs containerd in a private mount namespace with its own /run
 // and waits until it answers.
-func (h *Harness) start(t testing.TB, config string) {
+func (h *Harness) start(t testing.TB) {
 	t.Helper()
 	began := time.Now()
 	h.logf("starting containerd 2.4.2 in %s (private mount namespace and /run)", h.Dir)
@@ -186,7 +188,7 @@ func (h *Harness) start(t testing.TB, config string) {
 		// The shim is found on PATH, runc by the config.
 		Env: []string{"PATH=" + h.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
-	h.cmd = served.Command(filepath.Join(h.bin, "containerd"), "--config", config)
+	h.cmd = served.Command(filepath.Join(h.bin, "containerd"), "--config", h.ConfigFile)
 	h.cmd.Stdout, h.cmd.Stderr = log, log
 	// Its own process group, and a SIGKILL if this test binary dies first.
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -217,6 +219,17 @@ func (h *Harness) start(t testing.TB, config string) {
 		t.Fatalf("runtime: containerd's mount namespace: %v", err)
 	}
 	h.logf("containerd (pid %d) ready in %s; gRPC %s, NRI %s, CDI specs from %s", h.cmd.Process.Pid, time.Since(began).Round(time.Millisecond), h.Address, h.NRISocket, h.CDIDir)
+}
+
+// ConfigDump is the configuration containerd runs with: ConfigFile
+// merged into its defaults, as `containerd config dump` prints it.
+func (h *Harness) ConfigDump(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(h.bin, "containerd"), "--config", h.ConfigFile, "config", "dump").Output()
+	if err != nil {
+		t.Fatalf("runtime: containerd config dump: %v", err)
+	}
+	return string(out)
 }
 
 // logTail is the end of containerd's log, for a failure message.

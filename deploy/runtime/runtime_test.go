@@ -131,6 +131,19 @@ func TestContainerd(t *testing.T) {
 	h := runtime.Start(t, runtime.Options{})
 	s := serve(t, h)
 
+	t.Run("the settings are containerd's", func(t *testing.T) {
+		// A key containerd does not know is silently ignored: read them back.
+		dump := h.ConfigDump(t)
+		for _, line := range []string{
+			"restrict_oom_score_adj = true",
+			"cdi_spec_dirs = ['" + h.CDIDir + "']",
+			"sandbox = '" + runtime.PauseImage + "'",
+			"[plugins.'io.containerd.nri.v1.nri']\n    disable = false\n    socket_path = '" + h.NRISocket + "'",
+		} {
+			require.Contains(t, dump, line)
+		}
+	})
+
 	t.Run("ctr run --device", func(t *testing.T) {
 		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--device", device}, verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json")
 		s.requireAllGreen(t, code, report(t, code, stdout, stderr))
