@@ -290,6 +290,21 @@ func testNRI(t *testing.T, s *served) {
 			require.Contains(t, failed, verify.LinksMount)
 			require.NotContains(t, failed, verify.OverlayMount)
 		})
+		// Every container it adjusts gets its LD_PRELOAD shims and
+		// MOCK_PCI_ROOT, which no flag turns off (an empty
+		// --ld-preload-shims means its defaults). Our overlay has no shims
+		// (the loader warns and goes on) and static programs ignore both.
+		t.Run("its environment", func(t *testing.T) {
+			res := s.h.RunPod(t, runtime.Pod{Name: "nvml-mock-env"}).Run(t, runtime.Container{
+				Name: "env", Image: consumerImage, Command: []string{"/usr/bin/env"},
+				Mounts: []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
+			})
+			require.Equal(t, 0, res.ExitCode, res.Stderr)
+			require.Contains(t, res.Stdout, "MOCK_PCI_ROOT="+plan.DefaultContainerRoot+"\n")
+			require.Contains(t, res.Stdout, "LD_PRELOAD="+plan.DefaultContainerRoot+"/driver/usr/local/lib/libibmockumad.so.1:")
+			require.Contains(t, res.Stderr, "cannot be preloaded", "the loader's warning about the missing shims")
+			t.Logf("nvml-mock-nri's environment:\n%s", res.Stdout)
+		})
 	})
 }
 
