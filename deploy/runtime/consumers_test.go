@@ -96,6 +96,7 @@ func testConsumers(t *testing.T, s *served) {
 	t.Run("GFD labels compute", func(t *testing.T) {
 		labels := gfd(t, gfdContainer)
 		require.Equal(t, "compute", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
+		t.Logf("GFD: nvidia.com/gpu.mode=%s, nvidia.com/gpu.count=%s, nvidia.com/gpu.product=%s", labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"])
 	})
 	t.Run("GFD without the device labels unknown", func(t *testing.T) {
 		labels := gfd(t, gfdContainer+"-unannotated")
@@ -129,6 +130,7 @@ func testConsumers(t *testing.T, s *served) {
 			require.Equal(t, "gpu", d.Type, "%+v", d)
 			root, _ := d.PCIeRoot()
 			got[strings.ToLower(d.GPUPCIBusID)] = root
+			t.Logf("DRA discovery: %s %s %s=%s", d.GPUPCIBusID, d.Type, consumers.PCIeRootAttribute, root)
 		}
 		require.Equal(t, want, got, "each GPU's pcieRoot is its root complex")
 	})
