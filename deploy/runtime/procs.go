@@ -12,7 +12,7 @@ import (
 )
 
 // ownProcesses lists the processes a harness started that are still
-// alive: those in containerd's private mount namespace (containerd, the
+// alive (zombies are not): those in containerd's private mount namespace (containerd, the
 // shims, runc), which nothing else can be in, and all their descendants
 // (the containers, which have namespaces of their own).
 func ownProcesses(mountNS string) []int {
@@ -41,8 +41,8 @@ func ownProcesses(mountNS string) []int {
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		if slices.Contains(own, pid) {
-			continue
+		if slices.Contains(own, pid) || !processExists(pid) {
+			continue // seen, or a zombie: dead, only not yet reaped
 		}
 		own = append(own, pid)
 		queue = append(queue, children[pid]...)

@@ -49,6 +49,8 @@ const (
 	// readyTimeout bounds containerd's start; stopTimeout its shutdown.
 	readyTimeout = 60 * time.Second
 	stopTimeout  = 15 * time.Second
+	// shimExitGrace is how long the shims get to exit by themselves.
+	shimExitGrace = 3 * time.Second
 )
 
 // Options tune a Harness. The zero value prints progress on standard error.
@@ -337,7 +339,12 @@ func (h *Harness) stop(t testing.TB) {
 			<-h.exited
 		}
 	}
+	// The shims exit by themselves once their last container is gone;
+	// give them a moment before killing what is left.
 	left := ownProcesses(h.mountNS)
+	for wait := time.Now().Add(shimExitGrace); len(left) > 0 && time.Now().Before(wait); left = ownProcesses(h.mountNS) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	for _, pid := range left {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
