@@ -122,8 +122,10 @@ func Start(t testing.TB, opts Options) *Harness {
 			t.Fatal(err)
 		}
 	}
-	h.start(t)
+	// Registered first, so a start that fails half-way still stops what
+	// it started.
 	t.Cleanup(func() { h.stop(t) })
+	h.start(t)
 	h.Import(t, pauseImage(t), CRINamespace)
 	return h
 }
