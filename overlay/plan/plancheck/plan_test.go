@@ -82,7 +82,7 @@ func TestCheckPlanFindsBrokenPlans(t *testing.T) {
 		}, "do not fit"},
 		{"config space disagrees", func(p *plan.Plan) {
 			n := nodeOf(p, "0000:51:00.0")
-			n.Secondary, n.Subordinate = 0x52, 0x54
+			n.Secondary, n.Subordinate = 0x52, 0x5f
 		}, "config: buses"},
 		{"a world-writable file", func(p *plan.Plan) {
 			p.Entries[len(p.Entries)/2].Mode = 0o666
