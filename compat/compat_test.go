@@ -59,6 +59,13 @@ func TestHostSideEveryProfile(t *testing.T) {
 			require.Equal(t, len(p.Machine.GPUs()), got[compat.BARMemory])
 			require.Equal(t, 1, got[compat.AllDevices])
 			require.Equal(t, 1, got[compat.ReferencePlain])
+			if hcas := p.Machine.HCAs; hcas != nil {
+				require.Equal(t, len(p.Machine.GPUs())*hcas.PerGPU, got[compat.HCAPCIeRoot], "one pcieRoot row per HCA")
+				require.Equal(t, 1, got[compat.HCAAllDevices])
+				require.Equal(t, 1, got[compat.NetworkControllers])
+			} else {
+				require.Zero(t, got[compat.HCAPCIeRoot])
+			}
 		})
 	}
 }
@@ -130,6 +137,44 @@ func TestFailuresAreCaught(t *testing.T) {
 			},
 			consumer: compat.BARMemory, detail: "want",
 		},
+		{
+			name: "an HCA's plain escaped link loses pcieRoot",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				relink(t, root, p, "0000:54:00.0", func(n *plan.Node) string { return plan.EscapedTarget(p.ContainerRoot, n.SysPath()) })
+			},
+			consumer: compat.HCAPCIeRoot, detail: "it must start with devices/pci",
+		},
+		{
+			name: "an HCA linked under another root complex",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				// Lexically under pci0000:61, the next GPU's root complex.
+				relink(t, root, p, "0000:54:00.0", func(n *plan.Node) string {
+					return "0000:62:00.0/../../../../devices/pci0000:61/0000:61:01.0/0000:54:00.0"
+				})
+			},
+			consumer: compat.HCAPCIeRoot, detail: "pci0000:61, its GPU 0000:53:00.0 pci0000:50",
+		},
+		{
+			name: "an InfiniBand HCA in Ethernet's class",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:65:00.0", "class"), []byte("0x020000\n"), 0o644))
+			},
+			consumer: compat.NetworkControllers, detail: "lists HCAs [0000:65:00.0], want exactly the Ethernet-mode ones []",
+		},
+		{
+			name: "a missing HCA",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, "0000:76:00.0")))
+			},
+			consumer: compat.HCAAllDevices, detail: "missing 0000:76:00.0",
+		},
+		{
+			name: "an HCA with another device id",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:87:00.0", "device"), []byte("0x101b\n"), 0o644))
+			},
+			consumer: compat.HCAAllDevices, detail: "0000:87:00.0: device 0x101b, want 0x1021",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,4 +215,34 @@ func TestProfileMismatchIsCaught(t *testing.T) {
 	r := compat.Run(other, filepath.Join(root, "sys"))
 	require.False(t, r.OK())
 	require.NotEmpty(t, r.Failures())
+}
+
+// TestHCALinkLayers renders the h100 built-in with its ConnectX-7s in each
+// link layer: go-nvlib's GetNetworkControllers matches class 0x020000 only,
+// so it lists all eight in Ethernet mode and none in InfiniBand mode.
+func TestHCALinkLayers(t *testing.T) {
+	for _, layer := range []string{"InfiniBand", "Ethernet"} {
+		t.Run(layer, func(t *testing.T) {
+			p, ok := builtin.Get("h100")
+			require.True(t, ok)
+			p.InfiniBand.LinkLayer = layer
+			data, err := profile.Marshal(p, "h100 with "+layer+" HCAs")
+			require.NoError(t, err)
+			file := filepath.Join(t.TempDir(), "h100-"+layer+".yaml")
+			require.NoError(t, os.WriteFile(file, data, 0o644))
+			root, pl := render(t, file)
+			r := compat.Run(pl.Machine, filepath.Join(root, "sys"))
+			requireOK(t, r)
+			want := map[string]string{"InfiniBand": "exactly the 0 Ethernet-mode HCAs", "Ethernet": "exactly the 8 Ethernet-mode HCAs"}[layer]
+			var got []string
+			for _, x := range r.Results {
+				if x.Consumer == compat.NetworkControllers || x.Consumer == compat.HCAAllDevices {
+					got = append(got, x.Detail)
+				}
+			}
+			require.Len(t, got, 2)
+			require.Contains(t, got[1], want)
+			require.Contains(t, got[0], "8 HCAs ConnectX-7 (15b3:1021)")
+		})
+	}
 }
