@@ -29,8 +29,9 @@ const (
 // MaxHCAsPerGPU bounds hcas_per_gpu: real boards carry one or two.
 const MaxHCAsPerGPU = 8
 
-// maxProductName bounds system.product_name; DMI strings are short.
-const maxProductName = 128
+// maxProductName bounds system.product_name: GFD labels it as
+// nvidia.com/gpu.machine, and a label value holds at most 63 characters.
+const maxProductName = 63
 
 // machineExtras resolves what the machine carries beside its PCI devices:
 // the infiniband block and the machine type.
@@ -98,7 +99,7 @@ func (n *normalizer) productName(gpus []Device) (string, error) {
 		return boards.MachineName(gpus[0].DeviceID), nil
 	}
 	if len(name) > maxProductName {
-		return "", n.fail("system.product_name", name, "longer than %d bytes", maxProductName)
+		return "", n.fail("system.product_name", name, "longer than %d bytes, the most a Kubernetes label value (nvidia.com/gpu.machine) holds", maxProductName)
 	}
 	if strings.ContainsFunc(name, unicode.IsControl) {
 		return "", n.fail("system.product_name", name, "a control character: the machine type is one line of text")

@@ -2,6 +2,7 @@ package profile
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -92,6 +93,8 @@ func TestProductName(t *testing.T) {
 		{"a board without one machine", "device_defaults: {pci: {device_id: 0x1EB810DE}}\n", "", ""},
 		{"the profile's own", "system: {product_name: \" ESC4000A-E12 \"}\ndevice_defaults: {pci: {device_id: 0x1EB810DE}}\n", "ESC4000A-E12", ""},
 		{"the profile's wins over the board's", "system: {product_name: DGX H100 (lab)}\ndevice_defaults: {pci: {device_id: 0x20B010DE}}\n", "DGX H100 (lab)", ""},
+		{"longer than a label", "system: {product_name: " + strings.Repeat("x", 64) + "}\ndevice_defaults: {pci: {device_id: 0x20B010DE}}\n", "",
+			`system.product_name: value "xxxxxxxx`},
 		{"two lines", "system: {product_name: \"a\\nb\"}\ndevice_defaults: {pci: {device_id: 0x20B010DE}}\n", "",
 			`profile p.yaml: system.product_name: value "a\nb": a control character`},
 	}
