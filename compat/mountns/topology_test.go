@@ -3,6 +3,8 @@ package mountns_test
 import (
 	"encoding/xml"
 	"fmt"
+	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -221,4 +223,22 @@ func TestHCAsBesideTheirGPUs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMachineTypeFile reads the machine type where GFD's
+// --machine-type-file=/opt/nvml-mock/dmi/product_name points, inside the
+// namespace, and checks that the host's own DMI file is untouched there.
+func TestMachineTypeFile(t *testing.T) {
+	requireNamespace(t)
+	root, p := render(t, overlay.Options{Profile: "h100"})
+	require.Equal(t, "DGX H100", p.Machine.ProductName)
+	const dmi = "/sys/class/dmi/id/product_name"
+	host := "absent"
+	if data, err := os.ReadFile(dmi); err == nil {
+		host = string(data)
+	}
+	out := inNamespace(t, root, "cat "+path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)+"\necho ==\ncat "+dmi+" 2>/dev/null || echo absent")
+	ours, theirs, _ := strings.Cut(out, "==\n")
+	require.Equal(t, "DGX H100\n", ours)
+	require.Equal(t, strings.TrimSpace(host), strings.TrimSpace(theirs), "the host's DMI is what the namespace sees")
 }
