@@ -15,7 +15,7 @@ import (
 
 // Consumer names of the rows about the HCAs of the infiniband block.
 const (
-	HCAPCIeRoot        = "deviceattribute.pcieRoot(HCA = its GPU's)"
+	HCAPCIeRoot        = "deviceattribute.pcieRoot(HCA)"
 	HCANUMA            = "deviceattribute.numaNode(HCA)"
 	HCAAllDevices      = "nvpci.GetAllDevices(HCAs)"
 	NetworkControllers = "nvpci.GetNetworkControllers"
