@@ -105,24 +105,18 @@ func TestFailuresAreCaught(t *testing.T) {
 			consumer: compat.AllDevices, detail: "unable to read PCI vendor",
 		},
 		{
-			name: "wrong class",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:64:00.0", "class"), []byte("0x030000\n"), 0o644))
-			},
+			name:     "wrong class",
+			break_:   writeAttr("0000:64:00.0", "class", "0x030000\n"),
 			consumer: compat.GPUByBusID, detail: "class 0x30000, want 0x30200",
 		},
 		{
-			name: "wrong numa node",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:97:00.0", "numa_node"), []byte("0\n"), 0o644))
-			},
+			name:     "wrong numa node",
+			break_:   writeAttr("0000:97:00.0", "numa_node", "0\n"),
 			consumer: compat.NUMAScalar, detail: "got 0, want 1",
 		},
 		{
-			name: "missing GPU",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, "0000:ca:00.0")))
-			},
+			name:     "missing GPU",
+			break_:   removeEntry("0000:ca:00.0"),
 			consumer: compat.GPUs, detail: "got [",
 		},
 		{
@@ -155,24 +149,18 @@ func TestFailuresAreCaught(t *testing.T) {
 			consumer: compat.HCAPCIeRoot, detail: "pci0000:61, its GPU 0000:53:00.0 pci0000:50",
 		},
 		{
-			name: "an InfiniBand HCA in Ethernet's class",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:65:00.0", "class"), []byte("0x020000\n"), 0o644))
-			},
+			name:     "an InfiniBand HCA in Ethernet's class",
+			break_:   writeAttr("0000:65:00.0", "class", "0x020000\n"),
 			consumer: compat.NetworkControllers, detail: "lists HCAs [0000:65:00.0], want exactly the Ethernet-mode ones []",
 		},
 		{
-			name: "a missing HCA",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, "0000:76:00.0")))
-			},
+			name:     "a missing HCA",
+			break_:   removeEntry("0000:76:00.0"),
 			consumer: compat.HCAAllDevices, detail: "missing 0000:76:00.0",
 		},
 		{
-			name: "an HCA with another device id",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:87:00.0", "device"), []byte("0x101b\n"), 0o644))
-			},
+			name:     "an HCA with another device id",
+			break_:   writeAttr("0000:87:00.0", "device", "0x101b\n"),
 			consumer: compat.HCAAllDevices, detail: "0000:87:00.0: device 0x101b, want 0x1021",
 		},
 	}
@@ -190,6 +178,20 @@ func TestFailuresAreCaught(t *testing.T) {
 			}
 			require.True(t, hit, "want a %s failure with %q, got %+v", tt.consumer, tt.detail, r.Failures())
 		})
+	}
+}
+
+// writeAttr breaks a tree by writing one attribute file of a device.
+func writeAttr(bdf, name, value string) func(t *testing.T, root string, p *plan.Plan) {
+	return func(t *testing.T, root string, _ *plan.Plan) {
+		require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, bdf, name), []byte(value), 0o644))
+	}
+}
+
+// removeEntry breaks a tree by removing a device's links-directory entry.
+func removeEntry(bdf string) func(t *testing.T, root string, p *plan.Plan) {
+	return func(t *testing.T, root string, _ *plan.Plan) {
+		require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, bdf)))
 	}
 }
 
