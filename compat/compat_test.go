@@ -248,3 +248,21 @@ func TestHCALinkLayers(t *testing.T) {
 		})
 	}
 }
+
+// TestHCAsAroundHostDevices renders h100 with --host-devices merge on a host
+// that has a device on the bus the first HCA takes otherwise: the render
+// moves that HCA, and compat, which finds the host's entries by their kernel
+// link text, expects it where it went.
+func TestHCAsAroundHostDevices(t *testing.T) {
+	host := t.TempDir()
+	dev := filepath.Join(host, "devices/pci0000:00/0000:00:1c.0/0000:54:00.0")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dev, "vendor"), []byte("0x8086\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(host, "bus/pci/devices"), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, "bus/pci/devices/0000:54:00.0")))
+	root := filepath.Join(t.TempDir(), "overlay")
+	p, _, err := overlay.Render(overlay.Options{Profile: "h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
+	require.NoError(t, err)
+	require.NotEqual(t, "0000:54:00.0", p.Tree.HCAs[0].Node.Address.String(), "the HCA moved off the host's bus")
+	requireOK(t, compat.Run(p.Machine, filepath.Join(root, "sys")))
+}

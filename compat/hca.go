@@ -2,6 +2,7 @@ package compat
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -9,6 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -21,17 +23,18 @@ const (
 	NetworkControllers = "nvpci.GetNetworkControllers"
 )
 
-// hcas checks the machine's HCAs, placed as a render without host devices
-// places them: each resolves through deviceattribute to its GPU's pcieRoot
-// and NUMA node, go-nvlib lists every one with its ids, and its
-// GetNetworkControllers, which matches class 0x020000 only, lists exactly
-// those in Ethernet mode. Mellanox functions at other addresses are the
-// host's (--host-devices merge): named in the detail, never a failure.
+// hcas checks the machine's HCAs, placed as the render placed them, around
+// the host's own devices the tree lists: each resolves through
+// deviceattribute to its GPU's pcieRoot and NUMA node, go-nvlib lists every
+// one with its ids, and its GetNetworkControllers, which matches class
+// 0x020000 only, lists exactly those in Ethernet mode. Mellanox functions at
+// other addresses are the host's (--host-devices merge): named in the
+// detail, never a failure.
 func (c *checker) hcas() {
 	if c.m.HCAs == nil {
 		return
 	}
-	t, err := plan.BuildTree(c.m, plan.BuildOptions{})
+	t, err := plan.BuildTree(c.m, plan.BuildOptions{Reserved: c.hostDevices()})
 	if err != nil {
 		c.add(HCAPCIeRoot, "*", false, "plan the HCAs: %v", err)
 		return
@@ -121,4 +124,27 @@ func (c *checker) networkControllers(lib nvpci.Interface, want map[string]*plan.
 		return
 	}
 	c.add(NetworkControllers, "*", true, "exactly the %d Ethernet-mode HCAs (link_layer %s)", len(ethernet), c.m.HCAs.LinkLayer)
+}
+
+// hostDevices lists the entries of the links directory that carry the
+// kernel's own link text (../../../devices/...), which only the host's
+// devices merged by --host-devices merge have: the render placed the HCAs
+// around them.
+func (c *checker) hostDevices() []pciaddr.Address {
+	dir := c.sysfs + "/bus/pci/devices"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var out []pciaddr.Address
+	for _, e := range entries {
+		target, err := os.Readlink(dir + "/" + e.Name())
+		if err != nil || !strings.HasPrefix(target, "../../../devices/") {
+			continue
+		}
+		if a, err := pciaddr.Parse(e.Name()); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
 }
