@@ -92,6 +92,7 @@ func Run(m *profile.Machine, sysfs string) *Report {
 	c := &checker{m: m, sysfs: sysfs, report: &Report{Sysfs: sysfs}}
 	c.deviceAttributes()
 	c.nvpciScan()
+	c.hcas()
 	c.reference()
 	return c.report
 }
@@ -386,7 +387,7 @@ func hasKind(m *profile.Machine, k profile.Kind) bool {
 	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
 }
 
-func keys(m map[string]profile.Device) []string {
+func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)
