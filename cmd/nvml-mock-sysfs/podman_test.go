@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +19,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
@@ -150,16 +150,6 @@ func (x *e2e) lspci(device string, args ...string) string {
 	return stdout
 }
 
-func failedNames(r *compat.Report) []string {
-	var out []string
-	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Consumer) {
-			out = append(out, c.Consumer)
-		}
-	}
-	return out
-}
-
 func loadUnseen(t *testing.T) *profile.Machine {
 	t.Helper()
 	p, err := profile.LoadFile(unseenProfile)
@@ -218,7 +208,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 	t.Run("without the device the container sees the host's own devices", func(t *testing.T) {
 		code, r := x.verify("", "--profile", "/two-domains.yaml")
 		require.Equal(t, 1, code)
-		failed := failedNames(r)
+		failed := r.FailedChecks()
 		require.Contains(t, failed, verify.LinksMount)
 		require.Contains(t, failed, "deviceattribute.pcieRoot")
 		host, err := exec.Command("lspci", "-D", "-n").Output()
@@ -227,46 +217,16 @@ func TestPodmanServesTheSpec(t *testing.T) {
 	})
 
 	t.Run("plain escaped links fail verify on pcieRoot alone", func(t *testing.T) {
-		plain := plainLinksCopy(t, root)
+		plain := overlaytest.PlainLinksCopy(t, root)
 		plainSpec, plainKind := x.specFile("pcisysfs")
 		x.cli("cdi", "--root", plain, "--output", plainSpec, "--kind", plainKind)
 		code, r := x.verify(plainKind + "=" + deploy.DeviceName)
 		require.Equal(t, 1, code)
-		require.Equal(t, []string{"deviceattribute.pcieRoot"}, failedNames(r), "everything else reads through the links and passes")
+		require.Equal(t, []string{"deviceattribute.pcieRoot"}, r.FailedChecks(), "everything else reads through the links and passes")
 		for _, c := range r.Failures() {
 			require.Contains(t, c.Detail, "must start with devices/pci")
 		}
 	})
-}
-
-// plainLinksCopy copies a rendered overlay and rewrites each endpoint's
-// anchored link to the plain escaped form, which resolves the same but
-// which deviceattribute's pcieRoot rejects.
-func plainLinksCopy(t *testing.T, root string) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "plain")
-	out, err := exec.Command("cp", "-a", root, dst).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	links := filepath.Join(dst, plan.LinksDir)
-	entries, err := os.ReadDir(links)
-	require.NoError(t, err)
-	rewritten := 0
-	for _, e := range entries {
-		p := filepath.Join(links, e.Name())
-		target, err := os.Readlink(p)
-		require.NoError(t, err)
-		if strings.HasPrefix(target, "../") {
-			continue // a bridge: already the plain form
-		}
-		sysPath := path.Clean(path.Join(plan.LinksDir, target))
-		sysPath = strings.TrimPrefix(sysPath, "sys/")
-		require.True(t, strings.HasPrefix(sysPath, "devices/pci"), sysPath)
-		require.NoError(t, os.Remove(p))
-		require.NoError(t, os.Symlink(plan.EscapedTarget(plan.DefaultContainerRoot, sysPath), p))
-		rewritten++
-	}
-	require.Positive(t, rewritten)
-	return dst
 }
 
 func TestPodmanMergedSpec(t *testing.T) {
@@ -301,7 +261,7 @@ func TestPodmanMergedSpec(t *testing.T) {
 
 	code, r := x.verify(device, "--profile", "/two-domains.yaml")
 	require.Equal(t, 1, code, "before the merge")
-	require.Contains(t, failedNames(r), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
+	require.Contains(t, r.FailedChecks(), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
 
 	out := x.cli("cdi", "--root", root, "--merge-into", file)
 	require.Contains(t, out, "removed 1 mounts, added 2")
