@@ -75,7 +75,7 @@ func TestApplyWritesThePlan(t *testing.T) {
 	for _, e := range entries {
 		vendor, err := os.ReadFile(filepath.Join(root, plan.LinksDir, e.Name(), "vendor"))
 		require.NoError(t, err, e.Name())
-		require.Contains(t, []string{"0x10de\n", "0x8086\n", "0x1000\n"}, string(vendor))
+		require.Contains(t, []string{"0x10de\n", "0x8086\n", "0x1000\n", "0x15b3\n"}, string(vendor))
 		real, err := filepath.EvalSymlinks(filepath.Join(root, plan.LinksDir, e.Name()))
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(real, root+"/sys/devices/pci"), real)
