@@ -389,27 +389,34 @@ func pcieRoots(gpus []profile.Device, devices []consumers.DRADevice) (int, []str
 
 // compatDisagreements compares compat's rows with what GFD and the DRA
 // driver reported in the same namespace: compat's pcieRoot row for a GPU
-// passes exactly when the driver published its root complex, and its
-// gpu.mode rows all pass exactly when GFD labelled the profile's mode.
+// passes exactly when the driver published its root complex, and compat
+// has a passing gpu.mode row for every GPU (it has none for a GPU go-nvlib
+// cannot find) exactly when GFD labelled the profile's mode.
 func compatDisagreements(x *subject, report *compat.Report, gfd map[string]string, dra []consumers.DRADevice) []string {
 	rootOK := map[string]bool{}
-	modeOK := true
+	modeOK := 0
 	for _, r := range report.Results {
-		switch r.Consumer {
-		case compat.PCIeRoot:
+		switch {
+		case r.Consumer == compat.PCIeRoot:
 			rootOK[r.Device] = r.OK
-		case compat.GPUMode:
-			modeOK = modeOK && r.OK
+		case r.Consumer == compat.GPUMode && r.OK:
+			modeOK++
 		}
 	}
 	var out []string
-	if gfdOK := gfd["nvidia.com/gpu.mode"] == x.mode; gfdOK != modeOK {
-		out = append(out, fmt.Sprintf("gpu.mode: compat's rows pass=%v, GFD labelled %s (profile: %s)", modeOK, gfd["nvidia.com/gpu.mode"], x.mode))
+	if gfdOK, compatOK := gfd["nvidia.com/gpu.mode"] == x.mode, modeOK == len(x.gpus); gfdOK != compatOK {
+		out = append(out, fmt.Sprintf("gpu.mode: compat passes %d of %d GPUs, GFD labelled %s (profile: %s)", modeOK, len(x.gpus), gfd["nvidia.com/gpu.mode"], x.mode))
+	}
+	driverRoot := map[string]string{}
+	for _, d := range dra {
+		if a, err := pciaddr.Parse(d.GPUPCIBusID); err == nil && d.Type == "gpu" {
+			driverRoot[a.String()], _ = d.PCIeRoot()
+		}
 	}
 	for _, g := range x.gpus {
-		_, problems := pcieRoots([]profile.Device{g}, dra)
-		if draOK := len(problems) == 0; draOK != rootOK[g.Address.String()] {
-			out = append(out, fmt.Sprintf("%s pcieRoot: compat pass=%v, driver pass=%v", g.Address, rootOK[g.Address.String()], draOK))
+		bdf := g.Address.String()
+		if draOK := driverRoot[bdf] == g.RootComplex.String(); draOK != rootOK[bdf] {
+			out = append(out, fmt.Sprintf("%s pcieRoot: compat passes=%v, the driver published %q", bdf, rootOK[bdf], driverRoot[bdf]))
 		}
 	}
 	return out
