@@ -53,10 +53,12 @@ consumers:
 # The consumer matrix: every profile x real consumer, with and without the
 # tree (as root; see compat/consumers). The test writes the table to a file
 # as well, since go test shows a passing package's output only with -v.
+# E2E_SABOTAGE=escaped or no-tree breaks the tree rows on purpose: they
+# must turn red.
 MATRIX := bin/consumer-matrix.md
 e2e: consumers
 	@mkdir -p bin; rm -f $(MATRIX)
-	@NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
+	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
 		status=$$?; [ ! -f $(MATRIX) ] || cat $(MATRIX); exit $$status
 
 bench: build

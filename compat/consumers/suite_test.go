@@ -90,7 +90,18 @@ type suite struct {
 	nodeNFDDefaultLabels map[string]string
 	nodeGHW              []consumers.GHWDevice
 	matrix               *matrix
+	// sabotage, when set, serves the tree rows something else, to see
+	// their checks fail.
+	sabotage string
 }
+
+// sabotageEnv names the variable that breaks the tree rows on purpose:
+// make e2e E2E_SABOTAGE=escaped (or no-tree) must turn them red.
+const (
+	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
+	sabotageEscaped = "escaped" // the tree rows get plain escaped links
+	sabotageNoTree  = "no-tree" // the tree rows get no tree at all
+)
 
 // TestConsumers runs the real consumers, built from their own sources,
 // against every suite profile rendered and served as a container sees it,
@@ -107,6 +118,14 @@ func TestConsumers(t *testing.T) {
 		nvmlList: consumers.NeedBinary(t, consumers.NVMLList()),
 		mockNVML: consumers.Need(t, consumers.MockNVML()),
 		matrix:   newMatrix(),
+		sabotage: os.Getenv(sabotageEnv),
+	}
+	switch s.sabotage {
+	case "":
+	case sabotageEscaped, sabotageNoTree:
+		t.Logf("%s=%s: the tree rows are broken on purpose and must fail", sabotageEnv, s.sabotage)
+	default:
+		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
 	}
 	profiles := suiteProfiles(t)
 	t.Logf("programs ready in %s", time.Since(start).Round(time.Millisecond))
@@ -214,8 +233,15 @@ func gpuClasses(gpus []profile.Device) []uint32 {
 // profile runs every consumer for one profile, served every way.
 func (s *suite) profile(t *testing.T, p suiteProfile) {
 	x := s.render(t, p)
+	tree := x.root
+	switch s.sabotage {
+	case sabotageEscaped:
+		tree = x.escaped
+	case sabotageNoTree:
+		tree = ""
+	}
 	served := map[string]overlaytest.Served{
-		servedTree:    {Root: x.root},
+		servedTree:    {Root: tree},
 		servedNone:    {},
 		servedEscaped: {Root: x.escaped},
 	}
@@ -277,9 +303,9 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	for _, c := range gpuClasses(x.gpus) {
 		gpuLabels[fmt.Sprintf("feature.node.kubernetes.io/pci-%04x_10de.present", c>>8)] = "true"
 	}
-	treeLabels := s.runNFD(t, nfdServed(x.root), nil)
+	treeLabels := s.runNFD(t, nfdServed(tree), nil)
 	row(servedTree).check(t, colNFD, labelNames(treeLabels), maps.Equal(treeLabels, gpuLabels), "want exactly "+labelNames(gpuLabels))
-	treeWhitelisted := s.runNFD(t, nfdServed(x.root), s.nfdWhitelist)
+	treeWhitelisted := s.runNFD(t, nfdServed(tree), s.nfdWhitelist)
 	kept := keptLabels(s.nodeNFDLabels, treeWhitelisted)
 	row(servedTree).add(colNFD, fmt.Sprintf("node's %d/%d (whitelist)", kept, len(s.nodeNFDLabels)))
 	row(servedTree).check(t, colNFD, "", kept < len(s.nodeNFDLabels), "a render without host devices still shows every node label: the host-device check cannot fail")
