@@ -262,7 +262,7 @@ func ParseNFDLabels(log []byte) (map[string]string, error) {
 				switch l {
 				case ">":
 					return labels, nil
-				case "{}": // YAML's empty map: no labels
+				case "{}", "": // YAML's empty map: no labels
 					continue
 				}
 				k, v, ok := strings.Cut(l, ": ")
