@@ -54,11 +54,14 @@ consumers:
 # tree (as root; see compat/consumers). The test writes the table to a file
 # as well, since go test shows a passing package's output only with -v.
 # E2E_SABOTAGE=escaped or no-tree breaks the tree rows on purpose: they
-# must turn red.
+# must turn red. E2E_PROFILES=a.yaml:b.yaml adds profiles.
 MATRIX := bin/consumer-matrix.md
+# go test runs in the package's directory: make the profile paths absolute.
+space := $(subst ,, )
+E2E_PROFILES_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_PROFILES))))
 e2e: consumers
 	@mkdir -p bin; rm -f $(MATRIX)
-	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
+	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
 		status=$$?; [ ! -f $(MATRIX) ] || cat $(MATRIX); exit $$status
 
 bench: build

@@ -22,10 +22,15 @@ type suiteProfile struct {
 	File string
 }
 
+// extraProfilesEnv names a variable listing more profile files for the
+// suite, separated by colons: make e2e E2E_PROFILES=a.yaml:b.yaml runs
+// profiles the suite was not written against through the same programs.
+const extraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
+
 // suiteProfiles lists every built-in, every profile of
 // ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
-// the k8s-test-infra tarball, and the suite's own (two PCI domains, VGA
-// class).
+// the k8s-test-infra tarball, the suite's own (two PCI domains, VGA
+// class), and any named in extraProfilesEnv.
 func suiteProfiles(t *testing.T) []suiteProfile {
 	t.Helper()
 	var out []suiteProfile
@@ -54,6 +59,17 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 		}
 		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: abs})
 	}
+	for _, f := range filepath.SplitList(os.Getenv(extraProfilesEnv)) {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(abs)
+		if err != nil {
+			t.Fatalf("%s: %v", extraProfilesEnv, err)
+		}
+		out = append(out, suiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
+	}
 	return out
 }
 
@@ -62,8 +78,7 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 const mockNVMLDriverVersion = "550.163.01"
 
 // builtinFile writes a built-in as a profile file the mock NVML accepts:
-// its effective profile (every value explicit), plus the driver version
-// and format version that nvml-mock requires and this tool ignores.
+// its effective profile, with every value explicit.
 func builtinFile(t *testing.T, name string) string {
 	t.Helper()
 	m, err := overlay.LoadMachine(name, "")
@@ -74,25 +89,41 @@ func builtinFile(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return servable(t, name, "", data)
+}
+
+// servable returns a profile file that both the renderer and the mock NVML
+// read: file itself when it names a format version and a driver version,
+// which nvml-mock requires and this tool ignores, else a copy of data that
+// adds them.
+func servable(t *testing.T, name, file string, data []byte) string {
+	t.Helper()
 	var doc map[string]any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
+		t.Fatalf("profile %s: %v", name, err)
 	}
 	system, _ := doc["system"].(map[string]any)
+	if file != "" && doc["version"] != nil && system["driver_version"] != nil {
+		return file
+	}
 	if system == nil {
 		system = map[string]any{}
 	}
-	system["driver_version"] = mockNVMLDriverVersion
+	if system["driver_version"] == nil {
+		system["driver_version"] = mockNVMLDriverVersion
+	}
 	doc["system"] = system
-	doc["version"] = "1.0"
-	header := "# The built-in " + name + " as a profile for nvml-mock's NVML and the renderer alike.\n"
+	if doc["version"] == nil {
+		doc["version"] = "1.0"
+	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), name+".yaml")
-	if err := os.WriteFile(file, append([]byte(header), out...), 0o644); err != nil {
+	header := "# " + name + " with the format and driver versions nvml-mock's NVML requires.\n"
+	derived := filepath.Join(t.TempDir(), filepath.Base(name)+".yaml")
+	if err := os.WriteFile(derived, append([]byte(header), out...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return file
+	return derived
 }
