@@ -4,8 +4,11 @@ go 1.26.8
 
 require (
 	github.com/NVIDIA/go-nvlib v0.13.0
+	github.com/fsnotify/fsnotify v1.7.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/moby/sys/mountinfo v0.7.3
+	github.com/opencontainers/go-digest v1.0.0
+	github.com/opencontainers/image-spec v1.1.1
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.50.0
 	gopkg.in/yaml.v3 v3.0.1
@@ -19,7 +22,6 @@ require (
 )
 
 require (
-	github.com/fsnotify/fsnotify v1.7.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect

@@ -163,7 +163,7 @@ func Render(t testing.TB, m *profile.Machine, opts plan.Options) (string, *plan.
 		t.Fatalf("plan %s: %v", m.Source, err)
 	}
 	root := t.TempDir()
-	if _, err := writer.Apply(root, p, writer.Options{}); err != nil {
+	if _, err := writer.Apply(root, p, writer.Options{SkipSync: true}); err != nil {
 		t.Fatalf("render %s: %v", m.Source, err)
 	}
 	return root, p
