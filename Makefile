@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One static binary: containers run it from the overlay, whatever their libc.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps test vet lint bench fuzz fuzz-run clean
+.PHONY: all build deps test vet lint bench fuzz fuzz-run clean consumers e2e
 
 all: build
 
@@ -28,13 +28,15 @@ lint: vet
 # The tests run under gotestsum, whose summary lists every skipped test with
 # its reason and ends with its DONE line; .ci/testsummary.go then prints the
 # closing line: passed, failed, skipped, and the skipped tests' names. The
-# fuzz targets run first, so that this line is the last one.
+# consumer matrix (e2e, which runs compat/consumers itself) and the fuzz
+# targets run first, so that this line is the last one; it counts the
+# tests of every other package.
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 TESTJSON  := bin/test-events.json
 
-test: deps build lint fuzz-run
+test: deps build lint e2e fuzz-run
 	$(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) \
-		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m ./...
+		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/compat/consumers$$')
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
@@ -51,6 +53,27 @@ fuzz-run:
 
 fuzz:
 	$(MAKE) --no-print-directory fuzz-run FUZZTIME=$(FUZZTIME_LONG)
+
+# The real consumers (GFD with nvml-mock's NVML, the DRA driver's discovery,
+# nfd-worker, ghw) and runtimes, built from pinned sources into the user's
+# cache with one progress line each: a cold build takes many minutes, and go
+# test would show nothing until it ended. A warm cache rebuilds nothing.
+consumers:
+	$(GO) run ./compat/consumers/build-consumers
+
+# The consumer matrix: every profile x real consumer, with and without the
+# tree (as root; see compat/consumers). The test writes the table to a file
+# as well, since go test shows a passing package's output only with -v.
+# E2E_SABOTAGE=escaped or no-tree breaks the tree rows on purpose: they
+# must turn red. E2E_PROFILES=a.yaml:b.yaml adds profiles.
+MATRIX := bin/consumer-matrix.md
+# go test runs in the package's directory: make the profile paths absolute.
+space := $(subst ,, )
+E2E_PROFILES_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_PROFILES))))
+e2e: consumers
+	@mkdir -p bin; rm -f $(MATRIX)
+	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
+		status=$$?; [ ! -f $(MATRIX) ] || cat $(MATRIX); exit $$status
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
