@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 )
 
 // The reader runs as this test binary re-executed as the child
@@ -49,10 +51,10 @@ type scannerStats struct {
 }
 
 type verifyReply struct {
-	Scans     int        `json:"scans"`
-	Scan      scanResult `json:"scan"`
-	NvlibGPUs []string   `json:"nvlib_gpus"`
-	NvlibErr  string     `json:"nvlib_err"`
+	Scans     int             `json:"scans"`
+	Scan      linkscan.Result `json:"scan"`
+	NvlibGPUs []string        `json:"nvlib_gpus"`
+	NvlibErr  string          `json:"nvlib_err"`
 }
 
 type scannerReply struct {
@@ -86,7 +88,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 				}
 				return 0
 			}
-			v := &verifyReply{Scan: scanLinks(fsys)}
+			v := &verifyReply{Scan: linkscan.Links(fsys)}
 			if cmd == "verify nvlib" {
 				v.NvlibGPUs, v.NvlibErr = nvlibGPUs(nv)
 			}
@@ -95,7 +97,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 				return 1
 			}
 		default:
-			st.add(scanLinks(fsys))
+			st.add(linkscan.Links(fsys))
 			if st.Scans%nvlibEvery == 0 {
 				st.addNvlib(nv)
 			}
@@ -115,7 +117,7 @@ func nvlibGPUs(nv nvpci.Interface) ([]string, string) {
 	return gpus, ""
 }
 
-func (st *scannerStats) add(r scanResult) {
+func (st *scannerStats) add(r linkscan.Result) {
 	st.Scans++
 	st.Entries += len(r.Entries)
 	st.Files += r.Files
