@@ -68,7 +68,7 @@ func serve(t *testing.T, h *runtime.Harness) *served {
 	s.cli(t, "render", "--root", s.root, "--profile", s.profile)
 	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
 	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
-	h.Import(t, binaryImage(verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
+	h.Import(t, binaryImage(t, verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
 	h.Import(t, consumerBaseImage(), runtime.CRINamespace)
 	return s
 }
