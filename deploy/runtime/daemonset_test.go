@@ -173,9 +173,8 @@ func translate(t *testing.T, spec corev1.PodSpec, nodeDirs, configMaps map[strin
 
 // readerTotals is the reader program's report.
 type readerTotals struct {
-	Scans, Entries, Files, Vanished, Torn int
-	Samples                               []string
-	Views                                 []int
+	linkscan.Totals
+	Views []int `json:"views"`
 }
 
 // TestDaemonSetPod runs the DaemonSet's own pod, decoded strictly from the

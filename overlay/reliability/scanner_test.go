@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -31,16 +30,11 @@ const kernelLinks = "/sys/bus/pci/devices"
 // nvlibEvery runs go-nvlib's own scan every so many raw scans.
 const nvlibEvery = 25
 
-// maxSamples bounds the examples kept of each kind of failure.
-const maxSamples = 20
+// maxSamples bounds the examples kept of go-nvlib's failures.
+const maxSamples = linkscan.MaxSamples
 
 type scannerStats struct {
-	Scans    int      `json:"scans"`
-	Entries  int      `json:"entries"`
-	Files    int      `json:"files"`
-	Vanished int      `json:"vanished"`
-	Torn     int      `json:"torn"`
-	Samples  []string `json:"samples"`
+	linkscan.Totals
 	// go-nvlib's GetAllDevices at the kernel path, during flips.
 	NvlibScans int `json:"nvlib_scans"`
 	// NvlibVanished counts scans that failed on an entry the flip removed
@@ -97,7 +91,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 				return 1
 			}
 		default:
-			st.add(linkscan.Links(fsys))
+			st.Add(linkscan.Links(fsys))
 			if st.Scans%nvlibEvery == 0 {
 				st.addNvlib(nv)
 			}
@@ -115,19 +109,6 @@ func nvlibGPUs(nv nvpci.Interface) ([]string, string) {
 		gpus = append(gpus, d.Address)
 	}
 	return gpus, ""
-}
-
-func (st *scannerStats) add(r linkscan.Result) {
-	st.Scans++
-	st.Entries += len(r.Entries)
-	st.Files += r.Files
-	st.Vanished += r.Vanished
-	st.Torn += len(r.Torn)
-	for _, s := range r.Torn {
-		if len(st.Samples) < maxSamples {
-			st.Samples = append(st.Samples, fmt.Sprintf("scan %d: %s", st.Scans, s))
-		}
-	}
 }
 
 // addNvlib runs go-nvlib's scan and sorts a failure: an entry that is gone

@@ -138,3 +138,30 @@ func checkHexLine(s string, digits int) error {
 	}
 	return nil
 }
+
+// MaxSamples bounds the examples Totals keeps of torn reads.
+const MaxSamples = 20
+
+// Totals add up the scans of a reader that never stops reading.
+type Totals struct {
+	Scans    int      `json:"scans"`
+	Entries  int      `json:"entries"`
+	Files    int      `json:"files"`
+	Vanished int      `json:"vanished"`
+	Torn     int      `json:"torn"`
+	Samples  []string `json:"samples"`
+}
+
+// Add counts one scan, and keeps its first torn reads as samples.
+func (st *Totals) Add(r Result) {
+	st.Scans++
+	st.Entries += len(r.Entries)
+	st.Files += r.Files
+	st.Vanished += r.Vanished
+	st.Torn += len(r.Torn)
+	for _, s := range r.Torn {
+		if len(st.Samples) < MaxSamples {
+			st.Samples = append(st.Samples, fmt.Sprintf("scan %d: %s", st.Scans, s))
+		}
+	}
+}

@@ -17,19 +17,11 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 )
 
-// maxSamples bounds the examples kept of torn reads.
-const maxSamples = 20
-
 // totals are what the reader saw over all its scans.
 type totals struct {
-	Scans    int      `json:"scans"`
-	Entries  int      `json:"entries"`
-	Files    int      `json:"files"`
-	Vanished int      `json:"vanished"`
-	Torn     int      `json:"torn"`
-	Samples  []string `json:"samples"`
-	// Views are the entry counts of each distinct tree it saw, in order:
-	// a reader that lived through a re-render sees two or more.
+	linkscan.Totals
+	// Views are the entry counts of each distinct whole tree it saw, in
+	// order: a reader that lived through a re-render sees two or more.
 	Views []int `json:"views"`
 }
 
@@ -50,16 +42,7 @@ func main() {
 		default:
 		}
 		r := linkscan.Links(fsys)
-		st.Scans++
-		st.Entries += len(r.Entries)
-		st.Files += r.Files
-		st.Vanished += r.Vanished
-		st.Torn += len(r.Torn)
-		for _, s := range r.Torn {
-			if len(st.Samples) < maxSamples {
-				st.Samples = append(st.Samples, fmt.Sprintf("scan %d: %s", st.Scans, s))
-			}
-		}
+		st.Add(r)
 		// A whole scan (no entry vanished mid-scan) is one tree's view.
 		if r.Vanished == 0 && len(r.Torn) == 0 {
 			names := make([]string, 0, len(r.Entries))
