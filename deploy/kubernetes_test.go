@@ -1,25 +1,19 @@
 package deploy_test
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -28,84 +22,22 @@ import (
 // cdiSpecDir is the CDI spec directory containerd and podman both read.
 const cdiSpecDir = "/var/run/cdi"
 
-// manifests holds every object of deploy/kubernetes, decoded strictly into
-// its k8s.io/api type: an unknown or misspelt field fails the decode.
-type manifests struct {
-	namespaces []corev1.Namespace
-	daemonSets []appsv1.DaemonSet
-	configMaps []corev1.ConfigMap
-	pods       []corev1.Pod
-}
-
-func decodeManifests(t *testing.T, dir string) *manifests {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	require.NoError(t, err)
-	require.NotEmpty(t, files)
-	m := &manifests{}
-	for _, f := range files {
-		fh, err := os.Open(f)
-		require.NoError(t, err)
-		r := utilyaml.NewYAMLReader(bufio.NewReader(fh))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, f)
-			if strings.TrimSpace(string(doc)) == "" {
-				continue
-			}
-			require.NoError(t, m.decode(doc), f)
-		}
-		require.NoError(t, fh.Close())
-	}
-	return m
-}
-
-func (m *manifests) decode(doc []byte) error {
-	var tm metav1.TypeMeta
-	if err := yaml.Unmarshal(doc, &tm); err != nil {
-		return err
-	}
-	switch tm.APIVersion + " " + tm.Kind {
-	case "v1 Namespace":
-		return decodeInto(doc, &m.namespaces)
-	case "apps/v1 DaemonSet":
-		return decodeInto(doc, &m.daemonSets)
-	case "v1 ConfigMap":
-		return decodeInto(doc, &m.configMaps)
-	case "v1 Pod":
-		return decodeInto(doc, &m.pods)
-	}
-	return errors.New("unexpected object " + tm.APIVersion + " " + tm.Kind)
-}
-
-func decodeInto[T any](doc []byte, list *[]T) error {
-	var obj T
-	if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
-		return err
-	}
-	*list = append(*list, obj)
-	return nil
-}
-
 func TestManifestsDecodeStrictly(t *testing.T) {
-	m := decodeManifests(t, "kubernetes")
-	require.Len(t, m.namespaces, 1)
-	require.Len(t, m.daemonSets, 1)
-	require.Len(t, m.configMaps, 1)
-	require.Len(t, m.pods, 1)
+	m := podtest.DecodeManifests(t, "kubernetes")
+	require.Len(t, m.Namespaces, 1)
+	require.Len(t, m.DaemonSets, 1)
+	require.Len(t, m.ConfigMaps, 1)
+	require.Len(t, m.Pods, 1)
 
 	// The decode is strict: a misspelt field fails it.
 	bad := []byte("apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          volumeMount: []\n")
-	require.ErrorContains(t, (&manifests{}).decode(bad), "volumeMount")
+	require.ErrorContains(t, (&podtest.Manifests{}).Decode(bad), "volumeMount")
 }
 
 func TestDaemonSetServesTheNode(t *testing.T) {
-	m := decodeManifests(t, "kubernetes")
-	ds := m.daemonSets[0]
-	ns := m.namespaces[0].Name
+	m := podtest.DecodeManifests(t, "kubernetes")
+	ds := m.DaemonSets[0]
+	ns := m.Namespaces[0].Name
 	require.Equal(t, ns, ds.Namespace)
 	require.Equal(t, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 
@@ -140,14 +72,14 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 	for name, v := range volumes {
 		if v.ConfigMap != nil {
 			cmVolume = name
-			require.Equal(t, m.configMaps[0].Name, v.ConfigMap.Name)
+			require.Equal(t, m.ConfigMaps[0].Name, v.ConfigMap.Name)
 		}
 	}
 	require.NotEmpty(t, cmVolume)
-	require.Equal(t, ns, m.configMaps[0].Namespace)
+	require.Equal(t, ns, m.ConfigMaps[0].Namespace)
 	require.Equal(t, []string{"/nvml-mock-sysfs", "serve"}, c.Command)
 	flags := argFlags(t, c.Args)
-	for key := range m.configMaps[0].Data {
+	for key := range m.ConfigMaps[0].Data {
 		require.Equal(t, []string{path.Join(mounted[cmVolume], key)}, flags["profile"])
 	}
 	require.Equal(t, []string{"/var/lib/nvml-mock"}, flags["root"])
@@ -178,7 +110,7 @@ func isShell(arg string) bool {
 // endpoints over HTTP, nothing execs a shell, and the container can write
 // nothing but its volumes, with no capabilities and no way to gain any.
 func TestDaemonSetRunsServeWithoutAShell(t *testing.T) {
-	ds := decodeManifests(t, "kubernetes").daemonSets[0]
+	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
 	pod := ds.Spec.Template.Spec
 	require.Empty(t, pod.InitContainers)
 	require.Len(t, pod.Containers, 1)
@@ -240,8 +172,8 @@ func TestDockerfileIsScratch(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 func TestExampleConfigMapHoldsAProfile(t *testing.T) {
-	m := decodeManifests(t, "kubernetes")
-	data := m.configMaps[0].Data
+	m := podtest.DecodeManifests(t, "kubernetes")
+	data := m.ConfigMaps[0].Data
 	require.Len(t, data, 1)
 	for key, text := range data {
 		p, err := profile.Parse(key, []byte(text))
@@ -255,8 +187,8 @@ func TestExampleConfigMapHoldsAProfile(t *testing.T) {
 }
 
 func TestVerifyPodAsksForTheDevice(t *testing.T) {
-	m := decodeManifests(t, "kubernetes")
-	pod := m.pods[0]
+	m := podtest.DecodeManifests(t, "kubernetes")
+	pod := m.Pods[0]
 	require.Len(t, pod.Spec.Containers, 1)
 	key := "cdi-devices.noderesource.dev/container." + pod.Spec.Containers[0].Name
 	var devices []string

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,9 +12,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
@@ -36,16 +33,8 @@ func nodePaths() []string {
 // daemonSetPod reads the shipped DaemonSet and example ConfigMap strictly.
 func daemonSetPod(t *testing.T) (corev1.PodSpec, corev1.ConfigMap) {
 	t.Helper()
-	var ds appsv1.DaemonSet
-	var cm corev1.ConfigMap
-	b, err := os.ReadFile("../../deploy/kubernetes/nvml-mock-sysfs.yaml")
-	require.NoError(t, err)
-	docs := strings.Split(string(b), "\n---\n")
-	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[len(docs)-1]), &ds))
-	b, err = os.ReadFile("../../deploy/kubernetes/profile-configmap.yaml")
-	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &cm))
-	return ds.Spec.Template.Spec, cm
+	m := podtest.DecodeManifests(t, "../../deploy/kubernetes")
+	return m.DaemonSets[0].Spec.Template.Spec, m.ConfigMaps[0]
 }
 
 // podProcess is the DaemonSet's container run as a process of the real
@@ -61,24 +50,13 @@ type podProcess struct {
 
 func startPod(t *testing.T, bin string, c corev1.Container, dir string) *podProcess {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	addr := podtest.FreeAddr(t)
 	require.Equal(t, "/nvml-mock-sysfs", c.Command[0])
-	args := append(c.Command[1:len(c.Command):len(c.Command)], c.Args...)
-	for i, a := range args {
-		name, value, _ := strings.Cut(a, "=")
-		if name == "--listen" {
-			args[i] = name + "=" + addr
-			continue
-		}
-		for _, node := range nodePaths() {
-			if value == node || strings.HasPrefix(value, node+"/") {
-				args[i] = name + "=" + filepath.Join(dir, value)
-			}
-		}
+	here := map[string]string{}
+	for _, node := range nodePaths() {
+		here[node] = filepath.Join(dir, node)
 	}
+	args := podtest.NodeArgs(append(c.Command[1:len(c.Command):len(c.Command)], c.Args...), addr, here)
 	p := &podProcess{t: t, logs: &podtest.Log{}, url: "http://" + addr, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

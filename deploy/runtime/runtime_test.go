@@ -14,7 +14,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -69,11 +68,7 @@ func serve(t *testing.T, h *runtime.Harness) *served {
 	s.cli(t, "render", "--root", s.root, "--profile", s.profile)
 	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
 	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
-	h.Import(t, ociimage.Image{
-		Name:       verifyImage,
-		Files:      []ociimage.File{{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755}},
-		Entrypoint: []string{"/nvml-mock-sysfs"},
-	}, runtime.CRINamespace, runtime.CtrNamespace)
+	h.Import(t, binaryImage(t, verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
 	h.Import(t, consumerBaseImage(), runtime.CRINamespace)
 	return s
 }

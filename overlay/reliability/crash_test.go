@@ -17,6 +17,7 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -139,7 +140,7 @@ func requireConsumersRead(t *testing.T, root string) (int, bool) {
 	if _, err := os.Stat(links); errors.Is(err, fs.ErrNotExist) {
 		return 0, false
 	}
-	res := scanLinks(os.DirFS(links))
+	res := linkscan.Links(os.DirFS(links))
 	require.Empty(t, res.Torn, "the interrupted tree has torn entries")
 	require.Zero(t, res.Vanished)
 	_, err := nvpci.New(nvpci.WithPCIDevicesRoot(links), nvpci.WithLogger(quietLogger{})).GetAllDevices()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -36,7 +37,7 @@ func flipProfiles(t testing.TB) []string {
 
 // expectedView is what a reader must see once a render of a profile is done.
 type expectedView struct {
-	entries map[string]entryRead
+	entries map[string]linkscan.Entry
 	gpus    []string
 }
 
@@ -50,10 +51,10 @@ func expectView(t testing.TB, profile string) expectedView {
 			files[e.Path] = string(e.Data)
 		}
 	}
-	v := expectedView{entries: map[string]entryRead{}}
+	v := expectedView{entries: map[string]linkscan.Entry{}}
 	for _, n := range p.Tree.Nodes() {
 		dir := "sys/" + n.SysPath() + "/"
-		v.entries[n.Address.String()] = entryRead{Vendor: files[dir+"vendor"], Class: files[dir+"class"], Resource: files[dir+"resource"]}
+		v.entries[n.Address.String()] = linkscan.Entry{Vendor: files[dir+"vendor"], Class: files[dir+"class"], Resource: files[dir+"resource"]}
 	}
 	for _, g := range p.Machine.GPUs() {
 		v.gpus = append(v.gpus, g.Address.String())

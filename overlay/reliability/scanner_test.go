@@ -4,13 +4,14 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"strings"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 )
 
 // The reader runs as this test binary re-executed as the child
@@ -29,16 +30,11 @@ const kernelLinks = "/sys/bus/pci/devices"
 // nvlibEvery runs go-nvlib's own scan every so many raw scans.
 const nvlibEvery = 25
 
-// maxSamples bounds the examples kept of each kind of failure.
-const maxSamples = 20
+// maxSamples bounds the examples kept of go-nvlib's failures.
+const maxSamples = linkscan.MaxSamples
 
 type scannerStats struct {
-	Scans    int      `json:"scans"`
-	Entries  int      `json:"entries"`
-	Files    int      `json:"files"`
-	Vanished int      `json:"vanished"`
-	Torn     int      `json:"torn"`
-	Samples  []string `json:"samples"`
+	linkscan.Totals
 	// go-nvlib's GetAllDevices at the kernel path, during flips.
 	NvlibScans int `json:"nvlib_scans"`
 	// NvlibVanished counts scans that failed on an entry the flip removed
@@ -49,10 +45,10 @@ type scannerStats struct {
 }
 
 type verifyReply struct {
-	Scans     int        `json:"scans"`
-	Scan      scanResult `json:"scan"`
-	NvlibGPUs []string   `json:"nvlib_gpus"`
-	NvlibErr  string     `json:"nvlib_err"`
+	Scans     int             `json:"scans"`
+	Scan      linkscan.Result `json:"scan"`
+	NvlibGPUs []string        `json:"nvlib_gpus"`
+	NvlibErr  string          `json:"nvlib_err"`
 }
 
 type scannerReply struct {
@@ -86,7 +82,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 				}
 				return 0
 			}
-			v := &verifyReply{Scan: scanLinks(fsys)}
+			v := &verifyReply{Scan: linkscan.Links(fsys)}
 			if cmd == "verify nvlib" {
 				v.NvlibGPUs, v.NvlibErr = nvlibGPUs(nv)
 			}
@@ -95,7 +91,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 				return 1
 			}
 		default:
-			st.add(scanLinks(fsys))
+			st.Add(linkscan.Links(fsys))
 			if st.Scans%nvlibEvery == 0 {
 				st.addNvlib(nv)
 			}
@@ -113,19 +109,6 @@ func nvlibGPUs(nv nvpci.Interface) ([]string, string) {
 		gpus = append(gpus, d.Address)
 	}
 	return gpus, ""
-}
-
-func (st *scannerStats) add(r scanResult) {
-	st.Scans++
-	st.Entries += len(r.Entries)
-	st.Files += r.Files
-	st.Vanished += r.Vanished
-	st.Torn += len(r.Torn)
-	for _, s := range r.Torn {
-		if len(st.Samples) < maxSamples {
-			st.Samples = append(st.Samples, fmt.Sprintf("scan %d: %s", st.Scans, s))
-		}
-	}
 }
 
 // addNvlib runs go-nvlib's scan and sorts a failure: an entry that is gone

@@ -1,0 +1,116 @@
+package podtest
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// Manifests holds every object of a manifest directory (deploy/kubernetes),
+// decoded strictly into its k8s.io/api type: an unknown or misspelt field
+// fails the decode, as the API server's strict field validation does.
+type Manifests struct {
+	Namespaces []corev1.Namespace
+	DaemonSets []appsv1.DaemonSet
+	ConfigMaps []corev1.ConfigMap
+	Pods       []corev1.Pod
+}
+
+// DecodeManifests decodes every document of every *.yaml file in dir.
+func DecodeManifests(t testing.TB, dir string) *Manifests {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	m := &Manifests{}
+	for _, f := range files {
+		fh, err := os.Open(f)
+		require.NoError(t, err)
+		r := utilyaml.NewYAMLReader(bufio.NewReader(fh))
+		for {
+			doc, err := r.Read()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			require.NoError(t, err, f)
+			if strings.TrimSpace(string(doc)) == "" {
+				continue
+			}
+			require.NoError(t, m.Decode(doc), f)
+		}
+		require.NoError(t, fh.Close())
+	}
+	return m
+}
+
+// Decode decodes one document by its apiVersion and kind.
+func (m *Manifests) Decode(doc []byte) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(doc, &tm); err != nil {
+		return err
+	}
+	switch tm.APIVersion + " " + tm.Kind {
+	case "v1 Namespace":
+		return decodeInto(doc, &m.Namespaces)
+	case "apps/v1 DaemonSet":
+		return decodeInto(doc, &m.DaemonSets)
+	case "v1 ConfigMap":
+		return decodeInto(doc, &m.ConfigMaps)
+	case "v1 Pod":
+		return decodeInto(doc, &m.Pods)
+	}
+	return errors.New("unexpected object " + tm.APIVersion + " " + tm.Kind)
+}
+
+func decodeInto[T any](doc []byte, list *[]T) error {
+	var obj T
+	if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
+		return err
+	}
+	*list = append(*list, obj)
+	return nil
+}
+
+// NodeArgs rewrites a container's --name=value args for a run on this
+// machine rather than a node: --listen gets listen (a free port of the
+// shared host network), and a value at or under a node path (a key of
+// here) moves to where that path is here, so what the program writes and
+// names (the CDI spec's host paths) is where this machine has it.
+func NodeArgs(args []string, listen string, here map[string]string) []string {
+	out := make([]string, 0, len(args))
+	for _, a := range args {
+		name, value, _ := strings.Cut(a, "=")
+		if name == "--listen" {
+			a = name + "=" + listen
+		}
+		for node, dir := range here {
+			if rest, ok := strings.CutPrefix(value, node); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+				a = name + "=" + dir + rest
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// FreeAddr is a loopback address with a port nothing listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
