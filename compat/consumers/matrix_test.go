@@ -11,15 +11,19 @@ import (
 
 // The matrix's columns: one real program each, and compat beside them.
 const (
-	colGFD    = "GFD gpu.mode, gpu.count"
-	colDRA    = "DRA driver pcieRoot"
-	colNFD    = "nfd-worker PCI labels"
-	colGHW    = "ghw.PCI()"
-	colNVML   = "NVML GPUs = sysfs GPUs"
-	colCompat = "compat agrees"
+	colGFD        = "GFD gpu.mode, gpu.count"
+	colGFDMachine = "GFD gpu.machine"
+	colDRA        = "DRA driver pcieRoot"
+	colNFD        = "nfd-worker PCI labels"
+	colNFDVendor  = "nfd-worker, GPU Operator's config"
+	colGHW        = "ghw.PCI()"
+	colNVML       = "NVML GPUs = sysfs GPUs"
+	colCompat     = "compat agrees"
 )
 
-func columns() []string { return []string{colGFD, colDRA, colNFD, colGHW, colNVML, colCompat} }
+func columns() []string {
+	return []string{colGFD, colGFDMachine, colDRA, colNFD, colNFDVendor, colGHW, colNVML, colCompat}
+}
 
 // servedOrder is the order of a profile's rows.
 func servedOrder() []string { return []string{servedTree, servedNone, servedEscaped, servedMerged} }
