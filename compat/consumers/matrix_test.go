@@ -60,9 +60,6 @@ func (m *matrix) row(profile, served string) *row {
 	return m.rows[k]
 }
 
-// add appends to a cell without a verdict.
-func (r *row) add(column, text string) { r.check(nil, column, text, true, "") }
-
 // check appends to a cell and, unless ok, marks it failed and fails the
 // test with why.
 func (r *row) check(t *testing.T, column, text string, ok bool, why string) {
