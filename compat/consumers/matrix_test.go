@@ -11,15 +11,19 @@ import (
 
 // The matrix's columns: one real program each, and compat beside them.
 const (
-	colGFD    = "GFD gpu.mode, gpu.count"
-	colDRA    = "DRA driver pcieRoot"
-	colNFD    = "nfd-worker PCI labels"
-	colGHW    = "ghw.PCI()"
-	colNVML   = "NVML GPUs = sysfs GPUs"
-	colCompat = "compat agrees"
+	colGFD        = "GFD gpu.mode, gpu.count"
+	colGFDMachine = "GFD gpu.machine"
+	colDRA        = "DRA driver pcieRoot"
+	colNFD        = "nfd-worker PCI labels"
+	colNFDVendor  = "nfd-worker, GPU Operator's config"
+	colGHW        = "ghw.PCI()"
+	colNVML       = "NVML GPUs = sysfs GPUs"
+	colCompat     = "compat agrees"
 )
 
-func columns() []string { return []string{colGFD, colDRA, colNFD, colGHW, colNVML, colCompat} }
+func columns() []string {
+	return []string{colGFD, colGFDMachine, colDRA, colNFD, colNFDVendor, colGHW, colNVML, colCompat}
+}
 
 // servedOrder is the order of a profile's rows.
 func servedOrder() []string { return []string{servedTree, servedNone, servedEscaped, servedMerged} }
@@ -55,9 +59,6 @@ func (m *matrix) row(profile, served string) *row {
 	}
 	return m.rows[k]
 }
-
-// add appends to a cell without a verdict.
-func (r *row) add(column, text string) { r.check(nil, column, text, true, "") }
 
 // check appends to a cell and, unless ok, marks it failed and fails the
 // test with why.

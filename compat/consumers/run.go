@@ -57,15 +57,20 @@ type GFDRun struct {
 	Profile string
 	// OutputFile is where GFD writes its labels, one key=value a line.
 	OutputFile string
+	// MachineTypeFile is GFD's --machine-type-file, whose one line it
+	// labels as nvidia.com/gpu.machine; empty keeps GFD's default, the
+	// node's /sys/class/dmi/id/product_name.
+	MachineTypeFile string
 }
 
 // Invocation runs GFD once, writing its labels to OutputFile and nothing
 // to the API server.
 func (r GFDRun) Invocation() Invocation {
-	return Invocation{
-		Args: []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile},
-		Env:  mockNVMLEnv(r.MockNVML, r.Profile),
+	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
+	if r.MachineTypeFile != "" {
+		args = append(args, "--machine-type-file", r.MachineTypeFile)
 	}
+	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
 }
 
 // ParseGFDLabels reads GFD's output file: one label=value a line.
@@ -202,6 +207,10 @@ type NFDWorkerRun struct {
 	// (class or class+subclass prefixes, "0200"); empty keeps the
 	// worker's default (03, 0b40, 12).
 	DeviceClassWhitelist []string
+	// DeviceLabelFields are the PCI source's deviceLabelFields ("class",
+	// "vendor", ...), which name each label; empty keeps the worker's
+	// default (class and vendor: pci-0302_10de).
+	DeviceLabelFields []string
 }
 
 // Invocation runs the worker once; its labels go to its log.
@@ -212,8 +221,15 @@ func (r NFDWorkerRun) Invocation() (Invocation, error) {
 	}
 	args := []string{r.Binary, "-oneshot", "-no-publish", "-feature-sources=pci", "-label-sources=pci", "-port", "0",
 		"-kubeconfig", r.Kubeconfig, "-v", "1"}
+	pci := map[string]any{}
 	if len(r.DeviceClassWhitelist) > 0 {
-		opts, err := json.Marshal(map[string]any{"sources": map[string]any{"pci": map[string]any{"deviceClassWhitelist": r.DeviceClassWhitelist}}})
+		pci["deviceClassWhitelist"] = r.DeviceClassWhitelist
+	}
+	if len(r.DeviceLabelFields) > 0 {
+		pci["deviceLabelFields"] = r.DeviceLabelFields
+	}
+	if len(pci) > 0 {
+		opts, err := json.Marshal(map[string]any{"sources": map[string]any{"pci": pci}})
 		if err != nil {
 			return Invocation{}, err
 		}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -88,8 +90,11 @@ type suite struct {
 	// nfdWhitelist; nodeGHW is what ghw lists of it.
 	nodeNFDLabels        map[string]string
 	nodeNFDDefaultLabels map[string]string
-	nodeGHW              []consumers.GHWDevice
-	matrix               *matrix
+	// nodeNFDVendorLabels are its labels of the node with the operators'
+	// config (operatorNFD).
+	nodeNFDVendorLabels map[string]string
+	nodeGHW             []consumers.GHWDevice
+	matrix              *matrix
 	// sabotage, when set, serves the tree rows something else, to see
 	// their checks fail.
 	sabotage string
@@ -164,15 +169,18 @@ func (s *suite) readNode(t *testing.T) {
 	entries, err := os.ReadDir("/" + plan.LinksDir)
 	require.NoError(t, err)
 	require.NotEmpty(t, entries, "the node has no PCI device to keep")
-	classes := map[string]bool{"0200": true, "03": true}
+	// 0207 (InfiniBand) names the HCAs of an infiniband block in that
+	// link layer; in Ethernet mode they are 0200.
+	classes := map[string]bool{"0200": true, "0207": true, "03": true}
 	for _, e := range entries {
 		class, err := os.ReadFile(filepath.Join("/", plan.LinksDir, e.Name(), "class"))
 		require.NoError(t, err)
 		classes[strings.TrimPrefix(strings.TrimSpace(string(class)), "0x")[:4]] = true
 	}
 	s.nfdWhitelist = slices.Sorted(maps.Keys(classes))
-	s.nodeNFDDefaultLabels = s.runNFD(t, nfdServed(""), nil)
-	s.nodeNFDLabels = s.runNFD(t, nfdServed(""), s.nfdWhitelist)
+	s.nodeNFDDefaultLabels = s.runNFD(t, nfdServed(""), consumers.NFDWorkerRun{})
+	s.nodeNFDLabels = s.runNFD(t, nfdServed(""), consumers.NFDWorkerRun{DeviceClassWhitelist: s.nfdWhitelist})
+	s.nodeNFDVendorLabels = s.runNFD(t, nfdServed(""), operatorNFD())
 	require.NotEmpty(t, s.nodeNFDLabels, "nfd-worker labels none of the node's own devices with the whitelist %v", s.nfdWhitelist)
 	s.nodeGHW = s.runGHW(t, overlaytest.Served{})
 	require.Len(t, s.nodeGHW, len(entries), "ghw lists the node's own devices")
@@ -185,6 +193,10 @@ type subject struct {
 	gpus []profile.Device
 	// bridges are the bridges the plan puts in the tree.
 	bridges []string
+	// hcas are the HCAs of the profile's infiniband block, as the plan
+	// placed them beside their GPUs, rendered alone and with the host's
+	// devices (which may move an HCA's own root port).
+	hcas, mergedHCAs []plan.HCA
 	// mode is the gpu.mode GFD must label the node with.
 	mode string
 	// roots: as rendered, with host devices, and with plain escaped links.
@@ -203,13 +215,15 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
 	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})
 	require.NoError(t, err)
+	x.hcas = pl.Tree.HCAs
 	for _, n := range pl.Tree.Nodes() {
 		if n.Role.IsBridge() {
 			x.bridges = append(x.bridges, n.Address.String())
 		}
 	}
-	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.merged, HostDevices: overlay.HostDevicesMerge})
+	merged, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.merged, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
+	x.mergedHCAs = merged.Tree.HCAs
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
 	// GFD labels a node whose GPUs differ in class "unknown" (the suite's
 	// own profiles each have one class; an extra profile may not).
@@ -257,17 +271,25 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	row := func(name string) *row { return s.matrix.row(p.Name, name) }
 
 	// GPU Feature Discovery: gpu.mode and gpu.count with the tree, the
-	// same other labels as without it.
+	// same other labels as without it. The tree run points GFD at the
+	// overlay's machine type as served; the others do not (the escaped
+	// run serves that file too), so the flag must change gpu.machine and
+	// nothing else.
 	gfd := map[string]map[string]string{}
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
-		gfd[name] = s.runGFD(t, served[name], p.File)
+		machineTypeFile := ""
+		if name == servedTree {
+			machineTypeFile = path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)
+		}
+		gfd[name] = s.runGFD(t, served[name], p.File, machineTypeFile)
 	}
+	gfdMachine(t, x, gfd, row)
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
 		labels, want := gfd[name], x.mode
 		if name == servedNone {
 			want = "unknown"
 		}
-		mode, count := labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"]
+		mode, count := labels[gfdModeLabel], labels["nvidia.com/gpu.count"]
 		text := fmt.Sprintf("%s, count %s", mode, count)
 		ok := mode == want && count == strconv.Itoa(len(x.gpus))
 		why := fmt.Sprintf("want gpu.mode=%s and gpu.count=%d", want, len(x.gpus))
@@ -279,7 +301,11 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 			continue
 		}
 		if name != servedNone {
-			if diff := labelDiff(gfd[servedNone], labels, "nvidia.com/gpu.mode"); diff != "" {
+			ignore := []string{gfdModeLabel}
+			if name == servedTree {
+				ignore = append(ignore, gfdMachineLabel)
+			}
+			if diff := labelDiff(gfd[servedNone], labels, ignore...); diff != "" {
 				ok, why, text = false, "labels other than gpu.mode differ from the run without the tree: "+diff, text+", other labels differ"
 			}
 		}
@@ -317,37 +343,45 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	// keeps host devices.
 	gpuLabels := map[string]string{}
 	for _, c := range gpuClasses(x.gpus) {
-		gpuLabels[fmt.Sprintf("feature.node.kubernetes.io/pci-%04x_10de.present", c>>8)] = "true"
+		gpuLabels[nfdClassLabel(c, boards.VendorNVIDIA)] = "true"
 	}
-	treeLabels := s.runNFD(t, nfdServed(tree), nil)
+	treeLabels := s.runNFD(t, nfdServed(tree), consumers.NFDWorkerRun{})
 	row(servedTree).check(t, colNFD, labelNames(treeLabels), maps.Equal(treeLabels, gpuLabels), "want exactly "+labelNames(gpuLabels))
-	treeWhitelisted := s.runNFD(t, nfdServed(tree), s.nfdWhitelist)
+	treeWhitelisted := s.runNFD(t, nfdServed(tree), consumers.NFDWorkerRun{DeviceClassWhitelist: s.nfdWhitelist})
 	kept := keptLabels(s.nodeNFDLabels, treeWhitelisted)
-	row(servedTree).add(colNFD, fmt.Sprintf("node's %d/%d (whitelist)", kept, len(s.nodeNFDLabels)))
+	hcaLabels, got := hcaClassLabels(x.hcas), pick(treeWhitelisted, anyHCAClassLabel())
+	row(servedTree).check(t, colNFD, fmt.Sprintf("%snode's %d/%d (whitelist)", labelList(got), kept, len(s.nodeNFDLabels)),
+		maps.Equal(got, hcaLabels), "the HCAs' class labels with the whitelist: want exactly "+labelNames(hcaLabels))
 	row(servedTree).check(t, colNFD, "", kept < len(s.nodeNFDLabels), "a render without host devices still shows every node label: the host-device check cannot fail")
 	noGPU := !hasAny(s.nodeNFDDefaultLabels, gpuLabels)
 	row(servedNone).check(t, colNFD, labelNames(s.nodeNFDDefaultLabels), noGPU, "GPU labels without the tree")
-	mergedLabels := s.runNFD(t, nfdServed(x.merged), s.nfdWhitelist)
+	mergedLabels := s.runNFD(t, nfdServed(x.merged), consumers.NFDWorkerRun{DeviceClassWhitelist: s.nfdWhitelist})
 	kept = keptLabels(s.nodeNFDLabels, mergedLabels)
-	row(servedMerged).check(t, colNFD, fmt.Sprintf("%s + node's %d/%d", labelNames(pick(mergedLabels, gpuLabels)), kept, len(s.nodeNFDLabels)),
-		kept == len(s.nodeNFDLabels) && hasAll(mergedLabels, gpuLabels), fmt.Sprintf("want the node's labels %v and %v, got %v", s.nodeNFDLabels, gpuLabels, mergedLabels))
+	mock := maps.Clone(gpuLabels)
+	maps.Copy(mock, hcaLabels)
+	row(servedMerged).check(t, colNFD, fmt.Sprintf("%s + node's %d/%d", labelNames(pick(mergedLabels, mock)), kept, len(s.nodeNFDLabels)),
+		kept == len(s.nodeNFDLabels) && hasAll(mergedLabels, mock), fmt.Sprintf("want the node's labels %v and %v, got %v", s.nodeNFDLabels, mock, mergedLabels))
+
+	// nfd-worker as the GPU and Network Operators configure it: labels
+	// named by vendor, pci-15b3 for the HCAs.
+	s.nfdVendorLabels(t, x, tree, row)
 
 	// ghw: every GPU and bridge; the node's own devices only when merged.
 	for _, name := range []string{servedTree, servedNone, servedMerged} {
-		devices := s.nodeGHW
+		devices, hcas := s.nodeGHW, x.hcas
 		switch name {
 		case servedTree:
 			devices = s.runGHW(t, served[name])
 		case servedMerged:
-			devices = s.runGHW(t, overlaytest.Served{Root: x.merged})
+			devices, hcas = s.runGHW(t, overlaytest.Served{Root: x.merged}), x.mergedHCAs
 		}
-		f := ghwFinds(x, devices, s.nodeGHW)
-		text := fmt.Sprintf("GPUs %d/%d, bridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.bridges, len(x.bridges), f.host, len(s.nodeGHW))
+		f := ghwFinds(x, hcas, devices, s.nodeGHW)
+		text := fmt.Sprintf("GPUs %d/%d, %sbridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.hcaText(hcas), f.bridges, len(x.bridges), f.host, len(s.nodeGHW))
 		switch name {
 		case servedTree:
 			row(name).check(t, colGHW, text, len(f.problems) == 0 && f.host == 0, strings.Join(f.problems, "; "))
 		case servedNone:
-			row(name).check(t, colGHW, text, f.gpus == 0 && f.bridges == 0, "mock devices without the tree")
+			row(name).check(t, colGHW, text, f.gpus == 0 && f.hcas == 0 && f.bridges == 0, "mock devices without the tree")
 		case servedMerged:
 			// A mock bridge planned onto a BDF the node uses is listed as
 			// the node's device (the planner's collision, not a reader's):
@@ -372,16 +406,16 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	}
 }
 
-// labelDiff describes how got differs from want outside the ignored key.
-func labelDiff(want, got map[string]string, ignore string) string {
+// labelDiff describes how got differs from want outside the ignored keys.
+func labelDiff(want, got map[string]string, ignore ...string) string {
 	var diffs []string
 	for k, v := range want {
-		if k != ignore && got[k] != v {
+		if !slices.Contains(ignore, k) && got[k] != v {
 			diffs = append(diffs, fmt.Sprintf("%s: %q -> %q", k, v, got[k]))
 		}
 	}
 	for k, v := range got {
-		if _, ok := want[k]; !ok && k != ignore {
+		if _, ok := want[k]; !ok && !slices.Contains(ignore, k) {
 			diffs = append(diffs, fmt.Sprintf("%s: new %q", k, v))
 		}
 	}
@@ -448,8 +482,8 @@ func compatDisagreements(x *subject, report *compat.Report, gfd map[string]strin
 	var out []string
 	// With GPUs of different classes GFD labels unknown with or without
 	// the tree, so its label says nothing to compare.
-	if gfdOK, compatOK := gfd["nvidia.com/gpu.mode"] == x.mode, modeOK == len(x.gpus); x.mode != "unknown" && gfdOK != compatOK {
-		out = append(out, fmt.Sprintf("gpu.mode: compat passes %d of %d GPUs, GFD labelled %s (profile: %s)", modeOK, len(x.gpus), gfd["nvidia.com/gpu.mode"], x.mode))
+	if gfdOK, compatOK := gfd[gfdModeLabel] == x.mode, modeOK == len(x.gpus); x.mode != "unknown" && gfdOK != compatOK {
+		out = append(out, fmt.Sprintf("gpu.mode: compat passes %d of %d GPUs, GFD labelled %s (profile: %s)", modeOK, len(x.gpus), gfd[gfdModeLabel], x.mode))
 	}
 	driverRoot := map[string]string{}
 	for _, d := range dra {
@@ -504,16 +538,20 @@ func pick(labels, keys map[string]string) map[string]string {
 // ghwFound is what ghw listed of a profile and of the node.
 type ghwFound struct {
 	gpus, bridges, host int
+	// hcas are the HCAs listed as planned; underSwitch of them hang from
+	// a downstream port of their GPU's own switch, the rest from a root
+	// port of their own.
+	hcas, underSwitch int
 	// bridgesTaken are mock bridges whose BDF ghw lists as one of the
 	// node's own devices.
 	bridgesTaken []string
 	problems     []string
 }
 
-// ghwFinds counts the profile's GPUs (vendor 10de, their class), its
-// bridges and the node's own devices (with their own vendor and class)
+// ghwFinds counts the profile's GPUs (vendor 10de, their class), the HCAs
+// of the plan served (findHCAs), its bridges and the node's own devices (with their own vendor and class)
 // among what ghw listed.
-func ghwFinds(x *subject, devices []consumers.GHWDevice, node []consumers.GHWDevice) ghwFound {
+func ghwFinds(x *subject, hcas []plan.HCA, devices []consumers.GHWDevice, node []consumers.GHWDevice) ghwFound {
 	var f ghwFound
 	byAddr := map[string]consumers.GHWDevice{}
 	for _, d := range devices {
@@ -535,6 +573,7 @@ func ghwFinds(x *subject, devices []consumers.GHWDevice, node []consumers.GHWDev
 			f.gpus++
 		}
 	}
+	f.findHCAs(hcas, byAddr)
 	for _, b := range x.bridges {
 		d, ok := byAddr[b]
 		switch {
@@ -635,10 +674,10 @@ func (s *suite) run(t *testing.T, what string, cmd *exec.Cmd) (stdout, stderr []
 	return out.Bytes(), errOut.Bytes()
 }
 
-func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof string) map[string]string {
+func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, machineTypeFile string) map[string]string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "gfd-labels")
-	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file}
+	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file, MachineTypeFile: machineTypeFile}
 	s.run(t, "gpu-feature-discovery", r.Invocation().In(served))
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)
@@ -656,9 +695,11 @@ func (s *suite) runDRA(t *testing.T, served overlaytest.Served, prof string) []c
 	return devices
 }
 
-func (s *suite) runNFD(t *testing.T, served overlaytest.Served, whitelist []string) map[string]string {
+// runNFD runs nfd-worker with r's PCI source config.
+func (s *suite) runNFD(t *testing.T, served overlaytest.Served, r consumers.NFDWorkerRun) map[string]string {
 	t.Helper()
-	inv, err := consumers.NFDWorkerRun{Binary: s.nfd, Kubeconfig: s.kubeconfig, DeviceClassWhitelist: whitelist}.Invocation()
+	r.Binary, r.Kubeconfig = s.nfd, s.kubeconfig
+	inv, err := r.Invocation()
 	require.NoError(t, err)
 	_, stderr := s.run(t, "nfd-worker", inv.In(served))
 	labels, err := consumers.ParseNFDLabels(stderr)
