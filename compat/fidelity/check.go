@@ -75,7 +75,13 @@ func (r Row) Failing() bool {
 // Check compares the device directory dir of fsys (for example
 // bus/pci/devices/0000:18:00.0 of os.DirFS("/sys")) with Attributes().
 func Check(fsys fs.FS, dir string, exp *Expect) []Row {
-	p := &probe{fsys: fsys, dir: dir, exp: exp, cache: map[string]string{}}
+	return check(fsys, dir, exp, patterns{})
+}
+
+// check is Check with the run's compiled patterns, so a machine's devices
+// compile each pattern once.
+func check(fsys fs.FS, dir string, exp *Expect, compiled patterns) []Row {
+	p := &probe{fsys: fsys, dir: dir, exp: exp, cache: map[string]string{}, patterns: compiled}
 	var rows []Row
 	for _, a := range Attributes() {
 		r := Row{Device: path.Base(dir), Attribute: a.Name, Kind: a.Kind, Need: a.Need, Scope: a.Scope}
@@ -86,10 +92,25 @@ func Check(fsys fs.FS, dir string, exp *Expect) []Row {
 }
 
 type probe struct {
-	fsys  fs.FS
-	dir   string
-	exp   *Expect
-	cache map[string]string
+	fsys     fs.FS
+	dir      string
+	exp      *Expect
+	cache    map[string]string
+	patterns patterns
+}
+
+// patterns holds the regexps of one check run, compiled on first use.
+type patterns map[string]*regexp.Regexp
+
+// match reports whether s matches pattern, one of the fixed patterns of
+// this file.
+func (ps patterns) match(pattern, s string) bool {
+	re, ok := ps[pattern]
+	if !ok {
+		re = regexp.MustCompile(pattern)
+		ps[pattern] = re
+	}
+	return re.MatchString(s)
 }
 
 func (p *probe) attribute(a Attribute) (Status, string) {
@@ -161,7 +182,7 @@ func (p *probe) matching(name, pattern string) (string, Status, string) {
 		s, d := bad("%v", err)
 		return "", s, d
 	}
-	if !regexp.MustCompile(pattern).MatchString(v) {
+	if !p.patterns.match(pattern, v) {
 		s, d := bad("%q is not in the kernel's format %s", clip(v), pattern)
 		return v, s, d
 	}
@@ -253,7 +274,6 @@ func (p *probe) resources() ([]bar, error) {
 		return nil, err
 	}
 	var out []bar
-	field := regexp.MustCompile(`^0x[0-9a-f]{16}$`)
 	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		f := strings.Split(line, " ")
 		if len(f) != 3 {
@@ -261,7 +281,7 @@ func (p *probe) resources() ([]bar, error) {
 		}
 		var v [3]uint64
 		for j := range f {
-			if !field.MatchString(f[j]) {
+			if !p.patterns.match(`^0x[0-9a-f]{16}$`, f[j]) {
 				return nil, fmt.Errorf("line %d field %q is not the kernel's 0x%%016x", i, f[j])
 			}
 			v[j], _ = strconv.ParseUint(f[j], 0, 64)
@@ -518,7 +538,7 @@ func (p *probe) link(name, pattern string) (string, Status, string) {
 		s, d := bad("%v", err)
 		return "", s, d
 	}
-	if !regexp.MustCompile(pattern).MatchString(t) {
+	if !p.patterns.match(pattern, t) {
 		s, d := bad("-> %s is not the kernel's form %s", t, pattern)
 		return t, s, d
 	}
