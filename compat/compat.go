@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -300,7 +301,7 @@ func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 		c.add(BARMemory, bdf, false, "32-bit %d, 64-bit %d; want %d and %d (BAR1 %d)", got32, got64, want32, want64, d.BAR1Bytes)
 		return
 	}
-	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", bytesize(d.BAR1Bytes), bytesize(got64))
+	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", fidelity.ByteSize(d.BAR1Bytes, fidelity.IEC), fidelity.ByteSize(got64, fidelity.IEC))
 }
 
 // gpuMode checks GPU Feature Discovery's input for nvidia.com/gpu.mode: it
@@ -326,18 +327,6 @@ func GFDMode(class uint32) string {
 		return "graphics"
 	}
 	return "unknown"
-}
-
-func bytesize(n uint64) string {
-	for _, u := range []struct {
-		s    string
-		size uint64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}} {
-		if n >= u.size && n%u.size == 0 {
-			return fmt.Sprintf("%d %s", n/u.size, u.s)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // setCheck compares a go-nvlib list with the profile's devices of a kind.

@@ -320,7 +320,7 @@ func checkResource(p *probe) (Status, string) {
 func describeBARs(bars []boards.BAR) string {
 	var parts []string
 	for _, b := range bars {
-		s := fmt.Sprintf("%d:%s", b.Index, size(b.Size))
+		s := fmt.Sprintf("%d:%s", b.Index, ByteSize(b.Size, Short))
 		if b.Is64 {
 			s += " 64-bit"
 		}
@@ -335,14 +335,35 @@ func describeBARs(bars []boards.BAR) string {
 	return strings.Join(parts, ", ")
 }
 
-func size(n uint64) string {
+// SizeStyle is how ByteSize spells a unit.
+type SizeStyle int
+
+const (
+	// Short is lspci's "64G", down to K; a size of no whole unit is a bare
+	// number.
+	Short SizeStyle = iota
+	// IEC is "64 GiB", down to MiB; a size of no whole unit is "N B".
+	IEC
+)
+
+// ByteSize spells n in the largest binary unit that divides it.
+func ByteSize(n uint64, style SizeStyle) string {
 	for _, u := range []struct {
-		s string
-		v uint64
-	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
-		if n >= u.v && n%u.v == 0 {
-			return fmt.Sprintf("%d%s", n/u.v, u.s)
+		short, iec string
+		size       uint64
+	}{{"T", "TiB", 1 << 40}, {"G", "GiB", 1 << 30}, {"M", "MiB", 1 << 20}, {"K", "", 1 << 10}} {
+		if n < u.size || n%u.size != 0 {
+			continue
 		}
+		switch {
+		case style == Short:
+			return fmt.Sprintf("%d%s", n/u.size, u.short)
+		case u.iec != "":
+			return fmt.Sprintf("%d %s", n/u.size, u.iec)
+		}
+	}
+	if style == IEC {
+		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprint(n)
 }
