@@ -9,6 +9,7 @@ package pciaddr
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,6 +26,16 @@ func (e *ParseError) Error() string { return fmt.Sprintf("%q %s", e.Input, e.Rea
 
 // Reason is the message without the input, for callers that name it already.
 func (e *ParseError) Reason() string { return fmt.Sprintf("is not %s: %s", e.Want, e.Why) }
+
+// Reason is err's message without the input when it is a ParseError, for
+// callers whose own error names the value already.
+func Reason(err error) string {
+	var pe *ParseError
+	if errors.As(err, &pe) {
+		return pe.Reason()
+	}
+	return err.Error()
+}
 
 // Address is a PCI function address: domain, bus, device and function.
 type Address struct {
