@@ -7,6 +7,7 @@ package compat
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -55,12 +56,7 @@ type Report struct {
 
 // OK reports whether every row passed.
 func (r *Report) OK() bool {
-	for _, x := range r.Results {
-		if !x.OK {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(r.Results, func(x Result) bool { return !x.OK })
 }
 
 // Failures returns the rows that failed.
@@ -376,14 +372,8 @@ func hasKind(m *profile.Machine, k profile.Kind) bool {
 	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
 }
 
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+// keys lists a map's keys in order.
+func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func missingFrom(found, want []string) []string {
 	var out []string

@@ -96,10 +96,8 @@ func Parse(s string) (Address, error) {
 
 // parseHex parses only hex digits: strconv alone would accept a sign or "0x".
 func parseHex(s string, bits int) (uint64, error) {
-	for _, c := range s {
-		if !isHexDigit(c) {
-			return 0, fmt.Errorf("%q is not hex", s)
-		}
+	if strings.ContainsFunc(s, func(c rune) bool { return !isHexDigit(c) }) {
+		return 0, fmt.Errorf("%q is not hex", s)
 	}
 	return strconv.ParseUint(s, 16, bits)
 }
