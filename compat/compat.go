@@ -196,70 +196,80 @@ func (c *checker) nvpci() (nvpci.Interface, *warnings) {
 	return nvpci.New(opts...), w
 }
 
+// nvpciScan runs go-nvlib's scans as GPU Feature Discovery and the device
+// plugin do: the whole bus, the GPU and NVSwitch lists, then each GPU by
+// its bus id; last, what the library logged on the way.
 func (c *checker) nvpciScan() {
 	lib, warn := c.nvpci()
-	want := map[string]profile.Device{}
-	for _, d := range c.m.Devices {
-		want[d.Address.String()] = d
-	}
-	all, err := lib.GetAllDevices()
-	if err != nil {
-		c.add(AllDevices, "*", false, "%v", err)
-	} else {
-		// Every NVIDIA function the library finds must be one the profile
-		// declares, with its identity; Mellanox functions are the host's.
-		var found []string
-		ok := true
-		var problems []string
-		for _, d := range all {
-			if d.Vendor != boards.VendorNVIDIA {
-				continue
-			}
-			found = append(found, d.Address)
-			exp, known := want[d.Address]
-			if !known {
-				ok = false
-				problems = append(problems, d.Address+" is not in the profile")
-				continue
-			}
-			if p := mismatch(d, exp); p != "" {
-				ok = false
-				problems = append(problems, d.Address+": "+p)
-			}
-		}
-		if missing := missingFrom(found, keys(want)); len(missing) > 0 {
-			ok = false
-			problems = append(problems, "missing "+strings.Join(missing, ", "))
-		}
-		if ok {
-			c.add(AllDevices, "*", true, "%d NVIDIA functions, ids, class and numa_node as in the profile", len(found))
-		} else {
-			c.add(AllDevices, "*", false, "%s", strings.Join(problems, "; "))
-		}
-	}
+	c.allDevices(lib)
 	c.setCheck(GPUs, profile.GPU, lib.GetGPUs)
 	if hasKind(c.m, profile.NVSwitch) {
 		c.setCheck(NVSwitches, profile.NVSwitch, lib.GetNVSwitches)
 	}
 	for _, d := range c.m.GPUs() {
-		bdf := d.Address.String()
-		g, err := lib.GetGPUByPciBusID(bdf)
-		switch {
-		case err != nil:
-			c.add(GPUByBusID, bdf, false, "%v", err)
-		case g == nil:
-			c.add(GPUByBusID, bdf, false, "not a GPU to go-nvlib")
-		default:
-			if p := mismatch(g, d); p != "" {
-				c.add(GPUByBusID, bdf, false, "%s", p)
-			} else {
-				c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
-			}
-			c.barMemory(g, d)
-			c.gpuMode(g, d)
-		}
+		c.gpuByBusID(lib, d)
 	}
 	c.warnings(warn)
+}
+
+// allDevices checks GetAllDevices: every NVIDIA function the library finds
+// must be one the profile declares, with its identity, and none missing;
+// Mellanox functions are the host's.
+func (c *checker) allDevices(lib nvpci.Interface) {
+	all, err := lib.GetAllDevices()
+	if err != nil {
+		c.add(AllDevices, "*", false, "%v", err)
+		return
+	}
+	want := map[string]profile.Device{}
+	for _, d := range c.m.Devices {
+		want[d.Address.String()] = d
+	}
+	var found, problems []string
+	for _, d := range all {
+		if d.Vendor != boards.VendorNVIDIA {
+			continue
+		}
+		found = append(found, d.Address)
+		exp, known := want[d.Address]
+		if !known {
+			problems = append(problems, d.Address+" is not in the profile")
+			continue
+		}
+		if p := mismatch(d, exp); p != "" {
+			problems = append(problems, d.Address+": "+p)
+		}
+	}
+	if missing := missingFrom(found, keys(want)); len(missing) > 0 {
+		problems = append(problems, "missing "+strings.Join(missing, ", "))
+	}
+	if len(problems) > 0 {
+		c.add(AllDevices, "*", false, "%s", strings.Join(problems, "; "))
+		return
+	}
+	c.add(AllDevices, "*", true, "%d NVIDIA functions, ids, class and numa_node as in the profile", len(found))
+}
+
+// gpuByBusID checks GetGPUByPciBusID for one GPU, and with its answer the
+// BAR memory and GFD's gpu.mode.
+func (c *checker) gpuByBusID(lib nvpci.Interface, d profile.Device) {
+	bdf := d.Address.String()
+	g, err := lib.GetGPUByPciBusID(bdf)
+	switch {
+	case err != nil:
+		c.add(GPUByBusID, bdf, false, "%v", err)
+		return
+	case g == nil:
+		c.add(GPUByBusID, bdf, false, "not a GPU to go-nvlib")
+		return
+	}
+	if p := mismatch(g, d); p != "" {
+		c.add(GPUByBusID, bdf, false, "%s", p)
+	} else {
+		c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
+	}
+	c.barMemory(g, d)
+	c.gpuMode(g, d)
 }
 
 // warnings reports what go-nvlib logged. A real GPU node bound to nvidia
