@@ -7,6 +7,7 @@ package compat
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -54,12 +56,7 @@ type Report struct {
 
 // OK reports whether every row passed.
 func (r *Report) OK() bool {
-	for _, x := range r.Results {
-		if !x.OK {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(r.Results, func(x Result) bool { return !x.OK })
 }
 
 // Failures returns the rows that failed.
@@ -199,70 +196,80 @@ func (c *checker) nvpci() (nvpci.Interface, *warnings) {
 	return nvpci.New(opts...), w
 }
 
+// nvpciScan runs go-nvlib's scans as GPU Feature Discovery and the device
+// plugin do: the whole bus, the GPU and NVSwitch lists, then each GPU by
+// its bus id; last, what the library logged on the way.
 func (c *checker) nvpciScan() {
 	lib, warn := c.nvpci()
-	want := map[string]profile.Device{}
-	for _, d := range c.m.Devices {
-		want[d.Address.String()] = d
-	}
-	all, err := lib.GetAllDevices()
-	if err != nil {
-		c.add(AllDevices, "*", false, "%v", err)
-	} else {
-		// Every NVIDIA function the library finds must be one the profile
-		// declares, with its identity; Mellanox functions are the host's.
-		var found []string
-		ok := true
-		var problems []string
-		for _, d := range all {
-			if d.Vendor != boards.VendorNVIDIA {
-				continue
-			}
-			found = append(found, d.Address)
-			exp, known := want[d.Address]
-			if !known {
-				ok = false
-				problems = append(problems, d.Address+" is not in the profile")
-				continue
-			}
-			if p := mismatch(d, exp); p != "" {
-				ok = false
-				problems = append(problems, d.Address+": "+p)
-			}
-		}
-		if missing := missingFrom(found, keys(want)); len(missing) > 0 {
-			ok = false
-			problems = append(problems, "missing "+strings.Join(missing, ", "))
-		}
-		if ok {
-			c.add(AllDevices, "*", true, "%d NVIDIA functions, ids, class and numa_node as in the profile", len(found))
-		} else {
-			c.add(AllDevices, "*", false, "%s", strings.Join(problems, "; "))
-		}
-	}
+	c.allDevices(lib)
 	c.setCheck(GPUs, profile.GPU, lib.GetGPUs)
 	if hasKind(c.m, profile.NVSwitch) {
 		c.setCheck(NVSwitches, profile.NVSwitch, lib.GetNVSwitches)
 	}
 	for _, d := range c.m.GPUs() {
-		bdf := d.Address.String()
-		g, err := lib.GetGPUByPciBusID(bdf)
-		switch {
-		case err != nil:
-			c.add(GPUByBusID, bdf, false, "%v", err)
-		case g == nil:
-			c.add(GPUByBusID, bdf, false, "not a GPU to go-nvlib")
-		default:
-			if p := mismatch(g, d); p != "" {
-				c.add(GPUByBusID, bdf, false, "%s", p)
-			} else {
-				c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
-			}
-			c.barMemory(g, d)
-			c.gpuMode(g, d)
-		}
+		c.gpuByBusID(lib, d)
 	}
 	c.warnings(warn)
+}
+
+// allDevices checks GetAllDevices: every NVIDIA function the library finds
+// must be one the profile declares, with its identity, and none missing;
+// Mellanox functions are the host's.
+func (c *checker) allDevices(lib nvpci.Interface) {
+	all, err := lib.GetAllDevices()
+	if err != nil {
+		c.add(AllDevices, "*", false, "%v", err)
+		return
+	}
+	want := map[string]profile.Device{}
+	for _, d := range c.m.Devices {
+		want[d.Address.String()] = d
+	}
+	var found, problems []string
+	for _, d := range all {
+		if d.Vendor != boards.VendorNVIDIA {
+			continue
+		}
+		found = append(found, d.Address)
+		exp, known := want[d.Address]
+		if !known {
+			problems = append(problems, d.Address+" is not in the profile")
+			continue
+		}
+		if p := mismatch(d, exp); p != "" {
+			problems = append(problems, d.Address+": "+p)
+		}
+	}
+	if missing := missingFrom(found, keys(want)); len(missing) > 0 {
+		problems = append(problems, "missing "+strings.Join(missing, ", "))
+	}
+	if len(problems) > 0 {
+		c.add(AllDevices, "*", false, "%s", strings.Join(problems, "; "))
+		return
+	}
+	c.add(AllDevices, "*", true, "%d NVIDIA functions, ids, class and numa_node as in the profile", len(found))
+}
+
+// gpuByBusID checks GetGPUByPciBusID for one GPU, and with its answer the
+// BAR memory and GFD's gpu.mode.
+func (c *checker) gpuByBusID(lib nvpci.Interface, d profile.Device) {
+	bdf := d.Address.String()
+	g, err := lib.GetGPUByPciBusID(bdf)
+	switch {
+	case err != nil:
+		c.add(GPUByBusID, bdf, false, "%v", err)
+		return
+	case g == nil:
+		c.add(GPUByBusID, bdf, false, "not a GPU to go-nvlib")
+		return
+	}
+	if p := mismatch(g, d); p != "" {
+		c.add(GPUByBusID, bdf, false, "%s", p)
+	} else {
+		c.add(GPUByBusID, bdf, true, "%04x:%04x class %06x, subsystem %04x:%04x", g.Vendor, g.Device, g.Class, g.SubsystemVendor, g.SubsystemDevice)
+	}
+	c.barMemory(g, d)
+	c.gpuMode(g, d)
 }
 
 // warnings reports what go-nvlib logged. A real GPU node bound to nvidia
@@ -300,7 +307,7 @@ func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 		c.add(BARMemory, bdf, false, "32-bit %d, 64-bit %d; want %d and %d (BAR1 %d)", got32, got64, want32, want64, d.BAR1Bytes)
 		return
 	}
-	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", bytesize(d.BAR1Bytes), bytesize(got64))
+	c.add(BARMemory, bdf, true, "BAR1 %s, 64-bit total %s", fidelity.ByteSize(d.BAR1Bytes, fidelity.IEC), fidelity.ByteSize(got64, fidelity.IEC))
 }
 
 // gpuMode checks GPU Feature Discovery's input for nvidia.com/gpu.mode: it
@@ -326,18 +333,6 @@ func GFDMode(class uint32) string {
 		return "graphics"
 	}
 	return "unknown"
-}
-
-func bytesize(n uint64) string {
-	for _, u := range []struct {
-		s    string
-		size uint64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}} {
-		if n >= u.size && n%u.size == 0 {
-			return fmt.Sprintf("%d %s", n/u.size, u.s)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
 }
 
 // setCheck compares a go-nvlib list with the profile's devices of a kind.
@@ -387,14 +382,8 @@ func hasKind(m *profile.Machine, k profile.Kind) bool {
 	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
 }
 
-func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
+// keys lists a map's keys in order.
+func keys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 func missingFrom(found, want []string) []string {
 	var out []string

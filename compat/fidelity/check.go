@@ -75,7 +75,13 @@ func (r Row) Failing() bool {
 // Check compares the device directory dir of fsys (for example
 // bus/pci/devices/0000:18:00.0 of os.DirFS("/sys")) with Attributes().
 func Check(fsys fs.FS, dir string, exp *Expect) []Row {
-	p := &probe{fsys: fsys, dir: dir, exp: exp, cache: map[string]string{}}
+	return check(fsys, dir, exp, patterns{})
+}
+
+// check is Check with the run's compiled patterns, so a machine's devices
+// compile each pattern once.
+func check(fsys fs.FS, dir string, exp *Expect, compiled patterns) []Row {
+	p := &probe{fsys: fsys, dir: dir, exp: exp, cache: map[string]string{}, patterns: compiled}
 	var rows []Row
 	for _, a := range Attributes() {
 		r := Row{Device: path.Base(dir), Attribute: a.Name, Kind: a.Kind, Need: a.Need, Scope: a.Scope}
@@ -86,10 +92,25 @@ func Check(fsys fs.FS, dir string, exp *Expect) []Row {
 }
 
 type probe struct {
-	fsys  fs.FS
-	dir   string
-	exp   *Expect
-	cache map[string]string
+	fsys     fs.FS
+	dir      string
+	exp      *Expect
+	cache    map[string]string
+	patterns patterns
+}
+
+// patterns holds the regexps of one check run, compiled on first use.
+type patterns map[string]*regexp.Regexp
+
+// match reports whether s matches pattern, one of the fixed patterns of
+// this file.
+func (ps patterns) match(pattern, s string) bool {
+	re, ok := ps[pattern]
+	if !ok {
+		re = regexp.MustCompile(pattern)
+		ps[pattern] = re
+	}
+	return re.MatchString(s)
 }
 
 func (p *probe) attribute(a Attribute) (Status, string) {
@@ -161,57 +182,43 @@ func (p *probe) matching(name, pattern string) (string, Status, string) {
 		s, d := bad("%v", err)
 		return "", s, d
 	}
-	if !regexp.MustCompile(pattern).MatchString(v) {
+	if !p.patterns.match(pattern, v) {
 		s, d := bad("%q is not in the kernel's format %s", clip(v), pattern)
 		return v, s, d
 	}
 	return v, Present, ""
 }
 
-func checkID(name string, want func(*Expect) uint16) func(p *probe) (Status, string) {
+// checkValue checks a one-line file against the kernel's format and, with a
+// profile, against the value the profile gives (want spells it as the
+// kernel does); differ says whose value it is in the detail.
+func checkValue(name, pattern, differ string, want func(*Expect) string) func(p *probe) (Status, string) {
 	return func(p *probe) (Status, string) {
-		v, st, d := p.matching(name, `^0x[0-9a-f]{4}$`)
+		v, st, d := p.matching(name, pattern)
 		if st != Present {
 			return st, d
 		}
-		if p.exp != nil && v != fmt.Sprintf("0x%04x", want(p.exp)) {
-			return bad("%s, profile says 0x%04x", v, want(p.exp))
+		if p.exp != nil && v != want(p.exp) {
+			return bad("%s, %s %s", v, differ, want(p.exp))
 		}
 		return ok("%s", v)
 	}
 }
 
-func checkClass(p *probe) (Status, string) {
-	v, st, d := p.matching("class", `^0x[0-9a-f]{6}$`)
-	if st != Present {
-		return st, d
-	}
-	if p.exp != nil && v != fmt.Sprintf("0x%06x", p.exp.Class) {
-		return bad("%s, profile says 0x%06x", v, p.exp.Class)
-	}
-	return ok("%s", v)
+func checkID(name string, want func(*Expect) uint16) func(p *probe) (Status, string) {
+	return checkValue(name, `^0x[0-9a-f]{4}$`, "profile says", func(e *Expect) string { return fmt.Sprintf("0x%04x", want(e)) })
 }
 
-func checkRevision(p *probe) (Status, string) {
-	v, st, d := p.matching("revision", `^0x[0-9a-f]{2}$`)
-	if st != Present {
-		return st, d
-	}
-	if p.exp != nil && v != fmt.Sprintf("0x%02x", p.exp.Revision) {
-		return bad("%s, want 0x%02x", v, p.exp.Revision)
-	}
-	return ok("%s", v)
+func checkClass() func(p *probe) (Status, string) {
+	return checkValue("class", `^0x[0-9a-f]{6}$`, "profile says", func(e *Expect) string { return fmt.Sprintf("0x%06x", e.Class) })
 }
 
-func checkNUMA(p *probe) (Status, string) {
-	v, st, d := p.matching("numa_node", `^(-1|[0-9]+)$`)
-	if st != Present {
-		return st, d
-	}
-	if p.exp != nil && v != strconv.Itoa(p.exp.NUMANode) {
-		return bad("%s, profile says %d", v, p.exp.NUMANode)
-	}
-	return ok("%s", v)
+func checkRevision() func(p *probe) (Status, string) {
+	return checkValue("revision", `^0x[0-9a-f]{2}$`, "want", func(e *Expect) string { return fmt.Sprintf("0x%02x", e.Revision) })
+}
+
+func checkNUMA() func(p *probe) (Status, string) {
+	return checkValue("numa_node", `^(-1|[0-9]+)$`, "profile says", func(e *Expect) string { return strconv.Itoa(e.NUMANode) })
 }
 
 func checkDecimal(name string) func(p *probe) (Status, string) {
@@ -253,7 +260,6 @@ func (p *probe) resources() ([]bar, error) {
 		return nil, err
 	}
 	var out []bar
-	field := regexp.MustCompile(`^0x[0-9a-f]{16}$`)
 	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		f := strings.Split(line, " ")
 		if len(f) != 3 {
@@ -261,7 +267,7 @@ func (p *probe) resources() ([]bar, error) {
 		}
 		var v [3]uint64
 		for j := range f {
-			if !field.MatchString(f[j]) {
+			if !p.patterns.match(`^0x[0-9a-f]{16}$`, f[j]) {
 				return nil, fmt.Errorf("line %d field %q is not the kernel's 0x%%016x", i, f[j])
 			}
 			v[j], _ = strconv.ParseUint(f[j], 0, 64)
@@ -300,7 +306,7 @@ func checkResource(p *probe) (Status, string) {
 func describeBARs(bars []boards.BAR) string {
 	var parts []string
 	for _, b := range bars {
-		s := fmt.Sprintf("%d:%s", b.Index, size(b.Size))
+		s := fmt.Sprintf("%d:%s", b.Index, ByteSize(b.Size, Short))
 		if b.Is64 {
 			s += " 64-bit"
 		}
@@ -315,14 +321,35 @@ func describeBARs(bars []boards.BAR) string {
 	return strings.Join(parts, ", ")
 }
 
-func size(n uint64) string {
+// SizeStyle is how ByteSize spells a unit.
+type SizeStyle int
+
+const (
+	// Short is lspci's "64G", down to K; a size of no whole unit is a bare
+	// number.
+	Short SizeStyle = iota
+	// IEC is "64 GiB", down to MiB; a size of no whole unit is "N B".
+	IEC
+)
+
+// ByteSize spells n in the largest binary unit that divides it.
+func ByteSize(n uint64, style SizeStyle) string {
 	for _, u := range []struct {
-		s string
-		v uint64
-	}{{"T", 1 << 40}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
-		if n >= u.v && n%u.v == 0 {
-			return fmt.Sprintf("%d%s", n/u.v, u.s)
+		short, iec string
+		size       uint64
+	}{{"T", "TiB", 1 << 40}, {"G", "GiB", 1 << 30}, {"M", "MiB", 1 << 20}, {"K", "", 1 << 10}} {
+		if n < u.size || n%u.size != 0 {
+			continue
 		}
+		switch {
+		case style == Short:
+			return fmt.Sprintf("%d%s", n/u.size, u.short)
+		case u.iec != "":
+			return fmt.Sprintf("%d %s", n/u.size, u.iec)
+		}
+	}
+	if style == IEC {
+		return fmt.Sprintf("%d B", n)
 	}
 	return fmt.Sprint(n)
 }
@@ -518,7 +545,7 @@ func (p *probe) link(name, pattern string) (string, Status, string) {
 		s, d := bad("%v", err)
 		return "", s, d
 	}
-	if !regexp.MustCompile(pattern).MatchString(t) {
+	if !p.patterns.match(pattern, t) {
 		s, d := bad("-> %s is not the kernel's form %s", t, pattern)
 		return t, s, d
 	}

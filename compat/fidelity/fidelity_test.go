@@ -259,3 +259,19 @@ func TestExpectForBoards(t *testing.T) {
 	require.Nil(t, sw.BARs)
 	require.Equal(t, "nvidia-nvswitch", sw.Driver)
 }
+
+// TestByteSize pins both spellings: fidelity's rows ("64G", as lspci) and
+// compat's matrix ("64 GiB") share ByteSize.
+func TestByteSize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		n          uint64
+		short, iec string
+	}{
+		{64 << 30, "64G", "64 GiB"}, {2 << 40, "2T", "2 TiB"}, {16 << 20, "16M", "16 MiB"},
+		{32 << 10, "32K", "32768 B"}, {1025 << 20, "1025M", "1025 MiB"}, {100, "100", "100 B"}, {0, "0", "0 B"},
+	} {
+		require.Equal(t, c.short, fidelity.ByteSize(c.n, fidelity.Short), "%d", c.n)
+		require.Equal(t, c.iec, fidelity.ByteSize(c.n, fidelity.IEC), "%d", c.n)
+	}
+}

@@ -19,8 +19,9 @@ type Report struct {
 // describes them, in a sysfs tree (os.DirFS of /sys or <root>/sys).
 func CheckMachine(sysfs fs.FS, m *profile.Machine) []Row {
 	var rows []Row
+	compiled := patterns{}
 	for _, d := range m.Devices {
-		rows = append(rows, Check(sysfs, LinksDir+"/"+d.Address.String(), ExpectFor(d))...)
+		rows = append(rows, check(sysfs, LinksDir+"/"+d.Address.String(), ExpectFor(d), compiled)...)
 	}
 	return rows
 }

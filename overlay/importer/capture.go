@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // MaxCaptureSize bounds the capture read: a real 8-GPU capture is about
@@ -35,20 +36,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "nvidia-smi capture %s", e.Source)
-	if e.Field != "" {
-		b.WriteString(": " + e.Field)
-	}
-	if e.Value != "" {
-		v := e.Value
-		if len(v) > 80 {
-			v = v[:80] + "..."
-		}
-		fmt.Fprintf(&b, ": value %q", v)
-	}
-	b.WriteString(": " + strings.Join(strings.Fields(e.Err.Error()), " "))
-	return b.String()
+	return profile.Refusal("nvidia-smi capture", e.Source, e.Field, e.Value, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -188,7 +176,7 @@ func parseGPU(source string, i int, x xmlGPU) (GPU, error) {
 	}
 	a, err := pciaddr.Parse(busID)
 	if err != nil {
-		return g, p.fail(field, busID, "%s", reason(err))
+		return g, p.fail(field, busID, "%s", pciaddr.Reason(err))
 	}
 	g.Address, g.BusID = a, busID
 	p.prefix = fmt.Sprintf("gpu[%d] (%s)", i, busID)
@@ -335,12 +323,4 @@ func memory(s string) (uint64, bool, error) {
 		return 0, false, fmt.Errorf("want a size such as 65536 MiB")
 	}
 	return v << sh, true, nil
-}
-
-func reason(err error) string {
-	var pe *pciaddr.ParseError
-	if errors.As(err, &pe) {
-		return pe.Reason()
-	}
-	return err.Error()
 }

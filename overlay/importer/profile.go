@@ -1,6 +1,7 @@
 package importer
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -85,9 +86,7 @@ type Result struct {
 // Profile writes the capture as an nvml-mock profile and checks that it
 // normalises.
 func (c *Capture) Profile(opts Options) (*Result, error) {
-	if opts.RootComplexes == "" {
-		opts.RootComplexes = PerGPU
-	}
+	opts.RootComplexes = cmp.Or(opts.RootComplexes, PerGPU)
 	if !slices.Contains(RootComplexModes(), opts.RootComplexes) {
 		return nil, fmt.Errorf("root complex inference %q: want one of %v", opts.RootComplexes, RootComplexModes())
 	}
@@ -132,15 +131,8 @@ func (c *Capture) Profile(opts Options) (*Result, error) {
 	}
 	header := fmt.Sprintf("nvml-mock-sysfs profile imported from nvidia-smi -q -x capture %s\n(driver %s, %s, hierarchy %s, root complexes %s).\n"+
 		"nvidia-smi shows neither root complexes nor NUMA nodes: check pcie_topology against the node's /sys/devices/pci*.",
-		c.Source, orNA(c.DriverVersion), plural(len(c.GPUs), "GPU"), h, how)
+		c.Source, cmp.Or(c.DriverVersion, "N/A"), plural(len(c.GPUs), "GPU"), h, how)
 	return &Result{Profile: p, Machine: m, Header: header, Notes: notes}, nil
-}
-
-func orNA(s string) string {
-	if s == "" {
-		return "N/A"
-	}
-	return s
 }
 
 // busID writes an address as nvml-mock profiles do: 0000:3B:00.0.

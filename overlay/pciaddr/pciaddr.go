@@ -9,6 +9,7 @@ package pciaddr
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -25,6 +26,16 @@ func (e *ParseError) Error() string { return fmt.Sprintf("%q %s", e.Input, e.Rea
 
 // Reason is the message without the input, for callers that name it already.
 func (e *ParseError) Reason() string { return fmt.Sprintf("is not %s: %s", e.Want, e.Why) }
+
+// Reason is err's message without the input when it is a ParseError, for
+// callers whose own error names the value already.
+func Reason(err error) string {
+	var pe *ParseError
+	if errors.As(err, &pe) {
+		return pe.Reason()
+	}
+	return err.Error()
+}
 
 // Address is a PCI function address: domain, bus, device and function.
 type Address struct {
@@ -85,10 +96,8 @@ func Parse(s string) (Address, error) {
 
 // parseHex parses only hex digits: strconv alone would accept a sign or "0x".
 func parseHex(s string, bits int) (uint64, error) {
-	for _, c := range s {
-		if !isHexDigit(c) {
-			return 0, fmt.Errorf("%q is not hex", s)
-		}
+	if strings.ContainsFunc(s, func(c rune) bool { return !isHexDigit(c) }) {
+		return 0, fmt.Errorf("%q is not hex", s)
 	}
 	return strconv.ParseUint(s, 16, bits)
 }

@@ -7,10 +7,8 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"strconv"
 	"strings"
 	"syscall"
-	"unicode"
 	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
@@ -19,46 +17,6 @@ import (
 // MaxSize is the largest profile accepted. Real profiles are tens of KiB; the
 // limit keeps a hostile file from costing memory or time.
 const MaxSize = 4 << 20
-
-// Error refuses a profile. It names the source, the field and the value, on
-// one line, so a DaemonSet log says exactly what to fix.
-type Error struct {
-	Source string // a file path, or "built-in NAME"
-	Field  string // e.g. devices[3].pci.bus_id; empty for whole-file problems
-	Value  string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("profile ")
-	b.WriteString(e.Source)
-	if e.Field != "" {
-		b.WriteString(": ")
-		field := e.Field
-		if strings.ContainsFunc(field, unicode.IsControl) {
-			// A key of the file may hold a newline; the message stays one line.
-			field = strconv.Quote(field)
-		}
-		b.WriteString(field)
-	}
-	if e.Value != "" {
-		v := e.Value
-		if len(v) > 80 {
-			v = v[:80] + "..."
-		}
-		fmt.Fprintf(&b, ": value %q", v)
-	}
-	b.WriteString(": ")
-	b.WriteString(oneLine(e.Err.Error()))
-	return b.String()
-}
-
-func (e *Error) Unwrap() error { return e.Err }
-
-func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
-}
 
 // LoadFile reads and decodes a profile file.
 func LoadFile(path string) (*Profile, error) {

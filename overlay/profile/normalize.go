@@ -1,7 +1,6 @@
 package profile
 
 import (
-	"errors"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -555,13 +554,4 @@ func firstUint(a, b *uint64) *uint64 {
 		return a
 	}
 	return b
-}
-
-// reason drops the input from a pciaddr error, since Error names the value.
-func reason(err error) string {
-	var pe *pciaddr.ParseError
-	if errors.As(err, &pe) {
-		return pe.Reason()
-	}
-	return err.Error()
 }

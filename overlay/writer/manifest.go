@@ -3,7 +3,6 @@ package writer
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -121,7 +120,7 @@ func union(old map[string]ownedEntry, entries []plan.Entry) []byte {
 
 func (w *apply) writeManifest(data []byte) error {
 	if err := w.stage.writeFile(ManifestFile, data, 0o644); err != nil {
-		return errors.Join(fmt.Errorf("write manifest"), err)
+		return fmt.Errorf("write manifest: %w", err)
 	}
 	return nil
 }
