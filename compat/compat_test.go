@@ -64,7 +64,7 @@ func TestHostSideEveryProfile(t *testing.T) {
 }
 
 func TestNUMAMinusOneIsNotPublished(t *testing.T) {
-	root, p := render(t, "t4")
+	root, p := render(t, "t4-vm")
 	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 	requireOK(t, r)
 	for _, x := range r.Results {
@@ -133,7 +133,7 @@ func TestFailuresAreCaught(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root, p := render(t, "h100")
+			root, p := render(t, "hgx-h100")
 			tt.break_(t, root, p)
 			r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 			require.False(t, r.OK())
@@ -162,8 +162,8 @@ func relink(t *testing.T, root string, p *plan.Plan, bdf string, target func(*pl
 }
 
 func TestProfileMismatchIsCaught(t *testing.T) {
-	root, _ := render(t, "h100")
-	p, src, err := builtin.Load("a100")
+	root, _ := render(t, "hgx-h100")
+	p, src, err := builtin.Load("dgx-a100")
 	require.NoError(t, err)
 	other, err := profile.Normalize(src, p, profile.Options{})
 	require.NoError(t, err)

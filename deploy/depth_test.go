@@ -26,7 +26,7 @@ func TestLinksTargetDepthRule(t *testing.T) {
 		t.Skip("unshare is not installed (util-linux)")
 	}
 	root := filepath.Join(t.TempDir(), "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: "h100", Root: root})
+	_, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root})
 	require.NoError(t, err)
 
 	targets := []string{"/srv/four/b/c", "/srv/five/b/c/d"}

@@ -63,7 +63,7 @@ func TestCheckRendered(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	require.ErrorContains(t, CheckRendered(os.DirFS(root), root), "holds no complete render", "nothing rendered yet")
 
-	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root})
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root})
 	require.NoError(t, err)
 	require.NoError(t, CheckRendered(os.DirFS(root), root), "a complete render")
 

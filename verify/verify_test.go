@@ -185,9 +185,9 @@ func TestRun(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeContainer(t, "t4")
+			f := newFakeContainer(t, "t4-vm")
 			tc.mutate(t, f)
-			m, err := overlay.LoadMachine("t4", "")
+			m, err := overlay.LoadMachine("t4-vm", "")
 			require.NoError(t, err)
 			r := Run(m, f.system())
 			require.Equal(t, tc.failing, failing(r), "%+v", r.Failures())
@@ -200,8 +200,8 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunAgainstAnotherProfile(t *testing.T) {
-	f := newFakeContainer(t, "t4")
-	m, err := overlay.LoadMachine("a100", "")
+	f := newFakeContainer(t, "t4-vm")
+	m, err := overlay.LoadMachine("dgx-a100", "")
 	require.NoError(t, err)
 	r := Run(m, f.system())
 	require.False(t, r.OK())
@@ -212,8 +212,8 @@ func TestRunAgainstAnotherProfile(t *testing.T) {
 }
 
 func TestEvidence(t *testing.T) {
-	f := newFakeContainer(t, "t4")
-	m, err := overlay.LoadMachine("t4", "")
+	f := newFakeContainer(t, "t4-vm")
+	m, err := overlay.LoadMachine("t4-vm", "")
 	require.NoError(t, err)
 	f.netlink = nil
 	r := Run(m, f.system())

@@ -77,7 +77,7 @@ func TestDaemonSetLoopFollowsTheConfigMap(t *testing.T) {
 	require.True(t, strings.HasPrefix(again[1], "unchanged "), again[1])
 
 	// The ConfigMap changes: the next turn renders the new profile.
-	t4, ok := builtin.Get("t4")
+	t4, ok := builtin.Get("t4-vm")
 	require.True(t, ok)
 	text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)

@@ -51,7 +51,7 @@ func TestRenderThenCompat(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	code, out, stderr := runCLI(t, "render", "--root", root)
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, out, "rendered built-in a100 into "+root)
+	require.Contains(t, out, "rendered built-in dgx-a100 into "+root)
 	require.Contains(t, out, "GPUs 8, NVSwitches 6, root complexes 5")
 	bin, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestRenderThenCompat(t *testing.T) {
 	require.Equal(t, filepath.Join(root, "sys"), r.Sysfs)
 
 	// Checked against another profile, the same tree fails: exit 1.
-	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "h100")
+	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "hgx-h100")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, out, "FAIL")
 }
@@ -92,7 +92,7 @@ func TestRenderBadProfileIsOneLine(t *testing.T) {
 
 func TestDryRunWritesNothing(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4", "--root", root)
+	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4-vm", "--root", root)
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "0000:01:00.0 [1b36:000e] PCI bridge, buses 02-02, anchor")
 	_, err := os.Stat(root)
@@ -102,10 +102,10 @@ func TestDryRunWritesNothing(t *testing.T) {
 func TestProfiles(t *testing.T) {
 	code, out, _ := runCLI(t, "profiles")
 	require.Equal(t, exitOK, code)
-	for _, name := range []string{"a100 (default)", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100 (default)", "hgx-h100", "gb200-tray", "t4-vm"} {
 		require.Contains(t, out, name)
 	}
-	code, out, _ = runCLI(t, "profiles", "--show", "h100")
+	code, out, _ = runCLI(t, "profiles", "--show", "hgx-h100")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "device_id: 0x233010DE")
 	require.Contains(t, out, "hierarchy: hgx")

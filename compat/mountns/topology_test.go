@@ -128,7 +128,7 @@ func TestTopologyInNamespace(t *testing.T) {
 // as on real HGX boards, each with its 128 GiB BAR and Gen5 x16 link.
 func TestH100LooksLikeHGX(t *testing.T) {
 	requireNamespace(t)
-	root, p := render(t, overlay.Options{Profile: "h100"})
+	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
 	out := inNamespace(t, root, "lspci -tvnn\necho ==vv==\nlspci -vv -nn -d 10de:2330\necho ==bridges==\nlspci -nn -d 1000:c030\necho ==lstopo==\nlstopo-no-graphics --whole-io")
 	tree, rest, _ := strings.Cut(out, "==vv==\n")
 	vv, rest, _ := strings.Cut(rest, "==bridges==\n")
