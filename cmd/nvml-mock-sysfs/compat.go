@@ -13,11 +13,12 @@ import (
 )
 
 func runCompat(e *env, args []string) int {
-	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys] [--profile NAME|FILE] [--format table|json]")
-	var root, sysfs, prof, containerRoot, format string
+	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
+	var root, sysfs, prof, nvmlProfile, containerRoot, format string
 	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
 	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
 	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default with --sysfs: $"+compat.NVMLProfileEnv+")")
 	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "with --sysfs: where the overlay is mounted, to find its effective profile")
 	fs.StringVar(&format, "format", "table", "table or json")
 	if code, ok := parse(fs, args); !ok {
@@ -29,12 +30,21 @@ func runCompat(e *env, args []string) int {
 	if format != "table" && format != "json" {
 		return usageError(e, "compat: --format %q: want table or json", format)
 	}
+	atSysfs := sysfs != ""
 	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
 	m, err := expectedMachine(prof, overlayDir)
 	if err != nil {
 		return fail(e, "compat: %v", err)
 	}
 	report := compat.Run(m, sysfs)
+	if nvmlProfile == "" && atSysfs && e.lookupEnv != nil {
+		// Where a container sees the tree, nvml-mock's NVML reads the
+		// profile its environment names.
+		nvmlProfile, _ = e.lookupEnv(compat.NVMLProfileEnv)
+	}
+	if nvmlProfile != "" {
+		report.Results = append(report.Results, compat.NVMLCheck(nvmlProfile, sysfs))
+	}
 	if err := writeReport(e, report, format, "CONSUMER"); err != nil {
 		return fail(e, "compat: %v", err)
 	}

@@ -17,8 +17,19 @@ import (
 // runCLI runs the command in-process, as main would.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv runs the command line with exactly the environment given, so
+// that the test's own (a MOCK_NVML_CONFIG, say) never leaks in.
+func runCLIEnv(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n")}
+	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n"),
+		lookupEnv: func(k string) (string, bool) {
+			v, ok := environ[k]
+			return v, ok
+		}}
 	code := run(e, args)
 	return code, stdout.String(), stderr.String()
 }
@@ -76,6 +87,46 @@ func TestRenderThenCompat(t *testing.T) {
 	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "hgx-h100")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, out, "FAIL")
+}
+
+// TestCompatNVMLProfile: compat compares the GPUs nvml-mock's NVML reports
+// with the tree's, from --nvml-profile or, at a container's --sysfs, from
+// MOCK_NVML_CONFIG; our hgx-h100 beside nvml-mock's h100 fails, naming both.
+func TestCompatNVMLProfile(t *testing.T) {
+	h100, err := filepath.Abs("../../../shared/testdata/nvml-mock-profiles/h100.yaml")
+	require.NoError(t, err)
+	if _, err := os.Stat(h100); err != nil {
+		t.Skipf("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data (%v)", err)
+	}
+	ours := filepath.Join(t.TempDir(), "overlay")
+	code, _, stderr := runCLI(t, "render", "--root", ours, "--profile", "hgx-h100", "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+	theirs := filepath.Join(t.TempDir(), "overlay")
+	code, _, stderr = runCLI(t, "render", "--root", theirs, "--profile", h100, "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+
+	code, out, _ := runCLI(t, "compat", "--root", theirs, "--nvml-profile", h100)
+	require.Equal(t, exitOK, code, out)
+	require.Regexp(t, `nvml-mock: same GPUs +\S+h100.yaml +ok +the 8 GPUs NVML reports \(00000000:1A:00.0 `, out)
+
+	code, out, _ = runCLI(t, "compat", "--root", ours, "--nvml-profile", h100)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, out, "FAIL    NVML reports 0000:1a:00.0 10de:2330 subsystem 10de:1658, sysfs has no GPU at 0000:1a:00.0;")
+	require.Contains(t, out, "sysfs shows 0000:53:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:53:00.0")
+	require.Contains(t, out, ", 1 failed", "only the NVML row: the tree is what was rendered")
+
+	// At a container's sysfs, MOCK_NVML_CONFIG names NVML's profile.
+	nvml := map[string]string{compat.NVMLProfileEnv: h100}
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--sysfs", filepath.Join(ours, "sys"), "--container-root", ours)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, out, "sysfs has no GPU at 0000:1a:00.0")
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--sysfs", filepath.Join(theirs, "sys"), "--container-root", theirs)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, compat.NVMLAgreement)
+	// On the host (--root), the environment is not the container's.
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--root", ours)
+	require.Equal(t, exitOK, code, out)
+	require.NotContains(t, out, compat.NVMLAgreement)
 }
 
 func TestRenderBadProfileIsOneLine(t *testing.T) {
