@@ -191,8 +191,10 @@ func TestRun(t *testing.T) {
 			failing: []string{DisplayDevices, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},
 		{
-			name:    "nvml-mock's PCI shim preloaded",
-			mutate:  func(_ *testing.T, f *fakeContainer) { f.env["LD_PRELOAD"] = "/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1" },
+			name: "nvml-mock's PCI shim preloaded",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.env["LD_PRELOAD"] = "/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1"
+			},
 			failing: []string{OtherMocks},
 		},
 		{

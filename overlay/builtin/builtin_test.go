@@ -21,10 +21,10 @@ func TestBuiltinsMatchTheirBoards(t *testing.T) {
 		hierarchy         boards.Hierarchy
 		numa              []int
 	}{
-		"dgx-a100":  {0x20b0, 0x134f, 64 << 30, 8, 6, boards.DGX, []int{0, 1}},
-		"hgx-h100":  {0x2330, 0x16c1, 128 << 30, 8, 4, boards.HGX, []int{0, 1}},
+		"dgx-a100":   {0x20b0, 0x134f, 64 << 30, 8, 6, boards.DGX, []int{0, 1}},
+		"hgx-h100":   {0x2330, 0x16c1, 128 << 30, 8, 4, boards.HGX, []int{0, 1}},
 		"gb200-tray": {0x2941, 0x2046, 256 << 30, 4, 0, boards.Flat, []int{0, 1}},
-		"t4-vm":    {0x1eb8, 0x12a2, 256 << 20, 4, 0, boards.Flat, []int{-1}},
+		"t4-vm":      {0x1eb8, 0x12a2, 256 << 20, 4, 0, boards.Flat, []int{-1}},
 	}
 	require.Len(t, All(), len(want))
 	require.Equal(t, "dgx-a100", Default)
