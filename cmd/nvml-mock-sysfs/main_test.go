@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -167,4 +168,24 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 	path := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o755))
 	return func() (string, error) { return path, nil }
+}
+
+// TestRenderRefusesAnotherRenderersTree: render refuses, with one line that
+// says what to do, a root holding nvml-mock's render-pci-sysfs tree, and
+// leaves it untouched.
+func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "nvml-mock")
+	dev := filepath.Join(root, "sys/devices/pci0000:00/0000:1a:00.0")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dev, "numa_node"), []byte("0\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, plan.LinksDir), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:1a:00.0", filepath.Join(root, plan.LinksDir, "0000:1a:00.0")))
+	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
+
+	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "hgx-h100")
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, "render into "+root+": root "+root+" holds another renderer's PCI tree (sys/bus/pci/devices/0000:1a:00.0 -> ../../../devices/pci0000:00/0000:1a:00.0,")
+	require.Contains(t, stderr, "render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first")
+	overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
 }

@@ -185,6 +185,9 @@ func (w *apply) run(opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := w.checkNoOtherRenderer(owned); err != nil {
+		return err
+	}
 	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs())}
 	oldMarker, _ := w.d.readFile(MarkerFile, 4096)
 	deep := opts.CompareContent || !bytes.Equal(oldMarker, marker.bytes())
