@@ -220,7 +220,28 @@ func TestHostDevicesAreAvoided(t *testing.T) {
 	require.Equal(t, host[0].Target, targets[plan.LinksDir+"/0000:00:01.0"], "kernel form, resolves into the real /sys/devices")
 	require.Equal(t, "/sys/devices/pci0000:00/0000:00:01.0", targets["sys/devices/pci0000:00/0000:00:01.0"], "the host side follows on to the host's device")
 
+	// A host bridge's whole range is the host's, though no device sits on
+	// buses 02-05 (an empty hot-plug port, a switch with free ports).
+	bridge := host[0]
+	bridge.Buses = plan.BusRange{First: 1, Last: 5, Owner: bridge.Address}
+	p = mustPlan(t, machine(t, "t4-vm", ""), plan.Options{HostDevices: []plan.HostDevice{bridge, host[1]}})
+	anchors = nil
+	for _, n := range p.Tree.Nodes() {
+		if n.Role.IsBridge() {
+			anchors = append(anchors, n.Address.String())
+		}
+	}
+	require.Equal(t, []string{"0000:00:02.0", "0000:06:00.0"}, anchors, "no bus of a host bridge's range")
+
+	// A GPU the profile pins on a bus the host owns cannot be reached.
+	pinned, err := profile.Parse("pinned.yaml", []byte("device_defaults:\n  pci: {device_id: 0x1EB810DE}\ndevices:\n  - pci: {bus_id: \"0000:03:00.0\"}\n"))
+	require.NoError(t, err)
+	onHostBus, err := profile.Normalize("pinned.yaml", pinned, profile.Options{})
+	require.NoError(t, err)
+	_, err = plan.New(onHostBus, plan.Options{HostDevices: []plan.HostDevice{bridge}})
+	require.ErrorContains(t, err, "mock gpu 0000:03:00.0 sits on bus 0000:03, which the host's host bridge 0000:00:01.0 (buses 01-05) owns: no mock bridge can lead there")
+
 	clash := []plan.HostDevice{{Address: pciaddr.Address{Bus: 0, Device: 0x1e}, Target: "../../../devices/pci0000:00/0000:00:1e.0"}}
-	_, err := plan.New(machine(t, "t4-vm", ""), plan.Options{HostDevices: clash})
+	_, err = plan.New(machine(t, "t4-vm", ""), plan.Options{HostDevices: clash})
 	require.ErrorContains(t, err, "mock gpu 0000:00:1e.0 collides with host device 0000:00:1e.0")
 }
