@@ -396,8 +396,9 @@ func (v *verifier) otherMocks() {
 
 // nodeDevices: every PCI device the node has, as the kernel's own
 // /sys/devices/pci*/ directories show it (they stay the kernel's in a served
-// container), is still listed in the served links directory. A device
-// missing there has vanished for ghw, NFD and lspci.
+// container), is still listed in the served links directory, by a link
+// that leads to that very directory. A device missing there, or shadowed
+// by a mock device at its address, has vanished for ghw, NFD and lspci.
 func (v *verifier) nodeDevices() {
 	where := path.Join(v.sys.Sysfs, linksDir)
 	roots, err := fs.Glob(v.fsys, "devices/pci[0-9a-f]*")
@@ -409,22 +410,39 @@ func (v *verifier) nodeDevices() {
 	for _, r := range roots {
 		node = append(node, deviceDirs(v.fsys, r)...)
 	}
-	var missing []string
-	for _, bdf := range node {
-		if _, err := fs.Lstat(v.fsys, linksDir+"/"+bdf); err != nil {
+	var missing, shadowed []string
+	for _, dir := range node {
+		bdf := path.Base(dir)
+		link := linksDir + "/" + bdf
+		if _, err := fs.Lstat(v.fsys, link); err != nil {
 			missing = append(missing, bdf)
+			continue
+		}
+		listed, err := fs.Stat(v.fsys, link)
+		own, derr := fs.Stat(v.fsys, dir)
+		if err != nil || derr != nil || !os.SameFile(listed, own) {
+			target, _ := fs.ReadLink(v.fsys, link)
+			shadowed = append(shadowed, fmt.Sprintf("%s -> %s", bdf, target))
 		}
 	}
-	if len(missing) > 0 {
+	if len(missing)+len(shadowed) > 0 {
 		slices.Sort(missing)
-		v.add(NodeDevices, where, false, "%d of the node's %d PCI devices are not listed: %s (render with --host-devices merge)", len(missing), len(node), strings.Join(missing, " "))
+		var problems []string
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("%d of the node's %d PCI devices are not listed: %s", len(missing), len(node), strings.Join(missing, " ")))
+		}
+		if len(shadowed) > 0 {
+			problems = append(problems, fmt.Sprintf("%d are listed as mock devices at their addresses: %s", len(shadowed), strings.Join(shadowed, ", ")))
+		}
+		v.add(NodeDevices, where, false, "%s (render with --host-devices merge)", strings.Join(problems, "; "))
 		return
 	}
-	v.add(NodeDevices, where, true, "all %d PCI devices under %s are listed", len(node), path.Join(v.sys.Sysfs, "devices/pci*"))
+	v.add(NodeDevices, where, true, "all %d PCI devices under %s are listed, each by a link to its own directory", len(node), path.Join(v.sys.Sysfs, "devices/pci*"))
 }
 
-// deviceDirs lists the PCI functions below a directory: its subdirectories
-// named by a BDF, and theirs, as the kernel nests devices below bridges.
+// deviceDirs lists the directories of the PCI functions below a directory:
+// its subdirectories named by a BDF, and theirs, as the kernel nests
+// devices below bridges.
 func deviceDirs(fsys fs.FS, dir string) []string {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
@@ -435,7 +453,7 @@ func deviceDirs(fsys fs.FS, dir string) []string {
 		if !e.IsDir() || !pciaddr.IsBDF(e.Name()) {
 			continue
 		}
-		out = append(out, e.Name())
+		out = append(out, dir+"/"+e.Name())
 		out = append(out, deviceDirs(fsys, dir+"/"+e.Name())...)
 	}
 	return out

@@ -227,6 +227,17 @@ func TestRun(t *testing.T) {
 			failing: []string{NodeDevices},
 		},
 		{
+			// A mock device took the address of one of the node's, as a
+			// render without --host-devices merge may.
+			name: "a node device shadowed by another at its address",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				f.addDevice(t, "0000:00:1f.3", "0x8086", "0x0c0500")
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:1f.2"), 0o755))
+				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1f.3", filepath.Join(f.sysfs, "bus/pci/devices/0000:00:1f.2")))
+			},
+			failing: []string{NodeDevices},
+		},
+		{
 			name:   "a node device listed",
 			mutate: func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:1f.2", "0x8086", "0x010601") },
 		},
