@@ -207,7 +207,7 @@ type rcBuilder struct {
 	hierarchy   boards.Hierarchy
 	reserved    map[pciaddr.Address]bool
 	reservedBus map[[2]uint16]string // the host's owner of a bus, if any
-	usedDev     map[uint8]bool // device numbers taken on the root bus
+	usedDev     map[uint8]bool       // device numbers taken on the root bus
 	groups      []*group
 	cursor      uint8 // the highest bus in use so far
 }
