@@ -18,12 +18,24 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // cdiSpecDir is the CDI spec directory containerd and podman both read.
 const cdiSpecDir = "/var/run/cdi"
+
+// What nvml-mock's Helm chart (deployments/nvml-mock/helm/nvml-mock) names:
+// its ConfigMap <release>-config holds the profile under config.yaml, and
+// its DaemonSet mounts it at /etc/nvml-mock. Its setup renders into
+// /var/lib/nvml-mock, which its NRI plugin mounts at /opt/nvml-mock.
+const (
+	nvmlMockConfigMap   = "nvml-mock-config" // release nvml-mock
+	nvmlMockProfileKey  = "config.yaml"
+	nvmlMockOverlay     = "/var/lib/nvml-mock"
+	nvmlMockOverlayInCt = "/opt/nvml-mock"
+)
 
 // manifests holds every object of deploy/kubernetes, decoded strictly into
 // its k8s.io/api type: an unknown or misspelt field fails the decode.
@@ -89,10 +101,14 @@ func decodeInto[T any](doc []byte, list *[]T) error {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	m := decodeManifests(t, "kubernetes")
-	require.Len(t, m.namespaces, 1)
+	require.Empty(t, m.namespaces, "nvml-mock's chart makes the namespace")
+	require.Empty(t, m.configMaps, "applying deploy/kubernetes never replaces nvml-mock's profile")
 	require.Len(t, m.daemonSets, 1)
-	require.Len(t, m.configMaps, 1)
 	require.Len(t, m.pods, 1)
+	standalone := decodeManifests(t, "kubernetes/standalone")
+	require.Len(t, standalone.namespaces, 1)
+	require.Len(t, standalone.configMaps, 1)
+	require.Empty(t, standalone.daemonSets, "one DaemonSet serves both ways")
 
 	// The decode is strict: a misspelt field fails it.
 	bad := []byte("apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          volumeMount: []\n")
@@ -101,9 +117,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 
 func TestDaemonSetServesTheNode(t *testing.T) {
 	m := decodeManifests(t, "kubernetes")
+	standalone := decodeManifests(t, "kubernetes/standalone")
 	ds := m.daemonSets[0]
-	ns := m.namespaces[0].Name
-	require.Equal(t, ns, ds.Namespace)
+	ns := standalone.namespaces[0].Name
+	require.Equal(t, ns, ds.Namespace, "nvml-mock's namespace, where its ConfigMap is")
+	require.Equal(t, ns, m.pods[0].Namespace)
 	require.Equal(t, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 
 	pod := ds.Spec.Template.Spec
@@ -130,41 +148,61 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 			hostPaths = append(hostPaths, v.HostPath.Path)
 		}
 	}
-	require.ElementsMatch(t, []string{"/var/lib/nvml-mock", cdiSpecDir}, hostPaths)
+	const root, containerRoot = "/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs"
+	require.ElementsMatch(t, []string{root, cdiSpecDir}, hostPaths)
+	require.NotEqual(t, nvmlMockOverlay, root, "nvml-mock's setup renders render-pci-sysfs's tree there")
 
-	// The profile comes from the example ConfigMap, by name and key.
+	// The profile is nvml-mock's ConfigMap, by name and key; the standalone
+	// example stands in for it.
 	var cmVolume string
 	for name, v := range volumes {
 		if v.ConfigMap != nil {
 			cmVolume = name
-			require.Equal(t, m.configMaps[0].Name, v.ConfigMap.Name)
+			require.Equal(t, nvmlMockConfigMap, v.ConfigMap.Name)
 		}
 	}
 	require.NotEmpty(t, cmVolume)
-	require.Equal(t, ns, m.configMaps[0].Namespace)
+	require.Equal(t, nvmlMockConfigMap, standalone.configMaps[0].Name)
+	require.Equal(t, ns, standalone.configMaps[0].Namespace)
+	require.Contains(t, standalone.configMaps[0].Data, nvmlMockProfileKey)
 	script := strings.Join(c.Args, "\n")
-	for key := range m.configMaps[0].Data {
-		require.Contains(t, script, "--profile "+path.Join(mounted[cmVolume], key))
+	require.Contains(t, script, "--profile "+path.Join(mounted[cmVolume], nvmlMockProfileKey))
+	for _, line := range strings.Split(script, "\n") {
+		if strings.Contains(line, "/nvml-mock-sysfs render ") {
+			require.Contains(t, line, "--host-devices merge", "the node's own devices stay listed")
+		}
+		if strings.Contains(line, "/nvml-mock-sysfs render ") || strings.Contains(line, "/nvml-mock-sysfs cdi ") {
+			require.Contains(t, line, "--root "+root+" ")
+			require.Contains(t, line, "--container-root "+containerRoot+" ", "nvml-mock's NRI plugin mounts its overlay at %s", nvmlMockOverlayInCt)
+		}
 	}
-	require.Contains(t, script, "--root /var/lib/nvml-mock")
 	require.Contains(t, script, "--output "+cdiSpecDir+"/")
 	require.Contains(t, c.ReadinessProbe.Exec.Command, "mounts", "ready when the gate opens")
 	require.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "INTERVAL" }))
 }
 
-func TestExampleConfigMapHoldsAProfile(t *testing.T) {
-	m := decodeManifests(t, "kubernetes")
+// TestStandaloneConfigMapHoldsNVMLMocksH100 checks the stand-in for
+// nvml-mock's ConfigMap: it renders, and its GPUs are those nvml-mock's NVML
+// reports for its own h100 profile.
+func TestStandaloneConfigMapHoldsNVMLMocksH100(t *testing.T) {
+	m := decodeManifests(t, "kubernetes/standalone")
 	data := m.configMaps[0].Data
 	require.Len(t, data, 1)
-	for key, text := range data {
-		p, err := profile.Parse(key, []byte(text))
-		require.NoError(t, err)
-		machine, err := profile.Normalize(key, p, profile.Options{})
-		require.NoError(t, err)
-		require.NotEmpty(t, machine.GPUs())
-		_, err = plan.New(machine, plan.Options{})
-		require.NoError(t, err, "the example renders")
-	}
+	p, err := profile.Parse(nvmlMockProfileKey, []byte(data[nvmlMockProfileKey]))
+	require.NoError(t, err)
+	machine, err := profile.Normalize(nvmlMockProfileKey, p, profile.Options{})
+	require.NoError(t, err)
+	_, err = plan.New(machine, plan.Options{})
+	require.NoError(t, err, "the example renders")
+
+	ours, err := profile.NVMLGPUs(nvmlMockProfileKey, p)
+	require.NoError(t, err)
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	theirs, err := profile.LoadFile(h100)
+	require.NoError(t, err)
+	want, err := profile.NVMLGPUs(h100, theirs)
+	require.NoError(t, err)
+	require.Empty(t, profile.MatchIdentities(profile.Identities(want), "the standalone ConfigMap", profile.Identities(ours)))
 }
 
 func TestVerifyPodAsksForTheDevice(t *testing.T) {
@@ -175,4 +213,11 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	var devices []string
 	require.NoError(t, yaml.UnmarshalStrict([]byte(pod.Annotations[key]), &devices), key)
 	require.Equal(t, []string{DefaultKind + "=" + DeviceName}, devices)
+
+	// verify finds NVML's profile where nvml-mock's containers have it.
+	c := pod.Spec.Containers[0]
+	require.Len(t, c.VolumeMounts, 1)
+	require.Equal(t, nvmlMockConfigMap, pod.Spec.Volumes[0].ConfigMap.Name)
+	require.Equal(t, c.VolumeMounts[0].Name, pod.Spec.Volumes[0].Name)
+	require.Contains(t, c.Env, corev1.EnvVar{Name: "MOCK_NVML_CONFIG", Value: path.Join(c.VolumeMounts[0].MountPath, nvmlMockProfileKey)})
 }

@@ -29,7 +29,7 @@ func daemonSetTurn(t *testing.T, script string, dir string) []string {
 		}
 		args := fields[1:]
 		for i, a := range args {
-			for _, node := range []string{"/var/lib/nvml-mock", "/var/run/cdi", "/etc/nvml-mock-sysfs"} {
+			for _, node := range []string{"/var/lib/nvml-mock-sysfs", "/var/run/cdi", "/etc/nvml-mock"} {
 				if a == node || strings.HasPrefix(a, node+"/") {
 					args[i] = filepath.Join(dir, a)
 				}
@@ -53,15 +53,16 @@ func TestDaemonSetLoopFollowsTheConfigMap(t *testing.T) {
 	require.NoError(t, err)
 	docs := strings.Split(string(b), "\n---\n")
 	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[len(docs)-1]), &ds))
-	b, err = os.ReadFile("../../deploy/kubernetes/profile-configmap.yaml")
+	b, err = os.ReadFile("../../deploy/kubernetes/standalone/nvml-mock-config.yaml")
 	require.NoError(t, err)
-	require.NoError(t, yaml.UnmarshalStrict(b, &cm))
+	docs = strings.Split(string(b), "\n---\n")
+	require.NoError(t, yaml.UnmarshalStrict([]byte(docs[len(docs)-1]), &cm))
 	script := strings.Join(ds.Spec.Template.Spec.Containers[0].Args, "\n")
 
 	dir := t.TempDir()
-	profileFile := filepath.Join(dir, "etc/nvml-mock-sysfs/profile.yaml")
+	profileFile := filepath.Join(dir, "etc/nvml-mock/config.yaml")
 	require.NoError(t, os.MkdirAll(filepath.Dir(profileFile), 0o755))
-	require.NoError(t, os.WriteFile(profileFile, []byte(cm.Data["profile.yaml"]), 0o644))
+	require.NoError(t, os.WriteFile(profileFile, []byte(cm.Data["config.yaml"]), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(dir, "var/run/cdi"), 0o755))
 
 	first := daemonSetTurn(t, script, dir)
@@ -85,7 +86,7 @@ func TestDaemonSetLoopFollowsTheConfigMap(t *testing.T) {
 	changed := daemonSetTurn(t, script, dir)
 	require.Contains(t, changed[0], "GPUs 4,")
 	require.Contains(t, changed[0], "removed ")
-	b, err = os.ReadFile(filepath.Join(dir, "var/lib/nvml-mock", plan.ProfileFile))
+	b, err = os.ReadFile(filepath.Join(dir, "var/lib/nvml-mock-sysfs", plan.ProfileFile))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "Tesla T4")
 }
