@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -319,23 +320,10 @@ func (f *fakeContainer) addDevice(t *testing.T, bdf, vendor, class string) {
 	require.NoError(t, os.Symlink("../../../devices/pci0000:00/"+bdf, filepath.Join(f.sysfs, "bus/pci/devices", bdf)))
 }
 
-// sharedProfile returns one of nvml-mock's own profiles, or skips when
-// ../shared is not beside the checkout.
-func sharedProfile(t *testing.T, name string) string {
-	t.Helper()
-	f := filepath.Join("..", "..", "shared", "testdata", "nvml-mock-profiles", name)
-	if _, err := os.Stat(f); err != nil {
-		t.Skipf("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data (%v)", err)
-	}
-	abs, err := filepath.Abs(f)
-	require.NoError(t, err)
-	return abs
-}
-
 // TestNVMLAgreement: the GPUs nvml-mock's NVML reports for the profile it
 // serves (MOCK_NVML_CONFIG, or --nvml-profile) are the sysfs's GPUs.
 func TestNVMLAgreement(t *testing.T) {
-	h100 := sharedProfile(t, "h100.yaml")
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	fewer := filepath.Join(t.TempDir(), "h100-4.yaml")
 	b, err := os.ReadFile(h100)
 	require.NoError(t, err)
@@ -363,9 +351,16 @@ func TestNVMLAgreement(t *testing.T) {
 		{name: "the served profile is unreadable", rendered: h100, env: map[string]string{compat.NVMLProfileEnv: "/nonexistent.yaml"},
 			detail: []string{"NVML's profile: ", "/nonexistent.yaml"}},
 	}
+	// One render per profile: the cases change only the environment.
+	containers := map[string]*fakeContainer{}
+	for _, tc := range tests {
+		if containers[tc.rendered] == nil {
+			containers[tc.rendered] = newFakeContainer(t, tc.rendered)
+		}
+	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeContainer(t, tc.rendered)
+			f := *containers[tc.rendered]
 			f.env = tc.env
 			f.nvmlProfile = tc.flag
 			m, err := overlay.LoadMachine(tc.rendered, "")

@@ -94,11 +94,7 @@ func TestRenderThenCompat(t *testing.T) {
 // with the tree's, from --nvml-profile or, at a container's --sysfs, from
 // MOCK_NVML_CONFIG; our hgx-h100 beside nvml-mock's h100 fails, naming both.
 func TestCompatNVMLProfile(t *testing.T) {
-	h100, err := filepath.Abs("../../../shared/testdata/nvml-mock-profiles/h100.yaml")
-	require.NoError(t, err)
-	if _, err := os.Stat(h100); err != nil {
-		t.Skipf("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data (%v)", err)
-	}
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	ours := filepath.Join(t.TempDir(), "overlay")
 	code, _, stderr := runCLI(t, "render", "--root", ours, "--profile", "hgx-h100", "--no-binary")
 	require.Equal(t, exitOK, code, stderr)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -77,10 +78,8 @@ func TestLoad(t *testing.T) {
 // ../shared is not beside the checkout.
 func nvmlMockProfiles(t *testing.T) map[string]string {
 	t.Helper()
-	files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml")
-	if len(files) == 0 {
-		t.Skip("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data")
-	}
+	files, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+	require.NoError(t, err)
 	out := map[string]string{}
 	for _, f := range files {
 		out[strings.TrimSuffix(filepath.Base(f), ".yaml")] = f
