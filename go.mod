@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/NVIDIA/go-nvlib v0.13.0
+	github.com/fsnotify/fsnotify v1.7.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/moby/sys/mountinfo v0.7.3
 	github.com/stretchr/testify v1.12.1
@@ -19,7 +20,6 @@ require (
 )
 
 require (
-	github.com/fsnotify/fsnotify v1.7.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-logr/logr v1.4.3 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect

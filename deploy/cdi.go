@@ -208,3 +208,35 @@ func WriteSpec(file string, s *specs.Spec) (bool, error) {
 	}
 	return true, nil
 }
+
+// WriteStandalone writes the standalone spec of kind to file: device all
+// with the mounts when rendered, without them otherwise (--fail-open on an
+// unrendered root). It reports whether the file changed. cdi --output and
+// serve both write through it.
+func WriteStandalone(file, kind string, mounts []Mount, rendered bool) (*specs.Spec, bool, error) {
+	if !rendered {
+		mounts = nil
+	}
+	s, err := NewSpec(kind, mounts)
+	if err != nil {
+		return nil, false, err
+	}
+	wrote, err := WriteSpec(file, s)
+	return s, wrote, err
+}
+
+// MergeInto merges the mounts into the existing spec in file (see Merge)
+// and writes it back when that changed it. On any error the file is left as
+// it was. cdi --merge-into and serve both merge through it.
+func MergeInto(file string, mounts []Mount, rendered bool) (*specs.Spec, MergeResult, bool, error) {
+	s, err := ReadSpec(file)
+	if err != nil {
+		return nil, MergeResult{}, false, fmt.Errorf("--merge-into %s: %w", file, err)
+	}
+	r := Merge(s, mounts, rendered)
+	wrote, err := WriteSpec(file, s)
+	if err != nil {
+		return nil, MergeResult{}, false, fmt.Errorf("--merge-into: %w", err)
+	}
+	return s, r, wrote, nil
+}

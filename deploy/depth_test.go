@@ -3,7 +3,6 @@ package deploy
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,7 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 // TestLinksTargetDepthRule mounts the links directory at targets of
@@ -19,43 +20,28 @@ import (
 // /opt/nvml-mock, and reads every entry's vendor through its link. The
 // targets CheckLinksTarget accepts must resolve; a deeper one must not.
 func TestLinksTargetDepthRule(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount in a private mount namespace")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare is not installed (util-linux)")
-	}
+	overlaytest.RequireRoot(t)
 	root := filepath.Join(t.TempDir(), "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root})
+	_, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 
 	targets := []string{"/srv/four/b/c", "/srv/five/b/c/d"}
-	// tmpfs over /opt and /srv inside the namespace: nothing reaches the host.
-	script := fmt.Sprintf(`set -e
-mount -t tmpfs tmpfs /opt
-mkdir /opt/nvml-mock
-mount --bind %[1]s /opt/nvml-mock
-mount -t tmpfs tmpfs /srv
-for t in %[2]s; do
-	mkdir -p "$t"
-	mount --bind -o ro %[1]s/%[3]s "$t"
+	served := overlaytest.Served{Root: root, LinksAt: targets}
+	out := served.Run(t, "sh", "-c", `for t in "$@"; do
 	n=0; ok=0
 	for e in "$t"/*; do
 		n=$((n+1))
 		if cat "$e/vendor" >/dev/null 2>&1; then ok=$((ok+1)); fi
 	done
 	echo "$t $ok/$n"
-done
-`, root, strings.Join(targets, " "), plan.LinksDir)
-	out, err := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", script).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+done`, "sh", targets[0], targets[1])
 	t.Logf("entries whose vendor reads through the links (resolved/total):\n%s", out)
 
 	entries, err := os.ReadDir(filepath.Join(root, plan.LinksDir))
 	require.NoError(t, err)
 	for _, target := range targets {
 		var resolved, total int
-		for _, line := range strings.Split(string(out), "\n") {
+		for _, line := range strings.Split(out, "\n") {
 			if _, err := fmt.Sscanf(line, target+" %d/%d", &resolved, &total); err == nil {
 				break
 			}

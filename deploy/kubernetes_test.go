@@ -1,8 +1,9 @@
-package deploy
+package deploy_test
 
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path"
@@ -18,6 +19,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -165,21 +168,99 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 	require.Equal(t, nvmlMockConfigMap, standalone.configMaps[0].Name)
 	require.Equal(t, ns, standalone.configMaps[0].Namespace)
 	require.Contains(t, standalone.configMaps[0].Data, nvmlMockProfileKey)
-	script := strings.Join(c.Args, "\n")
-	require.Contains(t, script, "--profile "+path.Join(mounted[cmVolume], nvmlMockProfileKey))
-	for _, line := range strings.Split(script, "\n") {
-		if strings.Contains(line, "/nvml-mock-sysfs render ") {
-			require.Contains(t, line, "--host-devices merge", "the node's own devices stay listed")
-		}
-		if strings.Contains(line, "/nvml-mock-sysfs render ") || strings.Contains(line, "/nvml-mock-sysfs cdi ") {
-			require.Contains(t, line, "--root "+root+" ")
-			require.Contains(t, line, "--container-root "+containerRoot+" ", "nvml-mock's NRI plugin mounts its overlay at %s", nvmlMockOverlayInCt)
-		}
-	}
-	require.Contains(t, script, "--output "+cdiSpecDir+"/")
-	require.Contains(t, c.ReadinessProbe.Exec.Command, "mounts", "ready when the gate opens")
-	require.True(t, slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "INTERVAL" }))
+	require.Equal(t, []string{"/nvml-mock-sysfs", "serve"}, c.Command)
+	flags := argFlags(t, c.Args)
+	require.Equal(t, []string{path.Join(mounted[cmVolume], nvmlMockProfileKey)}, flags["profile"])
+	require.Equal(t, []string{root}, flags["root"])
+	require.Equal(t, []string{containerRoot}, flags["container-root"], "nvml-mock's NRI plugin mounts its overlay at %s", nvmlMockOverlayInCt)
+	require.Equal(t, []string{"merge"}, flags["host-devices"], "the node's own devices stay listed")
+	require.Len(t, flags["output"], 1)
+	require.Equal(t, cdiSpecDir, path.Dir(flags["output"][0]))
 }
+
+// argFlags reads a container's args, each --name=value, as a map of the
+// values each name got.
+func argFlags(t *testing.T, args []string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, a := range args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		require.True(t, ok && strings.HasPrefix(a, "--"), "arg %q: want --name=value", a)
+		out[name] = append(out[name], value)
+	}
+	return out
+}
+
+// shells are programs that would make a container's command a script.
+func isShell(arg string) bool {
+	return slices.Contains([]string{"sh", "bash", "ash", "dash", "busybox"}, path.Base(arg))
+}
+
+// TestDaemonSetRunsServeWithoutAShell checks the properties that make the
+// pod a plain daemon: serve is the process, the kubelet probes its health
+// endpoints over HTTP, nothing execs a shell, and the container can write
+// nothing but its volumes, with no capabilities and no way to gain any.
+func TestDaemonSetRunsServeWithoutAShell(t *testing.T) {
+	ds := decodeManifests(t, "kubernetes").daemonSets[0]
+	pod := ds.Spec.Template.Spec
+	require.Empty(t, pod.InitContainers)
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	for _, arg := range append(slices.Clone(c.Command), c.Args...) {
+		require.False(t, isShell(arg), "%q: no shell in the manifest", arg)
+		require.NotContains(t, arg, "\n", "%q: a script, not an argument", arg)
+	}
+	require.Nil(t, c.Lifecycle, "no exec hooks")
+
+	// The probes: httpGet on serve's endpoints, at the port it listens on.
+	require.Len(t, c.Ports, 1)
+	port := c.Ports[0]
+	require.Equal(t, []string{fmt.Sprintf(":%d", port.ContainerPort)}, argFlags(t, c.Args)["listen"])
+	for path, probe := range map[string]*corev1.Probe{serve.HealthzPath: c.LivenessProbe, serve.ReadyzPath: c.ReadinessProbe} {
+		require.NotNil(t, probe, path)
+		require.Nil(t, probe.Exec, "%s: no exec probe", path)
+		require.NotNil(t, probe.HTTPGet, path)
+		require.Equal(t, path, probe.HTTPGet.Path)
+		require.Equal(t, port.Name, probe.HTTPGet.Port.String(), "%s: probes the listening port by name", path)
+	}
+
+	sc := c.SecurityContext
+	require.NotNil(t, sc)
+	require.Equal(t, ptr(true), sc.ReadOnlyRootFilesystem)
+	require.Equal(t, ptr(false), sc.AllowPrivilegeEscalation)
+	require.True(t, sc.Privileged == nil || !*sc.Privileged)
+	require.NotNil(t, sc.Capabilities)
+	require.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+	require.Empty(t, sc.Capabilities.Add)
+
+	// Negative control: the checks catch a shell and an exec probe.
+	require.True(t, isShell("/bin/sh"))
+	require.True(t, isShell("busybox"))
+	require.False(t, isShell("/nvml-mock-sysfs"))
+}
+
+// TestDockerfileIsScratch checks that the image is the static binary alone:
+// FROM scratch, one COPY, an exec-form entrypoint, and no RUN (which would
+// need a shell in the image).
+func TestDockerfileIsScratch(t *testing.T) {
+	b, err := os.ReadFile("kubernetes/Dockerfile")
+	require.NoError(t, err)
+	var instructions []string
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		instructions = append(instructions, line)
+	}
+	require.Equal(t, []string{
+		"FROM scratch",
+		"COPY bin/nvml-mock-sysfs /nvml-mock-sysfs",
+		`ENTRYPOINT ["/nvml-mock-sysfs"]`,
+	}, instructions)
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // TestStandaloneConfigMapHoldsNVMLMocksH100 checks the stand-in for
 // nvml-mock's ConfigMap: it renders, and its GPUs are those nvml-mock's NVML
@@ -212,7 +293,7 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	key := "cdi-devices.noderesource.dev/container." + pod.Spec.Containers[0].Name
 	var devices []string
 	require.NoError(t, yaml.UnmarshalStrict([]byte(pod.Annotations[key]), &devices), key)
-	require.Equal(t, []string{DefaultKind + "=" + DeviceName}, devices)
+	require.Equal(t, []string{deploy.DefaultKind + "=" + deploy.DeviceName}, devices)
 
 	// verify finds NVML's profile where nvml-mock's containers have it.
 	c := pod.Spec.Containers[0]

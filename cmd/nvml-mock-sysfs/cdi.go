@@ -1,73 +1,80 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 )
 
+// specArgs are the spec files that cdi and serve write: a standalone spec,
+// an existing spec to merge into, or (serve only) both.
+type specArgs struct {
+	output, mergeInto, kind string
+}
+
+func (a *specArgs) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.output, "output", "", "write a standalone CDI spec to this file")
+	fs.StringVar(&a.mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
+	fs.StringVar(&a.kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
+}
+
+// check refuses a kind without --output and a bad kind, and defaults it.
+func (a *specArgs) check(e *env, cmd string) (int, bool) {
+	if a.kind != "" && a.output == "" {
+		return usageError(e, "%s: --kind applies to --output; --merge-into keeps the spec's own kind", cmd), false
+	}
+	if a.kind == "" {
+		a.kind = deploy.DefaultKind
+	}
+	if err := deploy.CheckKind(a.kind); err != nil {
+		return usageError(e, "%s: --kind: %v", cmd, err), false
+	}
+	return 0, true
+}
+
 func runCDI(e *env, args []string) int {
 	fs := newFlags(e, "cdi", "--root DIR (--output FILE [--kind KIND] | --merge-into FILE) [--container-root DIR] [--also-at PATH]... [--fail-open]")
 	var a mountArgs
 	a.register(fs)
-	var output, mergeInto, kind string
-	fs.StringVar(&output, "output", "", "write a standalone CDI spec to this file")
-	fs.StringVar(&mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
-	fs.StringVar(&kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
+	var sa specArgs
+	sa.register(fs)
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	switch {
-	case (output == "") == (mergeInto == ""):
+	if (sa.output == "") == (sa.mergeInto == "") {
 		return usageError(e, "cdi: give --output FILE or --merge-into FILE, one of them")
-	case mergeInto != "" && kind != "":
-		return usageError(e, "cdi: --kind applies to --output; --merge-into keeps the spec's own kind")
 	}
-	if kind == "" {
-		kind = deploy.DefaultKind
-	}
-	if output != "" {
-		if err := deploy.CheckKind(kind); err != nil {
-			return usageError(e, "cdi: --kind: %v", err)
-		}
+	if code, ok := sa.check(e, "cdi"); !ok {
+		return code
 	}
 	mounts, rendered, code, ok := a.resolve(e, "cdi")
 	if !ok {
 		return code
 	}
-	if output != "" {
-		return writeStandalone(e, output, kind, mounts, rendered)
+	if sa.output != "" {
+		return writeStandalone(e, sa.output, sa.kind, mounts, rendered)
 	}
-	return mergeSpec(e, mergeInto, mounts, rendered)
+	return mergeSpec(e, sa.mergeInto, mounts, rendered)
 }
 
 func writeStandalone(e *env, output, kind string, mounts []deploy.Mount, rendered bool) int {
-	served := mounts
-	if !rendered {
-		served = nil
-	}
-	s, err := deploy.NewSpec(kind, served)
+	s, wrote, err := deploy.WriteStandalone(output, kind, mounts, rendered)
 	if err != nil {
 		return fail(e, "cdi: %v", err)
 	}
-	wrote, err := deploy.WriteSpec(output, s)
-	if err != nil {
-		return fail(e, "cdi: %v", err)
-	}
+	served := s.Devices[0].ContainerEdits.Mounts
 	fmt.Fprintf(e.stdout, "%s %s: cdiVersion %s, device %s=%s, %d mounts\n", verb(wrote), output, s.Version, kind, deploy.DeviceName, len(served))
-	printMounts(e, served)
+	for _, m := range served {
+		fmt.Fprintf(e.stdout, "  %s -> %s\n", m.HostPath, m.ContainerPath)
+	}
 	return exitOK
 }
 
 func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
-	s, err := deploy.ReadSpec(file)
+	s, r, wrote, err := deploy.MergeInto(file, mounts, rendered)
 	if err != nil {
-		return fail(e, "cdi: --merge-into %s: %v; left as it was", file, err)
-	}
-	r := deploy.Merge(s, mounts, rendered)
-	wrote, err := deploy.WriteSpec(file, s)
-	if err != nil {
-		return fail(e, "cdi: --merge-into: %v; left as it was", err)
+		return fail(e, "cdi: %v; left as it was", err)
 	}
 	if !wrote {
 		fmt.Fprintf(e.stdout, "unchanged %s: kind %s, cdiVersion %s; nothing to change\n", file, s.Kind, s.Version)
@@ -88,10 +95,4 @@ func verb(wrote bool) string {
 		return "wrote"
 	}
 	return "unchanged"
-}
-
-func printMounts(e *env, mounts []deploy.Mount) {
-	for _, m := range mounts {
-		fmt.Fprintf(e.stdout, "  %s -> %s\n", m.Source, m.Destination)
-	}
 }

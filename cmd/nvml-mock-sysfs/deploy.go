@@ -22,10 +22,7 @@ type mountArgs struct {
 func (a *mountArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
 	fs.StringVar(&a.containerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
-	fs.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
-		a.alsoAt = append(a.alsoAt, s)
-		return nil
-	})
+	registerAlsoAt(fs, &a.alsoAt)
 	fs.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
 }
 
@@ -44,4 +41,12 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 		return mounts, false, 0, true
 	}
 	return mounts, true, 0, true
+}
+
+// registerAlsoAt registers --also-at, which cdi, mounts and serve share.
+func registerAlsoAt(fs *flag.FlagSet, alsoAt *[]string) {
+	fs.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
+		*alsoAt = append(*alsoAt, s)
+		return nil
+	})
 }

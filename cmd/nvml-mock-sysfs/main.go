@@ -40,6 +40,7 @@ func commands() []command {
 		{"render", "render a profile into the overlay", runRender},
 		{"compat", "run the real consumer libraries against a rendered tree", runCompat},
 		{"profiles", "list the built-in profiles, or print one", runProfiles},
+		{"serve", "render and write the CDI spec, and keep both current: the DaemonSet's entrypoint", runServe},
 		{"cdi", "write a CDI spec that mounts the overlay, or merge its mounts into one", runCDI},
 		{"mounts", "print the overlay's mounts, for an NRI plugin", runMounts},
 		{"verify", "check, from inside a container, that the mock sysfs is served right", runVerify},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
@@ -231,7 +232,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 	})
 
 	t.Run("plain escaped links fail verify on pcieRoot alone", func(t *testing.T) {
-		plain := plainLinksCopy(t, root)
+		plain := overlaytest.PlainLinksCopy(t, root)
 		plainSpec, plainKind := x.specFile("pcisysfs")
 		x.cli("cdi", "--root", plain, "--output", plainSpec, "--kind", plainKind)
 		code, r := x.verify(plainKind + "=" + deploy.DeviceName)
@@ -241,36 +242,6 @@ func TestPodmanServesTheSpec(t *testing.T) {
 			require.Contains(t, c.Detail, "must start with devices/pci")
 		}
 	})
-}
-
-// plainLinksCopy copies a rendered overlay and rewrites each endpoint's
-// anchored link to the plain escaped form, which resolves the same but
-// which deviceattribute's pcieRoot rejects.
-func plainLinksCopy(t *testing.T, root string) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "plain")
-	out, err := exec.Command("cp", "-a", root, dst).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	links := filepath.Join(dst, plan.LinksDir)
-	entries, err := os.ReadDir(links)
-	require.NoError(t, err)
-	rewritten := 0
-	for _, e := range entries {
-		p := filepath.Join(links, e.Name())
-		target, err := os.Readlink(p)
-		require.NoError(t, err)
-		if strings.HasPrefix(target, "../") {
-			continue // a bridge: already the plain form
-		}
-		sysPath := path.Clean(path.Join(plan.LinksDir, target))
-		sysPath = strings.TrimPrefix(sysPath, "sys/")
-		require.True(t, strings.HasPrefix(sysPath, "devices/pci"), sysPath)
-		require.NoError(t, os.Remove(p))
-		require.NoError(t, os.Symlink(plan.EscapedTarget(plan.DefaultContainerRoot, sysPath), p))
-		rewritten++
-	}
-	require.Positive(t, rewritten)
-	return dst
 }
 
 func TestPodmanMergedSpec(t *testing.T) {

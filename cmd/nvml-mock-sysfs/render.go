@@ -1,6 +1,7 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"path"
 	"time"
@@ -13,37 +14,73 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+// renderArgs are the flags that render and serve share: both render
+// through overlay.Render with the same options.
+type renderArgs struct {
+	o                      overlay.Options
+	hierarchy, hostDevices string
+	noBinary               bool
+}
+
+func (a *renderArgs) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file")
+	fs.StringVar(&a.o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
+	fs.StringVar(&a.o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
+	fs.StringVar(&a.hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
+	fs.StringVar(&a.hostDevices, "host-devices", string(overlay.HostDevicesNone), "none, or merge to also list the node's own PCI devices")
+	fs.StringVar(&a.o.HostSysfs, "host-sysfs", plan.DefaultHostSysfs, "the host's sysfs, for CPUs and --host-devices merge")
+	fs.DurationVar(&a.o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
+	fs.BoolVar(&a.o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
+	fs.BoolVar(&a.noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
+}
+
+// options checks the flags and returns the render options, the binary to
+// install left unset; on refusal it returns the exit code to stop with.
+func (a *renderArgs) options(e *env, cmd string) (overlay.Options, int, bool) {
+	o := a.o
+	o.Hierarchy = boards.Hierarchy(a.hierarchy)
+	if a.hierarchy != "" && !o.Hierarchy.Valid() {
+		return o, usageError(e, "%s: --hierarchy %q: want one of %v", cmd, a.hierarchy, boards.Hierarchies()), false
+	}
+	o.HostDevices = overlay.HostDevices(a.hostDevices)
+	if o.HostDevices != overlay.HostDevicesNone && o.HostDevices != overlay.HostDevicesMerge {
+		return o, usageError(e, "%s: --host-devices %q: want none or merge", cmd, a.hostDevices), false
+	}
+	if err := writer.CheckRoot(o.Root); err != nil {
+		return o, usageError(e, "%s: --root: %v", cmd, err), false
+	}
+	if err := plan.ValidateContainerRoot(o.ContainerRoot); err != nil {
+		return o, usageError(e, "%s: --container-root: %v", cmd, err), false
+	}
+	return o, 0, true
+}
+
+// withBinary sets the binary to install: this executable, unless
+// --no-binary.
+func (a *renderArgs) withBinary(e *env, cmd string, o *overlay.Options) (int, bool) {
+	if a.noBinary || e.executable == nil {
+		return 0, true
+	}
+	bin, err := e.executable()
+	if err != nil {
+		return fail(e, "%s: find own binary to install: %v", cmd, err), false
+	}
+	o.Binary = bin
+	return 0, true
+}
+
 func runRender(e *env, args []string) int {
 	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [flags]")
-	var o overlay.Options
-	var hierarchy, hostDevices string
-	var dryRun, noBinary bool
-	fs.StringVar(&o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file")
-	fs.StringVar(&o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
-	fs.StringVar(&o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
-	fs.StringVar(&hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
-	fs.StringVar(&hostDevices, "host-devices", string(overlay.HostDevicesNone), "none, or merge to also list the node's own PCI devices")
-	fs.StringVar(&o.HostSysfs, "host-sysfs", plan.DefaultHostSysfs, "the host's sysfs, for CPUs and --host-devices merge")
-	fs.DurationVar(&o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
-	fs.BoolVar(&o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
+	var a renderArgs
+	a.register(fs)
+	var dryRun bool
 	fs.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
-	fs.BoolVar(&noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
-	o.Hierarchy = boards.Hierarchy(hierarchy)
-	if hierarchy != "" && !o.Hierarchy.Valid() {
-		return usageError(e, "render: --hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
-	}
-	o.HostDevices = overlay.HostDevices(hostDevices)
-	if o.HostDevices != overlay.HostDevicesNone && o.HostDevices != overlay.HostDevicesMerge {
-		return usageError(e, "render: --host-devices %q: want none or merge", hostDevices)
-	}
-	if err := writer.CheckRoot(o.Root); err != nil {
-		return usageError(e, "render: --root: %v", err)
-	}
-	if err := plan.ValidateContainerRoot(o.ContainerRoot); err != nil {
-		return usageError(e, "render: --container-root: %v", err)
+	o, code, ok := a.options(e, "render")
+	if !ok {
+		return code
 	}
 	if dryRun {
 		p, err := overlay.Plan(o)
@@ -56,12 +93,8 @@ func runRender(e *env, args []string) int {
 		}
 		return exitOK
 	}
-	if !noBinary && e.executable != nil {
-		bin, err := e.executable()
-		if err != nil {
-			return fail(e, "render: find own binary to install: %v", err)
-		}
-		o.Binary = bin
+	if code, ok := a.withBinary(e, "render", &o); !ok {
+		return code
 	}
 	p, st, err := overlay.Render(o)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,12 +20,12 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-// childMode makes the test binary, started again inside a namespace, run
-// the consumer libraries at /sys instead of the tests.
-const childMode = "NVML_MOCK_SYSFS_E2E_CHILD"
+// consumersMode makes the test binary, started again inside a namespace,
+// run the consumer libraries at /sys instead of the tests.
+const consumersMode = "consumers"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childMode) == "consumers" {
+	if overlaytest.ChildMode() == consumersMode {
 		os.Exit(runConsumers())
 	}
 	os.Exit(m.Run())
@@ -70,32 +69,25 @@ func requireNamespace(t *testing.T) {
 	overlaytest.RequireProgram(t, "lstopo-no-graphics", "hwloc-nox")
 }
 
-// inNamespace runs a shell script with the overlay mounted as a container
-// sees it. The tmpfs on /opt keeps /opt/nvml-mock off the host.
+// inNamespace runs a shell script with the overlay served as a container
+// sees it (overlaytest.Served).
 func inNamespace(t *testing.T, root, script string, env ...string) string {
 	t.Helper()
-	mounts := fmt.Sprintf(`mount -t tmpfs tmpfs /opt
-mkdir /opt/nvml-mock
-mount --bind %[1]q /opt/nvml-mock
-mount --bind %[1]q/sys/bus/pci/devices /sys/bus/pci/devices
-`, root)
-	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-ec", mounts+script)
-	cmd.Env = append(os.Environ(), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Run(), "script:\n%s\nstderr:\n%s", script, stderr.String())
-	return stdout.String()
+	stdout, stderr, err := overlaytest.Served{Root: root, Env: env}.Shell(script)
+	require.NoError(t, err, "script:\n%s\nstderr:\n%s", script, stderr)
+	return stdout
 }
 
 // consumersInNamespace starts this test binary inside the namespace to run
 // the consumer libraries there.
 func consumersInNamespace(t *testing.T, root string) consumerResult {
 	t.Helper()
-	self, err := os.Executable()
-	require.NoError(t, err)
-	out := inNamespace(t, root, fmt.Sprintf("exec %q", self), childMode+"=consumers")
+	var stdout, stderr bytes.Buffer
+	cmd := overlaytest.Served{Root: root}.Reexec(t, consumersMode)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "stderr:\n%s", stderr.String())
 	var r consumerResult
-	require.NoError(t, json.Unmarshal([]byte(out), &r), out)
+	require.NoError(t, json.Unmarshal(stdout.Bytes(), &r), stdout.String())
 	return r
 }
 

@@ -1,11 +1,14 @@
 package overlaytest
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // RequireRoot skips, saying why, unless the test runs as root with every
@@ -33,6 +36,176 @@ func RequireProgram(t testing.TB, name, debianPackage string) string {
 	return p
 }
 
+// Served is what a served container sees of a rendered overlay, recreated
+// in a private mount namespace of this machine: the overlay read-only at
+// its container root and the links directory read-only at each of LinksAt,
+// as the CDI spec's two bind mounts give them. It is the one mount set that
+// every end-to-end test uses, so what they prove is what a container gets.
+//
+// The zero value, apart from Root, is a default container: the overlay at
+// /opt/nvml-mock and the links directory at /sys/bus/pci/devices.
+type Served struct {
+	// Root is the rendered overlay on the host. Empty mounts no overlay:
+	// the node as it is, for negative controls.
+	Root string
+	// ContainerRoot is where the overlay appears; empty means
+	// plan.DefaultContainerRoot.
+	ContainerRoot string
+	// LinksAt lists where the links directory appears; empty means the
+	// kernel's own /sys/bus/pci/devices. A target under a directory that
+	// does not exist (node-feature-discovery's /host-sys) gets a tmpfs on
+	// its top-level directory; that top-level directory is created on the
+	// host if missing and left there empty, since removing it would detach
+	// the mounts of any other namespace using it.
+	LinksAt []string
+	// NoLinks mounts the overlay but not the links directory: a container
+	// that got the overlay without the device.
+	NoLinks bool
+	// Tmpfs lists directories that get a private empty tmpfs, such as /run
+	// for a private daemon's sockets and state.
+	Tmpfs []string
+	// HostSysAt lists where the node's own /sys also appears, read-only,
+	// under the links directory when LinksAt names a path below it: as
+	// node-feature-discovery's DaemonSet mounts /sys at /host-sys. Links
+	// of host devices (--host-devices merge) resolve only there.
+	HostSysAt []string
+	// Env is added to the environment of what runs inside.
+	Env []string
+}
+
+// containerRoot is ContainerRoot or its default.
+func (s Served) containerRoot() string {
+	if s.ContainerRoot != "" {
+		return s.ContainerRoot
+	}
+	return plan.DefaultContainerRoot
+}
+
+// shellQuote quotes for sh: Go's %q is not shell quoting.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Script is the shell that sets the mounts up inside the namespace. A
+// tmpfs over the container root's parent keeps the host's own directory
+// untouched.
+func (s Served) Script() string {
+	q := shellQuote
+	lines := []string{"set -eu"}
+	// bindRO is a read-only bind mount, as runc makes a CDI "ro" mount.
+	bindRO := func(src, dst string) {
+		lines = append(lines, "mount --bind "+q(src)+" "+q(dst), "mount -o remount,bind,ro "+q(dst))
+	}
+	for _, dir := range s.Tmpfs {
+		lines = append(lines, "mkdir -p "+q(dir), "mount -t tmpfs -o mode=0755 tmpfs "+q(dir))
+	}
+	for _, dir := range s.HostSysAt {
+		// Created on the host and left there empty, like LinksAt's tops.
+		lines = append(lines, "mkdir -p "+q(dir))
+		bindRO("/sys", dir)
+	}
+	if s.Root == "" {
+		return strings.Join(lines, "\n") + "\n"
+	}
+	cr := s.containerRoot()
+	lines = append(lines, "mount -t tmpfs -o mode=0755 tmpfs "+q(filepath.Dir(cr)), "mkdir -p "+q(cr))
+	bindRO(s.Root, cr)
+	if s.NoLinks {
+		return strings.Join(lines, "\n") + "\n"
+	}
+	targets := s.LinksAt
+	if len(targets) == 0 {
+		targets = []string{"/" + plan.LinksDir}
+	}
+	tmpfsOn := map[string]bool{}
+	for _, target := range targets {
+		if _, err := os.Stat(target); err != nil && !s.underHostSys(target) {
+			top := "/" + strings.SplitN(strings.TrimPrefix(target, "/"), "/", 2)[0]
+			if !tmpfsOn[top] {
+				lines = append(lines, "mkdir -p "+q(top), "mount -t tmpfs -o mode=0755 tmpfs "+q(top))
+				tmpfsOn[top] = true
+			}
+			lines = append(lines, "mkdir -p "+q(target))
+		}
+		bindRO(filepath.Join(s.Root, plan.LinksDir), target)
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// underHostSys reports whether path lies below one of HostSysAt, where
+// the node's sysfs, bound there first, provides it.
+func (s Served) underHostSys(path string) bool {
+	for _, dir := range s.HostSysAt {
+		if strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Command returns a command that runs name with args inside a new private
+// mount namespace after Script. The caller starts it; a long-running one
+// (a daemon) is killed by its PID like any other child.
+func (s Served) Command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private",
+		"sh", "-c", s.Script() + `exec "$@"`, "sh", name}, args...)...)
+	cmd.Env = append(os.Environ(), s.Env...)
+	return cmd
+}
+
+// Shell runs a shell script inside the namespace and returns its standard
+// output and error.
+func (s Served) Shell(script string) (stdout, stderr string, err error) {
+	return run(s.Command("sh", "-ec", script))
+}
+
+// Run runs a program inside the namespace and fails the test if it fails,
+// returning its standard output.
+func (s Served) Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	stdout, stderr, err := run(s.Command(name, args...))
+	if err != nil {
+		t.Fatalf("%s %s in the served namespace: %v\nstderr:\n%s\nmounts:\n%s", name, strings.Join(args, " "), err, stderr, s.Script())
+	}
+	return stdout
+}
+
+// childModeEnv names the variable that tells a re-executed test binary
+// which child to be. See ChildMode.
+const childModeEnv = "NVML_MOCK_SYSFS_TEST_CHILD"
+
+// Reexec returns a command that starts this test binary again inside the
+// namespace, as the child named mode. The child's TestMain asks ChildMode
+// and runs its own code instead of the tests, so consumer libraries run
+// in-process where a container would run them.
+func (s Served) Reexec(t testing.TB, mode string, args ...string) *exec.Cmd {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatalf("find the test binary to re-execute: %v", err)
+	}
+	s.Env = append(s.Env, childModeEnv+"="+mode)
+	return s.Command(self, append([]string{"-test.run=^$"}, args...)...)
+}
+
+// ChildMode returns the mode a test binary was re-executed in by Reexec,
+// or "" when it runs the tests.
+func ChildMode() string { return os.Getenv(childModeEnv) }
+
+func run(cmd *exec.Cmd) (string, string, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// InNamespace runs a shell script with the overlay served at
+// containerRoot and returns its combined output.
+func InNamespace(t testing.TB, root, containerRoot, script string) (string, error) {
+	t.Helper()
+	cmd := Served{Root: root, ContainerRoot: containerRoot}.Command("sh", "-c", script)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 // BuildBinary builds the static nvml-mock-sysfs binary into a temporary
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {
@@ -49,31 +222,4 @@ func BuildBinary(t testing.TB) string {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
 	return out
-}
-
-// MountScript is the shell that, inside a private mount namespace, gives
-// this process what a served container gets: the overlay read-only at its
-// container root and the links directory read-only at /sys/bus/pci/devices.
-// A tmpfs over the container root's parent keeps the host's / untouched.
-func MountScript(root, containerRoot string) string {
-	parent := filepath.Dir(containerRoot)
-	q := func(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-	return strings.Join([]string{
-		"set -eu",
-		"mount -t tmpfs tmpfs " + q(parent),
-		"mkdir -p " + q(containerRoot),
-		"mount --bind " + q(root) + " " + q(containerRoot),
-		"mount -o remount,bind,ro " + q(containerRoot),
-		"mount --bind " + q(root+"/sys/bus/pci/devices") + " /sys/bus/pci/devices",
-		"mount -o remount,bind,ro /sys/bus/pci/devices",
-	}, "\n") + "\n"
-}
-
-// InNamespace runs a shell script after MountScript in a private mount
-// namespace and returns its combined output.
-func InNamespace(t testing.TB, root, containerRoot, script string) (string, error) {
-	t.Helper()
-	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", MountScript(root, containerRoot)+script)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }

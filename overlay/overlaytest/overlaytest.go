@@ -123,14 +123,16 @@ func RequireSameTree(t testing.TB, want, got map[string]string, what string) {
 // beside the repository, or skips the test, saying why, when it is absent.
 func SharedTestdata(t testing.TB, sub string) string {
 	t.Helper()
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		t.Skip("cannot locate the repository to find ../shared")
-	}
-	repo := filepath.Join(filepath.Dir(file), "..", "..")
-	dir := filepath.Join(repo, "..", "shared", "testdata", sub)
+	return Shared(t, filepath.Join("testdata", sub))
+}
+
+// Shared returns the absolute path of ../shared/<sub> beside the
+// repository, or skips the test, saying why, when it is absent.
+func Shared(t testing.TB, sub string) string {
+	t.Helper()
+	dir := filepath.Join(Repo(t), "..", "shared", sub)
 	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("%s is absent (%v): the shared test data comes with the project's workspace, not this repository", dir, err)
+		t.Skipf("%s is absent (%v): the shared data comes with the project's workspace, not this repository", dir, err)
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -161,7 +163,7 @@ func Render(t testing.TB, m *profile.Machine, opts plan.Options) (string, *plan.
 		t.Fatalf("plan %s: %v", m.Source, err)
 	}
 	root := t.TempDir()
-	if _, err := writer.Apply(root, p, writer.Options{}); err != nil {
+	if _, err := writer.Apply(root, p, writer.Options{SkipSync: true}); err != nil {
 		t.Fatalf("render %s: %v", m.Source, err)
 	}
 	return root, p

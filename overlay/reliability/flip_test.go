@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -72,14 +71,10 @@ type reader struct {
 
 func startReader(t *testing.T, root string) *reader {
 	t.Helper()
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	r := &reader{stderr: &bytes.Buffer{}}
-	r.cmd = exec.Command("unshare", "-m", "--propagation", "private", exe, "-test.run=^$")
-	ns, err := os.Readlink("/proc/self/ns/mnt")
-	require.NoError(t, err)
-	r.cmd.Env = append(os.Environ(), scannerEnv+"="+root, parentNSEnv+"="+ns)
+	r.cmd = overlaytest.Served{Root: root}.Reexec(t, scannerMode)
 	r.cmd.Stderr = r.stderr
+	var err error
 	r.in, err = r.cmd.StdinPipe()
 	require.NoError(t, err)
 	out, err := r.cmd.StdoutPipe()
@@ -120,10 +115,7 @@ func (r *reader) send(t *testing.T, cmd string) scannerReply {
 // or an empty or partial file, and after every flip the reader must see
 // exactly the new profile, through its own reads and through go-nvlib.
 func TestFlipUnderLiveReaders(t *testing.T) {
-	requireRoot(t, "mounts the overlay in a private mount namespace")
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare (util-linux) is not installed: " + err.Error())
-	}
+	overlaytest.RequireRoot(t)
 	bin := overlaytest.BuildBinary(t)
 	root := filepath.Join(t.TempDir(), "overlay")
 	profiles := flipProfiles(t)

@@ -2,21 +2,11 @@ package reliability
 
 import (
 	"bytes"
-	"os"
 	"os/exec"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 )
-
-// repoRoot is the module root: this package sits directly under it, and go
-// test runs in the package directory.
-func requireRoot(t testing.TB, why string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: " + why)
-	}
-}
 
 // result is one run of the binary.
 type result struct {

@@ -11,22 +11,17 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
-	"golang.org/x/sys/unix"
 )
 
-// The reader runs as this test binary re-executed under unshare -m with
-// scannerEnv naming the overlay root. It mounts the overlay where a
-// container has it, then scans /sys/bus/pci/devices in a loop, the kernel
+// The reader runs as this test binary re-executed as the child
+// scannerMode in a private mount namespace where overlaytest.Served has
+// mounted the overlay as a container has it. It scans /sys/bus/pci/devices in a loop, the kernel
 // resolving every link, while the parent re-renders. Commands on stdin:
 // "verify" answers one scan of the (then stable) tree; "stop" answers the
 // totals and exits; "verify nvlib" also runs go-nvlib's GetGPUs, which is
 // slow (it parses pci.ids for every device). Every answer is one JSON line
 // on stdout.
-const scannerEnv = "NVML_MOCK_SYSFS_SCANNER_ROOT"
-
-// parentNSEnv carries the parent's mount namespace, which the reader must
-// have left before it mounts anything.
-const parentNSEnv = "NVML_MOCK_SYSFS_PARENT_MNT_NS"
+const scannerMode = "scanner"
 
 // kernelLinks is where containers and this reader see the links directory.
 const kernelLinks = "/sys/bus/pci/devices"
@@ -66,11 +61,7 @@ type scannerReply struct {
 	Stats  *scannerStats `json:"stats,omitempty"`
 }
 
-func scannerMain(root string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if err := mountOverlay(root, os.Getenv(parentNSEnv)); err != nil {
-		fmt.Fprintf(stderr, "scanner: %v\n", err)
-		return 1
-	}
+func scannerMain(stdin io.Reader, stdout io.Writer) int {
 	enc := json.NewEncoder(stdout)
 	if err := enc.Encode(scannerReply{Ready: true}); err != nil {
 		return 1
@@ -162,34 +153,3 @@ func (st *scannerStats) addNvlib(nv nvpci.Interface) {
 type quietLogger struct{}
 
 func (quietLogger) Warningf(string, ...any) {}
-
-// mountOverlay mounts the overlay as a container sees it: the root at
-// /opt/nvml-mock and its links directory over /sys/bus/pci/devices. /opt
-// gets a tmpfs first, so the host never gains an /opt/nvml-mock. It refuses
-// to run in the parent's mount namespace.
-func mountOverlay(root, parentNS string) error {
-	self, err := os.Readlink("/proc/self/ns/mnt")
-	if err != nil {
-		return err
-	}
-	if parentNS == "" || self == parentNS {
-		return fmt.Errorf("refusing to mount: mount namespace %s is not a private one apart from the parent's %q (run under unshare -m)", self, parentNS)
-	}
-	steps := []struct {
-		what string
-		do   func() error
-	}{
-		{"tmpfs on /opt", func() error { return unix.Mount("tmpfs", "/opt", "tmpfs", 0, "size=1m,mode=0755") }},
-		{"mkdir /opt/nvml-mock", func() error { return os.Mkdir("/opt/nvml-mock", 0o755) }},
-		{"bind the overlay", func() error { return unix.Mount(root, "/opt/nvml-mock", "", unix.MS_BIND, "") }},
-		{"bind the links directory", func() error {
-			return unix.Mount(root+"/sys/bus/pci/devices", kernelLinks, "", unix.MS_BIND, "")
-		}},
-	}
-	for _, s := range steps {
-		if err := s.do(); err != nil {
-			return fmt.Errorf("%s: %w", s.what, err)
-		}
-	}
-	return nil
-}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
+)
+
+func runServe(e *env, args []string) int {
+	fs := newFlags(e, "serve", "--profile FILE --root DIR (--output FILE [--kind KIND] | --merge-into FILE)... [--listen ADDR] [flags]")
+	var ra renderArgs
+	ra.register(fs)
+	var sa specArgs
+	sa.register(fs)
+	var o serve.Options
+	registerAlsoAt(fs, &o.AlsoAt)
+	fs.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	fs.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
+	fs.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
+	fs.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
+	var logFormat string
+	var logLevel slog.Level
+	fs.StringVar(&logFormat, "log-format", "text", "text or json")
+	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug (also logs unchanged resyncs), info, warn or error")
+	if code, ok := parse(fs, args); !ok {
+		return code
+	}
+	if sa.output == "" && sa.mergeInto == "" {
+		return usageError(e, "serve: give --output FILE, --merge-into FILE, or both")
+	}
+	if code, ok := sa.check(e, "serve"); !ok {
+		return code
+	}
+	ho := &slog.HandlerOptions{Level: logLevel}
+	switch logFormat {
+	case "text":
+		o.Logger = slog.New(slog.NewTextHandler(e.stderr, ho))
+	case "json":
+		o.Logger = slog.New(slog.NewJSONHandler(e.stderr, ho))
+	default:
+		return usageError(e, "serve: --log-format %q: want text or json", logFormat)
+	}
+	var code int
+	var ok bool
+	if o.Render, code, ok = ra.options(e, "serve"); !ok {
+		return code
+	}
+	if code, ok := ra.withBinary(e, "serve", &o.Render); !ok {
+		return code
+	}
+	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
+	s, err := serve.New(o)
+	if err != nil {
+		return usageError(e, "serve: %v", err)
+	}
+	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := s.Run(ctx); err != nil {
+		return fail(e, "serve: %v", err)
+	}
+	return exitOK
+}

@@ -1,0 +1,176 @@
+package consumers
+
+// The recipes. Versions and build facts are those of
+// ../shared/third-party/README.md; a recipe changes only with them.
+
+// goBuild is a go build step into {out}; cgo is on only where the program
+// needs it (NVML is loaded with dlopen through cgo).
+func goBuild(cgo bool, args ...string) Step {
+	env := []string{"CGO_ENABLED=0"}
+	if cgo {
+		env = []string{"CGO_ENABLED=1"}
+	}
+	return Step{Args: append([]string{"go", "build", "-trimpath"}, args...), Env: env}
+}
+
+// goInstall installs proxy modules at pinned versions into {out}.
+func goInstall(pkgs ...string) Step {
+	return Step{Args: append([]string{"go", "install", "-trimpath"}, pkgs...), Env: []string{"CGO_ENABLED=0", "GOBIN={out}", "GOFLAGS=-buildvcs=false"}}
+}
+
+// MockNVML is nvml-mock's NVML library: libnvidia-ml.so.1 that serves the
+// profile named by MOCK_NVML_CONFIG.
+func MockNVML() Program {
+	return Program{
+		Name:    "mock-nvml",
+		Tarball: "k8s-test-infra.tar.xz",
+		Steps: []Step{
+			{Args: []string{"make", "-C", "pkg/gpu/mocknvml", "NO_PADDING=1"}, Env: []string{"CGO_ENABLED=1"}},
+			{Args: []string{"sh", "-c", "cp -a pkg/gpu/mocknvml/libnvidia-ml.so* {out}/"}},
+		},
+		Outputs: []string{"libnvidia-ml.so.1"},
+	}
+}
+
+// RenderPCISysfs is nvml-mock's own renderer, the one this project
+// replaces: its trees are what a switch-over must refuse to mix with.
+func RenderPCISysfs() Program {
+	return Program{
+		Name:    "render-pci-sysfs",
+		Tarball: "k8s-test-infra.tar.xz",
+		Steps:   []Step{goBuild(false, "-o", "{out}/render-pci-sysfs", "./cmd/render-pci-sysfs")},
+		Outputs: []string{"render-pci-sysfs"},
+	}
+}
+
+// NvmlMockNRI is nvml-mock's NRI plugin.
+func NvmlMockNRI() Program {
+	return Program{
+		Name:    "nvml-mock-nri",
+		Tarball: "k8s-test-infra.tar.xz",
+		Steps:   []Step{goBuild(false, "-o", "{out}/nvml-mock-nri", "./cmd/nvml-mock-nri")},
+		Outputs: []string{"nvml-mock-nri"},
+	}
+}
+
+// GFD is GPU Feature Discovery.
+func GFD() Program {
+	return Program{
+		Name:    "gpu-feature-discovery",
+		Tarball: "k8s-device-plugin.tar.xz",
+		Steps:   []Step{goBuild(true, "-o", "{out}/gpu-feature-discovery", "./cmd/gpu-feature-discovery")},
+		Outputs: []string{"gpu-feature-discovery"},
+	}
+}
+
+// DeviceInjector is containerd's NRI sample plugin that injects CDI
+// devices or mounts by pod annotation. Its dependencies come from the proxy.
+func DeviceInjector() Program {
+	return Program{
+		Name:    "nri-device-injector",
+		Tarball: "nri-device-injector.tar.xz",
+		Steps:   []Step{goBuild(false, "-o", "{out}/device-injector", ".")},
+		Outputs: []string{"device-injector"},
+	}
+}
+
+// Containerd is containerd 2 with ctr and the runc shim.
+func Containerd() Program {
+	const v = "@v2.4.2"
+	return Program{
+		Name: "containerd",
+		Steps: []Step{goInstall(
+			"github.com/containerd/containerd/v2/cmd/containerd"+v,
+			"github.com/containerd/containerd/v2/cmd/ctr"+v,
+			"github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2"+v,
+		)},
+		Outputs: []string{"containerd", "ctr", "containerd-shim-runc-v2"},
+	}
+}
+
+// Crictl is the CRI command-line client, which speaks to containerd as a
+// kubelet does.
+func Crictl() Program {
+	return Program{
+		Name:    "crictl",
+		Steps:   []Step{goInstall("sigs.k8s.io/cri-tools/cmd/crictl@v1.37.0")},
+		Outputs: []string{"crictl"},
+	}
+}
+
+// NFDWorker is node-feature-discovery's worker, built with the /host-
+// hostpath prefix as upstream's image is, so it reads
+// /host-sys/bus/pci/devices. The proxy serves the module but go install
+// refuses it (replace directives), so it is copied out of the module cache
+// and built in place, with its nested api module from the proxy.
+func NFDWorker() Program {
+	const (
+		mod = "sigs.k8s.io/node-feature-discovery"
+		v   = "v0.19.0"
+	)
+	script := `set -eu
+dir() { go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'; }
+d=$(dir ` + mod + `@` + v + `)
+cp -a "$d"/. .
+chmod -R u+w .
+api=$(dir ` + mod + `/api/nfd@` + v + `)
+go mod edit -replace ` + mod + `/api/nfd="$api"
+go build -trimpath -ldflags "-X ` + mod + `/pkg/utils/hostpath.pathPrefix=/host-" -o {out}/nfd-worker ./cmd/nfd-worker
+`
+	return Program{
+		Name:    "nfd-worker",
+		Steps:   []Step{{Args: []string{"sh", "-c", script}, Env: []string{"CGO_ENABLED=0", "GOFLAGS=-mod=mod -buildvcs=false"}}},
+		Outputs: []string{"nfd-worker"},
+	}
+}
+
+// DRADiscovery is the NVIDIA DRA driver's kubelet plugin package compiled
+// as a test binary with one test file of ours, which runs the driver's own
+// device discovery and prints each device's attributes: the plugin itself
+// needs a kubelet and an API server. See DRADiscoveryRun.
+func DRADiscovery() Program {
+	return Program{
+		Name:    "dra-discovery",
+		Tarball: "dra-driver-nvidia-gpu.tar.xz",
+		Files: map[string]string{
+			"cmd/gpu-kubelet-plugin/zz_nvml_mock_sysfs_discovery_test.go": "compat/consumers/testdata/dra-discovery/discovery_test.go",
+		},
+		Steps: []Step{{
+			Args: []string{"go", "test", "-c", "-trimpath", "-o", "{out}/gpu-kubelet-plugin.test", "./cmd/gpu-kubelet-plugin"},
+			Env:  []string{"CGO_ENABLED=1"},
+		}},
+		Outputs: []string{"gpu-kubelet-plugin.test"},
+	}
+}
+
+// GHWList is a program of ours that prints what ghw v0.27.0's PCI() lists
+// (its own module, with ghw from the proxy). See GHWListRun.
+func GHWList() Program {
+	return ourModule("ghw-list", false)
+}
+
+// NVMLList is a program of ours that loads libnvidia-ml.so.1 through
+// go-nvml (the version GFD vendors) and prints each GPU's PCI identity.
+// See NVMLListRun.
+func NVMLList() Program {
+	return ourModule("nvml-list", true)
+}
+
+// ourModule is a small module of ours under compat/consumers/testdata/name,
+// built with its own go.mod and go.sum.
+func ourModule(name string, cgo bool) Program {
+	dir := "compat/consumers/testdata/" + name + "/"
+	return Program{
+		Name:    name,
+		Files:   map[string]string{"go.mod": dir + "go.mod", "go.sum": dir + "go.sum", "main.go": dir + "main.go"},
+		Steps:   []Step{goBuild(cgo, "-o", "{out}/"+name, ".")},
+		Outputs: []string{name},
+	}
+}
+
+// All lists every program the end-to-end suites build, in the order
+// build-consumers builds them: the quick ones first, so a cold run shows
+// progress early.
+func All() []Program {
+	return []Program{MockNVML(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd()}
+}

@@ -1,0 +1,350 @@
+package consumers
+
+// The runners: for each consumer, the command line and environment of one
+// run, and a parser of what it prints. They take paths as the program will
+// see them, so the same Invocation runs in a served mount namespace
+// (overlaytest.Served) or, with the paths mounted into it, in a CRI
+// container.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+)
+
+// Invocation is one run of a consumer: its command line (Args[0] is the
+// program) and the environment it needs beyond the caller's.
+type Invocation struct {
+	Args []string
+	Env  []string
+}
+
+// In returns a command that runs the invocation inside s's private mount
+// namespace.
+func (inv Invocation) In(s overlaytest.Served) *exec.Cmd {
+	s.Env = append(slices.Clip(s.Env), inv.Env...)
+	return s.Command(inv.Args[0], inv.Args[1:]...)
+}
+
+// MockNVMLLibrary is the file name under which the mock NVML library is
+// loaded, in its build directory (MockNVML's output) as on a real node.
+const MockNVMLLibrary = "libnvidia-ml.so.1"
+
+// mockNVMLEnv is the environment that makes a program load the mock NVML
+// from nvmlDir and serve the profile file: nvml-mock's own variable.
+func mockNVMLEnv(nvmlDir, profile string) []string {
+	return []string{"LD_LIBRARY_PATH=" + nvmlDir, "MOCK_NVML_CONFIG=" + profile}
+}
+
+// GFDRun is one run of GPU Feature Discovery with nvml-mock's NVML.
+type GFDRun struct {
+	Binary string // gpu-feature-discovery (GFD's output)
+	// MockNVML is the directory holding the mock libnvidia-ml.so.1
+	// (MockNVML's output).
+	MockNVML string
+	// Profile is the nvml-mock profile file the mock NVML serves: the file
+	// the tree was rendered from.
+	Profile string
+	// OutputFile is where GFD writes its labels, one key=value a line.
+	OutputFile string
+}
+
+// Invocation runs GFD once, writing its labels to OutputFile and nothing
+// to the API server.
+func (r GFDRun) Invocation() Invocation {
+	return Invocation{
+		Args: []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile},
+		Env:  mockNVMLEnv(r.MockNVML, r.Profile),
+	}
+}
+
+// ParseGFDLabels reads GFD's output file: one label=value a line.
+func ParseGFDLabels(data []byte) (map[string]string, error) {
+	labels := map[string]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("GFD output line %d: %q is not label=value", i+1, line)
+		}
+		labels[k] = v
+	}
+	return labels, nil
+}
+
+// DRADiscoveryRun is one run of the NVIDIA DRA driver's discovery
+// (DRADiscovery's test binary): the devices the kubelet plugin would
+// announce on this node.
+type DRADiscoveryRun struct {
+	Binary     string // gpu-kubelet-plugin.test (DRADiscovery's output)
+	DriverRoot string // a directory WriteDriverRoot filled
+	Profile    string // the nvml-mock profile file the mock NVML serves
+}
+
+// draDevicePrefix starts each device line the discovery test prints
+// (compat/consumers/testdata/dra-discovery).
+const draDevicePrefix = "nvml-mock-sysfs-dra-device: "
+
+// Invocation runs the driver's own enumeration once.
+func (r DRADiscoveryRun) Invocation() Invocation {
+	return Invocation{
+		Args: []string{r.Binary, "-test.run=^TestNVMLMockSysfsDiscovery$", "-test.count=1"},
+		Env:  []string{"NVML_MOCK_SYSFS_DRIVER_ROOT=" + r.DriverRoot, "MOCK_NVML_CONFIG=" + r.Profile},
+	}
+}
+
+// WriteDriverRoot makes dir the driver root the DRA driver expects: the
+// mock NVML library copied to usr/lib64/libnvidia-ml.so.1 (a copy, so the
+// root also works where the cache is not mounted) and an executable
+// usr/bin/nvidia-smi that exits 0, which the driver only locates.
+func WriteDriverRoot(dir, mockNVML string) error {
+	lib, err := os.ReadFile(filepath.Join(mockNVML, MockNVMLLibrary))
+	if err != nil {
+		return fmt.Errorf("driver root: %w", err)
+	}
+	for _, f := range []struct {
+		path string
+		data []byte
+		mode os.FileMode
+	}{
+		{"usr/lib64/" + MockNVMLLibrary, lib, 0o755},
+		{"usr/bin/nvidia-smi", []byte("#!/bin/sh\nexit 0\n"), 0o755},
+	} {
+		p := filepath.Join(dir, f.path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return fmt.Errorf("driver root: %w", err)
+		}
+		if err := os.WriteFile(p, f.data, f.mode); err != nil {
+			return fmt.Errorf("driver root: %w", err)
+		}
+	}
+	return nil
+}
+
+// DRADevice is one device the DRA driver would announce.
+type DRADevice struct {
+	// GPUPCIBusID is the driver's key for the physical GPU (NVML's bus id).
+	GPUPCIBusID string                  `json:"gpuPCIBusID"`
+	Type        string                  `json:"type"` // gpu, mig, vfio
+	Name        string                  `json:"name"` // gpu-0, ...
+	Attributes  map[string]DRAAttribute `json:"attributes"`
+}
+
+// DRAAttribute is a resource.k8s.io DeviceAttribute: one of its values is set.
+type DRAAttribute struct {
+	Int     *int64  `json:"int,omitempty"`
+	Bool    *bool   `json:"bool,omitempty"`
+	String  *string `json:"string,omitempty"`
+	Version *string `json:"version,omitempty"`
+}
+
+// PCIeRootAttribute is the attribute that names a device's PCIe root
+// complex, the one a plain escaped link loses.
+const PCIeRootAttribute = "resource.kubernetes.io/pcieRoot"
+
+// PCIeRoot returns the device's pcieRoot attribute, if it has one.
+func (d DRADevice) PCIeRoot() (string, bool) {
+	a, ok := d.Attributes[PCIeRootAttribute]
+	if !ok || a.String == nil {
+		return "", false
+	}
+	return *a.String, true
+}
+
+// ParseDRADevices reads the discovery test's standard output.
+func ParseDRADevices(stdout []byte) ([]DRADevice, error) {
+	var devices []DRADevice
+	sc := bufio.NewScanner(bytes.NewReader(stdout))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), draDevicePrefix)
+		if !ok {
+			continue // the test framework's own lines
+		}
+		var d DRADevice
+		if err := json.Unmarshal([]byte(rest), &d); err != nil {
+			return nil, fmt.Errorf("DRA discovery output %q: %w", rest, err)
+		}
+		devices = append(devices, d)
+	}
+	slices.SortFunc(devices, func(a, b DRADevice) int { return strings.Compare(a.GPUPCIBusID+" "+a.Name, b.GPUPCIBusID+" "+b.Name) })
+	return devices, sc.Err()
+}
+
+// NFDHostPCIDevices is where nfd-worker, built with the /host- prefix as
+// upstream ships it, reads the PCI devices: a served container must get the
+// links directory there too.
+const NFDHostPCIDevices = "/host-sys/bus/pci/devices"
+
+// NFDWorkerRun is one run of node-feature-discovery's worker with only its
+// PCI source, publishing nothing.
+type NFDWorkerRun struct {
+	Binary string // nfd-worker (NFDWorker's output)
+	// Kubeconfig is a file WriteKubeconfig wrote: the worker needs one
+	// even with -no-publish, and never dials it.
+	Kubeconfig string
+	// NodeName is the node the worker labels; empty means
+	// "nvml-mock-sysfs-e2e".
+	NodeName string
+	// DeviceClassWhitelist is the PCI source's deviceClassWhitelist
+	// (class or class+subclass prefixes, "0200"); empty keeps the
+	// worker's default (03, 0b40, 12).
+	DeviceClassWhitelist []string
+}
+
+// Invocation runs the worker once; its labels go to its log.
+func (r NFDWorkerRun) Invocation() (Invocation, error) {
+	node := r.NodeName
+	if node == "" {
+		node = "nvml-mock-sysfs-e2e"
+	}
+	args := []string{r.Binary, "-oneshot", "-no-publish", "-feature-sources=pci", "-label-sources=pci", "-port", "0",
+		"-kubeconfig", r.Kubeconfig, "-v", "1"}
+	if len(r.DeviceClassWhitelist) > 0 {
+		opts, err := json.Marshal(map[string]any{"sources": map[string]any{"pci": map[string]any{"deviceClassWhitelist": r.DeviceClassWhitelist}}})
+		if err != nil {
+			return Invocation{}, err
+		}
+		args = append(args, "-options", string(opts))
+	}
+	return Invocation{Args: args, Env: []string{"NODE_NAME=" + node}}, nil
+}
+
+// WriteKubeconfig writes a kubeconfig whose cluster is 127.0.0.1:1, where
+// nothing listens: nfd-worker insists on one but, with -no-publish, never
+// connects.
+func WriteKubeconfig(path string) error {
+	const kubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: none
+  cluster:
+    server: https://127.0.0.1:1
+contexts:
+- name: none
+  context:
+    cluster: none
+    user: none
+current-context: none
+users:
+- name: none
+  user:
+    token: none
+`
+	return os.WriteFile(path, []byte(kubeconfig), 0o600)
+}
+
+// ParseNFDLabels finds the labels in nfd-worker's log: klog writes the
+// "feature discovery completed" line's labels value (YAML, label: "value")
+// as a multi-line block between "labels=<" and ">".
+func ParseNFDLabels(log []byte) (map[string]string, error) {
+	lines := strings.Split(string(log), "\n")
+	for i, line := range lines {
+		if !strings.Contains(line, `"feature discovery completed"`) || strings.Contains(line, "featureSource=") {
+			continue
+		}
+		labels := map[string]string{}
+		if strings.HasSuffix(line, "labels=<") {
+			for _, l := range lines[i+1:] {
+				l = strings.TrimSpace(l)
+				if l == ">" {
+					return labels, nil
+				}
+				k, v, ok := strings.Cut(l, ": ")
+				if !ok {
+					return nil, fmt.Errorf("nfd-worker log: %q is not label: value", l)
+				}
+				if uq, err := strconv.Unquote(v); err == nil {
+					v = uq
+				}
+				labels[k] = v
+			}
+			return nil, fmt.Errorf("nfd-worker log: the labels of %q never end", line)
+		}
+		// One line: no labels ("labels={}\n"), or no labels value at all
+		// when the worker logs at a verbosity below 1.
+		if !strings.Contains(line, "labels=") {
+			return nil, fmt.Errorf("nfd-worker log: %q has no labels (run it with -v 1)", line)
+		}
+		return labels, nil
+	}
+	return nil, fmt.Errorf("nfd-worker log has no \"feature discovery completed\" line:\n%s", log)
+}
+
+// GHWListRun is one run of ghw-list (GHWList's output).
+type GHWListRun struct {
+	Binary string
+}
+
+// Invocation lists the PCI devices ghw finds.
+func (r GHWListRun) Invocation() Invocation { return Invocation{Args: []string{r.Binary}} }
+
+// GHWDevice is one device ghw.PCI() lists; ids are ghw's lower-case hex.
+type GHWDevice struct {
+	Address       string `json:"address"`
+	ParentAddress string `json:"parentAddress"`
+	Vendor        string `json:"vendor"`
+	Product       string `json:"product"`
+	Class         string `json:"class"`
+	Subclass      string `json:"subclass"`
+	ProgIf        string `json:"progIf"`
+	Revision      string `json:"revision"`
+	Driver        string `json:"driver"`
+}
+
+// ParseGHWDevices reads ghw-list's standard output.
+func ParseGHWDevices(stdout []byte) ([]GHWDevice, error) {
+	var devices []GHWDevice
+	if err := json.Unmarshal(stdout, &devices); err != nil {
+		return nil, fmt.Errorf("ghw-list output: %w", err)
+	}
+	return devices, nil
+}
+
+// NVMLListRun is one run of nvml-list (NVMLList's output) with the mock
+// NVML.
+type NVMLListRun struct {
+	Binary   string
+	MockNVML string // the directory holding the mock libnvidia-ml.so.1
+	Profile  string // the nvml-mock profile file the mock NVML serves
+}
+
+// Invocation lists the GPUs NVML reports.
+func (r NVMLListRun) Invocation() Invocation {
+	return Invocation{Args: []string{r.Binary}, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
+}
+
+// NVMLDevice is one GPU as NVML reports it.
+type NVMLDevice struct {
+	Index int `json:"index"`
+	// BusID is NVML's form, with an 8-digit domain: 00000000:3B:00.0.
+	BusID string `json:"busId"`
+	// DeviceID and SubsystemID are packed as NVML packs them:
+	// (device << 16) | vendor.
+	DeviceID    uint32 `json:"pciDeviceId"`
+	SubsystemID uint32 `json:"pciSubSystemId"`
+}
+
+// Address is the bus id in sysfs's form.
+func (d NVMLDevice) Address() (pciaddr.Address, error) { return pciaddr.Parse(d.BusID) }
+
+// ParseNVMLDevices reads nvml-list's standard output.
+func ParseNVMLDevices(stdout []byte) ([]NVMLDevice, error) {
+	var devices []NVMLDevice
+	if err := json.Unmarshal(stdout, &devices); err != nil {
+		return nil, fmt.Errorf("nvml-list output: %w", err)
+	}
+	return devices, nil
+}

@@ -1,0 +1,454 @@
+package serve
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// badProfile names the field and the value its error must name.
+const (
+	badProfile = "../../testdata/hostile/link-gen-is-a-float.yaml"
+	badField   = "devices[0].pcie.max_link_gen"
+	badValue   = "4.5"
+)
+
+const profileKey = "profile.yaml"
+
+func newConfigMap(t *testing.T, text []byte) *podtest.ConfigMap {
+	t.Helper()
+	return podtest.NewConfigMap(t, filepath.Join(t.TempDir(), "profile"), profileKey, text)
+}
+
+func builtinText(t *testing.T, name string) []byte {
+	t.Helper()
+	p, ok := builtin.Get(name)
+	require.True(t, ok, name)
+	text, err := profile.Marshal(p, name)
+	require.NoError(t, err)
+	return text
+}
+
+// served is a running server on temporary paths.
+type served struct {
+	t    *testing.T
+	srv  *Server
+	opts Options
+	cm   *podtest.ConfigMap
+	logs *podtest.Log
+	url  string
+	stop context.CancelFunc
+	done chan error
+}
+
+// start serves the ConfigMap's profile into a new root and a standalone
+// spec; adjust changes the options first.
+func start(t *testing.T, cm *podtest.ConfigMap, adjust func(*Options)) *served {
+	t.Helper()
+	dir := t.TempDir()
+	logs := &podtest.Log{}
+	o := Options{
+		Render: overlay.Options{Profile: cm.File(), Root: filepath.Join(dir, "overlay")},
+		Output: filepath.Join(dir, "cdi", "nvml-mock-sysfs.yaml"),
+		Listen: "127.0.0.1:0",
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	require.NoError(t, os.Mkdir(filepath.Dir(o.Output), 0o755))
+	if adjust != nil {
+		adjust(&o)
+	}
+	srv, err := New(o)
+	require.NoError(t, err)
+	addr, err := srv.Listen()
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{t: t, srv: srv, opts: o, cm: cm, logs: logs, url: "http://" + addr.String(), stop: cancel, done: make(chan error, 1)}
+	go func() { s.done <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-s.done
+	})
+	return s
+}
+
+// probe gets a health endpoint, as the kubelet's httpGet probe does.
+func (s *served) probe(path string) (int, string) {
+	s.t.Helper()
+	code, body, err := podtest.Probe(s.url + path)
+	require.NoError(s.t, err)
+	return code, body
+}
+
+// waitReady waits for /readyz to answer want and returns how long it took.
+func (s *served) waitReady(want int, within time.Duration) time.Duration {
+	s.t.Helper()
+	return podtest.WaitProbe(s.t, s.url+ReadyzPath, want, within)
+}
+
+// waitSyncs waits until n more syncs have finished.
+func (s *served) waitSyncs(n int) Status {
+	s.t.Helper()
+	from := s.srv.Status().Syncs
+	require.Eventually(s.t, func() bool { return s.srv.Status().Syncs >= from+n }, 10*time.Second, 10*time.Millisecond)
+	return s.srv.Status()
+}
+
+// digestOf is the plan digest a render of the profile text would vouch for.
+func (s *served) digestOf(name string) string {
+	s.t.Helper()
+	o := s.opts.Render
+	o.Profile = name
+	p, err := overlay.Plan(o)
+	require.NoError(s.t, err)
+	return p.Digest()
+}
+
+// specIdentity says whether the spec file was rewritten: inode and mtime.
+func specIdentity(t *testing.T, file string) string {
+	t.Helper()
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	return fmt.Sprintf("%v %v", info.Sys(), info.ModTime().UnixNano())
+}
+
+func TestUnchangedProfileWritesNothing(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	first := s.waitSyncs(1)
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	spec := specIdentity(t, s.opts.Output)
+
+	st := s.waitSyncs(5)
+	require.Zero(t, st.Failures)
+	require.Zero(t, st.Stats.Written()+st.Stats.DirsCreated+st.Stats.Removed, "%+v", st.Stats)
+	require.Positive(t, st.Stats.FilesUnchanged)
+	require.Equal(t, first.SpecWrites, st.SpecWrites, "no spec rewritten")
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after 5 resyncs")
+	require.Equal(t, spec, specIdentity(t, s.opts.Output))
+	t.Logf("FIGURES %d syncs of an unchanged profile: 0 files written, %d files and %d links unchanged, last sync %s",
+		st.Syncs, st.Stats.FilesUnchanged, st.Stats.LinksUnchanged, st.Duration)
+
+	// Negative control: the resyncs do compare. A file truncated behind
+	// the server's back is written again by the next one.
+	var victim string
+	require.NoError(t, filepath.WalkDir(filepath.Join(s.opts.Render.Root, "sys/devices"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && victim == "" && d.Name() == "vendor" {
+			victim = p
+		}
+		return err
+	}))
+	require.NotEmpty(t, victim)
+	want, err := os.ReadFile(victim)
+	require.NoError(t, err)
+	require.NoError(t, os.Truncate(victim, 0))
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(victim)
+		return err == nil && bytes.Equal(b, want)
+	}, 5*time.Second, 10*time.Millisecond, "the resync repairs %s", victim)
+	require.NotEqual(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the repair wrote")
+}
+
+func TestConfigMapSwapRerenders(t *testing.T) {
+	t.Run("watch", func(t *testing.T) {
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
+		// An hour's resync: only the watch can see the swap in time.
+		s := start(t, cm, func(o *Options) { o.Resync = time.Hour })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		require.Equal(t, s.digestOf("t4-vm"), s.srv.Status().Digest)
+		// The machine is shared, and a render under load takes seconds, so
+		// the swap is timed to the start of its render: the watch's part.
+		var noticedMax time.Duration
+		for i, name := range []string{"hgx-h100", "t4-vm", "hgx-h100"} {
+			began := time.Now()
+			cm.Swap(builtinText(t, name))
+			want := s.digestOf(name)
+			require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond, "swap %d to %s", i, name)
+			took, render := time.Since(began), s.srv.Status().Duration
+			noticed := took - render
+			require.Less(t, noticed, 2*time.Second, "swap %d to %s: its render began %s after it", i, name, noticed)
+			noticedMax = max(noticedMax, noticed)
+			t.Logf("swap %d to %s: rendered %s after the swap; the sync took %s", i, name, took.Round(time.Millisecond), render.Round(time.Millisecond))
+			s.waitReady(http.StatusOK, 30*time.Second)
+			eff, err := os.ReadFile(filepath.Join(s.opts.Render.Root, plan.ProfileFile))
+			require.NoError(t, err)
+			require.Contains(t, string(eff), map[string]string{"t4-vm": "Tesla T4", "hgx-h100": "H100"}[name])
+		}
+		t.Logf("FIGURES 3 ConfigMap swaps, each render began within %s of the swap (debounce %s, resync 1h)", noticedMax.Round(time.Millisecond), DefaultDebounce)
+	})
+	t.Run("no watch: the swap waits for the resync", func(t *testing.T) {
+		// Negative control: without the watch the same swap goes unseen.
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
+		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		old := s.srv.Status().Digest
+		cm.Swap(builtinText(t, "hgx-h100"))
+		time.Sleep(3 * time.Second) // longer than the watch is allowed above
+		require.Equal(t, old, s.srv.Status().Digest)
+		require.Equal(t, 1, s.srv.Status().Syncs)
+	})
+	t.Run("no watch: the resync is the safety net", func(t *testing.T) {
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
+		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 10*time.Second)
+		cm.Swap(builtinText(t, "hgx-h100"))
+		want := s.digestOf("hgx-h100")
+		require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond)
+	})
+}
+
+func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
+	bad, err := os.ReadFile(badProfile)
+	require.NoError(t, err)
+	cm := newConfigMap(t, builtinText(t, "t4-vm"))
+	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	s.waitSyncs(1)
+	good := s.srv.Status().Digest
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	spec := specIdentity(t, s.opts.Output)
+
+	cm.Swap(bad)
+	notReadyIn := s.waitReady(http.StatusServiceUnavailable, 5*time.Second)
+	_, body := s.probe(ReadyzPath)
+	for _, want := range []string{cm.File(), badField, badValue} {
+		require.Contains(t, body, want)
+	}
+	st := s.waitSyncs(5)
+	require.GreaterOrEqual(t, st.Failures, 5)
+	require.Equal(t, good, st.Digest, "the last good render")
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the bad profile")
+	require.Equal(t, spec, specIdentity(t, s.opts.Output))
+	code, _ := s.probe(HealthzPath)
+	require.Equal(t, http.StatusOK, code, "a bad profile is not-ready, not unhealthy")
+	select {
+	case err := <-s.done:
+		t.Fatalf("Run returned on a bad profile: %v", err)
+	default:
+	}
+	errs := s.logs.Records(t, "ERROR")
+	require.Len(t, errs, 1, "one line for %d failed syncs", st.Failures)
+	line := fmt.Sprint(errs[0]["err"])
+	for _, want := range []string{cm.File(), badField, badValue} {
+		require.Contains(t, line, want)
+	}
+
+	// Fixed: ready again by itself, on the new profile.
+	cm.Swap(builtinText(t, "hgx-h100"))
+	readyIn := s.waitReady(http.StatusOK, 30*time.Second)
+	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
+	recovered := false
+	for _, rec := range s.logs.Records(t, "INFO") {
+		recovered = recovered || rec["msg"] == "recovered"
+	}
+	require.True(t, recovered)
+	t.Logf("FIGURES bad profile: not ready within %s, %d failed syncs logged as 1 line, tree and spec untouched; fixed: ready within %s",
+		notReadyIn.Round(time.Millisecond), st.Failures, readyIn.Round(time.Millisecond))
+}
+
+func TestBadProfileAtStartIsNotReady(t *testing.T) {
+	bad, err := os.ReadFile(badProfile)
+	require.NoError(t, err)
+	cm := newConfigMap(t, bad)
+	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitSyncs(3)
+	code, body := s.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, badField)
+	_, err = os.Stat(s.opts.Output)
+	require.ErrorIs(t, err, os.ErrNotExist, "no spec before a good render: the gate")
+	cm.Swap(builtinText(t, "t4-vm"))
+	s.waitReady(http.StatusOK, 30*time.Second)
+	_, err = os.Stat(s.opts.Output)
+	require.NoError(t, err)
+}
+
+func TestReadyFollowsTheMarker(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = time.Hour })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	// Another render of the same root, of another profile: the tree is no
+	// longer the current profile's, and readyz says so.
+	o := s.opts.Render
+	o.Profile = "hgx-h100"
+	_, _, err := overlay.Render(o)
+	require.NoError(t, err)
+	code, body := s.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "not the current profile's")
+	s.srv.Sync(context.Background(), "test")
+	s.waitReady(http.StatusOK, time.Second)
+}
+
+func TestStopLeavesTheTree(t *testing.T) {
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), nil)
+	s.waitReady(http.StatusOK, 10*time.Second)
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+	began := time.Now()
+	s.stop()
+	select {
+	case err := <-s.done:
+		require.NoError(t, err)
+		s.done <- err // for the cleanup
+	case <-time.After(DefaultStopTimeout + 2*time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	t.Logf("FIGURES Run returned %s after its context ended", time.Since(began).Round(time.Millisecond))
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after the stop")
+	_, err := os.Stat(s.opts.Output)
+	require.NoError(t, err)
+	_, err = http.Get(s.url + HealthzPath)
+	require.Error(t, err, "the endpoints are closed")
+}
+
+func TestNewRefusesBadOptions(t *testing.T) {
+	for name, o := range map[string]Options{
+		"no spec target":   {Render: overlay.Options{Root: "/tmp/x"}},
+		"relative root":    {Render: overlay.Options{Root: "x"}, Output: "/tmp/s.yaml"},
+		"bad kind":         {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kind: "nokind"},
+		"also-at depth":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", AlsoAt: []string{"/host/sys/bus/pci/devices"}},
+		"container root /": {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
+	} {
+		_, err := New(o)
+		require.Error(t, err, name)
+	}
+	s, err := New(Options{Output: "/tmp/s.yaml"})
+	require.NoError(t, err)
+	require.Equal(t, DefaultListen, s.opts.Listen)
+	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
+	require.Equal(t, DefaultResync, s.opts.Resync)
+}
+
+// merged says whether the spec in file serves root: a top-level mount of it
+// at the container root, and no whole-/sys/devices mount left.
+func merged(t *testing.T, file, root string) bool {
+	t.Helper()
+	s, err := deploy.ReadSpec(file)
+	require.NoError(t, err)
+	ours, whole := false, false
+	for _, m := range s.ContainerEdits.Mounts {
+		ours = ours || (m.HostPath == root && m.ContainerPath == plan.DefaultContainerRoot)
+		whole = whole || m.ContainerPath == deploy.WholeDevicesDir
+	}
+	return ours && !whole
+}
+
+// rewrite replaces file atomically, as another spec writer would.
+func rewrite(t *testing.T, file string, data []byte) {
+	t.Helper()
+	tmp := file + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, data, 0o644))
+	require.NoError(t, os.Rename(tmp, file))
+}
+
+func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
+	original, err := os.ReadFile("../testdata/nvidia.yaml")
+	require.NoError(t, err)
+	setup := func(o *Options) {
+		o.MergeInto = filepath.Join(filepath.Dir(o.Output), "nvidia.yaml")
+		o.Output = ""
+		rewrite(t, o.MergeInto, original)
+	}
+
+	t.Run("watch", func(t *testing.T) {
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour })
+		s.waitReady(http.StatusOK, 30*time.Second)
+		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+		// nvml-mock's setup writes its spec again: merged again at once.
+		began := time.Now()
+		rewrite(t, s.opts.MergeInto, original)
+		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+		require.Eventually(t, func() bool { return merged(t, s.opts.MergeInto, s.opts.Render.Root) }, 5*time.Second, 10*time.Millisecond)
+		t.Logf("FIGURES the rewritten spec merged again %s after the rewrite", time.Since(began).Round(time.Millisecond))
+	})
+	t.Run("no watch", func(t *testing.T) {
+		// Negative control: without the watch the rewrite stays unmerged.
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour; o.NoWatch = true })
+		s.waitReady(http.StatusOK, 30*time.Second)
+		rewrite(t, s.opts.MergeInto, original)
+		time.Sleep(3 * time.Second)
+		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+	})
+	t.Run("missing", func(t *testing.T) {
+		// The spec to merge into is not there yet: not ready, until it is.
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) {
+			setup(o)
+			require.NoError(t, os.Remove(o.MergeInto))
+			o.Resync = time.Hour
+		})
+		s.waitSyncs(1)
+		code, body := s.probe(ReadyzPath)
+		require.Equal(t, http.StatusServiceUnavailable, code)
+		require.Contains(t, body, "--merge-into "+s.opts.MergeInto)
+		rewrite(t, s.opts.MergeInto, original)
+		s.waitReady(http.StatusOK, 30*time.Second)
+		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
+	})
+}
+
+// TestStuckRenderAndStopTimeout holds the writer's own lock on the root, so
+// a render waits: /healthz fails once it has waited StuckAfter, and a stop
+// abandons it after StopTimeout instead of waiting for the lock.
+func TestStuckRenderAndStopTimeout(t *testing.T) {
+	cm := newConfigMap(t, builtinText(t, "t4-vm"))
+	s := start(t, cm, func(o *Options) {
+		o.Resync = time.Hour
+		o.StuckAfter = 300 * time.Millisecond
+		o.StopTimeout = 500 * time.Millisecond
+	})
+	s.waitReady(http.StatusOK, 30*time.Second)
+	lock := func() func() {
+		fd, err := unix.Open(s.opts.Render.Root, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		require.NoError(t, err)
+		require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
+		return func() { require.NoError(t, unix.Close(fd)) }
+	}
+
+	unlock := lock()
+	cm.Swap(builtinText(t, "hgx-h100"))
+	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	_, body := s.probe(HealthzPath)
+	require.Contains(t, body, "one sync has run for")
+	unlock()
+	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusOK, 30*time.Second)
+	s.waitReady(http.StatusOK, 30*time.Second)
+	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
+
+	unlock = lock()
+	syncs := s.srv.Status().Syncs
+	cm.Swap(builtinText(t, "t4-vm"))
+	time.Sleep(DefaultDebounce + 300*time.Millisecond) // the render waits for the lock
+	began := time.Now()
+	s.stop()
+	require.NoError(t, <-s.done)
+	took := time.Since(began)
+	require.Less(t, took, 5*time.Second, "abandoned after StopTimeout, not after the lock timeout")
+	require.GreaterOrEqual(t, took, s.opts.StopTimeout)
+	unlock()
+	// The abandoned render goes on in this process; let it end before the
+	// temporary directories go.
+	require.Eventually(t, func() bool { return s.srv.Status().Syncs > syncs }, 30*time.Second, 10*time.Millisecond)
+	s.done <- nil
+	warned := false
+	for _, rec := range s.logs.Records(t, "WARN") {
+		warned = warned || strings.HasPrefix(fmt.Sprint(rec["msg"]), "stopping with a render in flight")
+	}
+	require.True(t, warned)
+	t.Logf("FIGURES a render stuck on the lock: healthz 503 after StuckAfter; stop returned after %s (StopTimeout %s)", took.Round(time.Millisecond), s.opts.StopTimeout)
+}
