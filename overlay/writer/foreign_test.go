@@ -2,6 +2,7 @@ package writer_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -84,4 +86,39 @@ func TestAnotherRenderersTreeIsRefused(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(root, "sys/devices/notes"), []byte("mine"), 0o644))
 	_, err := writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
 	require.NoError(t, err)
+}
+
+// TestHostDevicesMergeToggles renders with and without the node's devices
+// on one root, in turns: a mock root port and its bridge take the addresses
+// that are the host's links in the other plan (a directory becomes a link
+// with a mock subtree gone, and back). Each render matches a fresh one.
+func TestHostDevicesMergeToggles(t *testing.T) {
+	m := planOf(t, "t4-vm", nil).Machine
+	host := []plan.HostDevice{
+		{Address: pciaddr.Address{Bus: 0, Device: 1}, Target: "../../../devices/pci0000:00/0000:00:01.0"},
+		{Address: pciaddr.Address{Bus: 0, Device: 2}, Target: "../../../devices/pci0000:00/0000:00:02.0"},
+	}
+	merged, err := plan.New(m, plan.Options{HostDevices: host})
+	require.NoError(t, err)
+	alone, err := plan.New(m, plan.Options{})
+	require.NoError(t, err)
+	require.Equal(t, plan.Dir.String(), kindAt(alone, "sys/devices/pci0000:00/0000:00:01.0"), "alone, a mock root port sits where the host's device is")
+	require.Equal(t, plan.Symlink.String(), kindAt(merged, "sys/devices/pci0000:00/0000:00:01.0"))
+
+	root := filepath.Join(t.TempDir(), "overlay")
+	for i, p := range []*plan.Plan{merged, alone, merged, alone} {
+		apply(t, root, p)
+		fresh := filepath.Join(t.TempDir(), "fresh")
+		apply(t, fresh, p)
+		overlaytest.RequireSameTree(t, overlaytest.Snapshot(t, fresh, overlaytest.SnapshotOptions{}), overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}), fmt.Sprintf("render %d against a fresh render", i))
+	}
+}
+
+func kindAt(p *plan.Plan, path string) string {
+	for _, e := range p.Entries {
+		if e.Path == path {
+			return e.Kind.String()
+		}
+	}
+	return "absent"
 }
