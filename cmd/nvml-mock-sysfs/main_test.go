@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
@@ -167,21 +170,45 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 }
 
 // TestRenderRefusesAnotherRenderersTree: render refuses, with one line that
-// says what to do, a root holding nvml-mock's render-pci-sysfs tree, and
-// leaves it untouched.
+// says what to do, a root holding a tree that the real render-pci-sysfs
+// (nvml-mock's own renderer, built from the vendored sources) wrote from
+// nvml-mock's h100 profile, alone or over one of ours, as nvml-mock's setup
+// does on every start of its pod; and leaves it untouched.
 func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
-	root := filepath.Join(t.TempDir(), "nvml-mock")
-	dev := filepath.Join(root, "sys/devices/pci0000:00/0000:1a:00.0")
-	require.NoError(t, os.MkdirAll(dev, 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(dev, "numa_node"), []byte("0\n"), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Join(root, plan.LinksDir), 0o755))
-	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:1a:00.0", filepath.Join(root, plan.LinksDir, "0000:1a:00.0")))
-	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
+	renderPCISysfs := consumers.NeedBinary(t, consumers.RenderPCISysfs())
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	theirs := func(t *testing.T, root string) {
+		t.Helper()
+		out, err := exec.Command(renderPCISysfs, "--config", h100, "--output", root).CombinedOutput()
+		require.NoError(t, err, "render-pci-sysfs: %s", out)
+		target, err := os.Readlink(filepath.Join(root, plan.LinksDir, "0000:1a:00.0"))
+		require.NoError(t, err)
+		require.Equal(t, "../../../devices/pci0000:00/0000:1a:00.0", target, "its 3-level links")
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, root string)
+	}{
+		{"its tree alone", theirs},
+		{"its tree over ours", func(t *testing.T, root string) {
+			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4-vm", "--no-binary")
+			require.Equal(t, exitOK, code, stderr)
+			theirs(t, root)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "nvml-mock")
+			tt.setup(t, root)
+			before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 
-	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "hgx-h100")
-	require.Equal(t, exitFailure, code)
-	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
-	require.Contains(t, stderr, "render into "+root+": root "+root+" holds another renderer's PCI tree (sys/bus/pci/devices/0000:1a:00.0 -> ../../../devices/pci0000:00/0000:1a:00.0,")
-	require.Contains(t, stderr, "render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first")
-	overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
+			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", h100)
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+			require.Regexp(t, `^nvml-mock-sysfs: render into `+regexp.QuoteMeta(root)+`: root `+regexp.QuoteMeta(root)+` holds another renderer's PCI tree \(sys/bus/pci/devices/0000:[0-9a-f]{2}:00\.0 -> \.\./\.\./\.\./devices/pci0000:[08]0/0000:[0-9a-f]{2}:00\.0, which no render of nvml-mock-sysfs made;`, stderr)
+			require.Contains(t, stderr, "render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first")
+			overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
+			t.Logf("%s: %s", tt.name, strings.TrimSpace(stderr))
+		})
+	}
 }
