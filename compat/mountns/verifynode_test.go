@@ -40,9 +40,9 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 		root := filepath.Join(t.TempDir(), "nvml-mock")
 		p, _, err := overlay.Render(overlay.Options{Profile: nvmlProfile, Root: root, HostDevices: hostDevices, HostSysfs: "/sys", Binary: bin})
 		require.NoError(t, err)
-		out, err := overlaytest.InNamespace(t, root, plan.DefaultContainerRoot,
-			plan.DefaultContainerRoot+"/bin/nvml-mock-sysfs verify --nvml-profile "+nvmlProfile+" --format json || true\necho ==lspci==\nlspci -D -n\n")
-		require.NoError(t, err, out)
+		out, stderr, err := overlaytest.Served{Root: root}.Shell(
+			plan.DefaultContainerRoot + "/bin/nvml-mock-sysfs verify --nvml-profile " + nvmlProfile + " --format json || true\necho ==lspci==\nlspci -D -n\n")
+		require.NoError(t, err, "%s%s", out, stderr)
 		report, listed, ok := strings.Cut(out, "==lspci==\n")
 		require.True(t, ok, out)
 		var r compat.Report
