@@ -432,7 +432,7 @@ func (v *verifier) nodeDevices() {
 			problems = append(problems, fmt.Sprintf("%d of the node's %d PCI devices are not listed: %s", len(missing), len(node), strings.Join(missing, " ")))
 		}
 		if len(shadowed) > 0 {
-			problems = append(problems, fmt.Sprintf("%d are listed as mock devices at their addresses: %s", len(shadowed), strings.Join(shadowed, ", ")))
+			problems = append(problems, fmt.Sprintf("%d shadowed by mock devices at their addresses: %s", len(shadowed), strings.Join(shadowed, ", ")))
 		}
 		v.add(NodeDevices, where, false, "%s (render with --host-devices merge)", strings.Join(problems, "; "))
 		return
