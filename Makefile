@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One static binary: containers run it from the overlay, whatever their libc.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps test vet lint bench fuzz fuzz-run clean
+.PHONY: all build deps test vet lint bench fuzz fuzz-run clean consumers e2e
 
 all: build
 
@@ -23,8 +23,8 @@ vet:
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
 
-test: deps build lint
-	$(GO) test -count=1 -timeout 20m ./...
+test: deps build lint e2e
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/compat/consumers$$')
 	$(MAKE) --no-print-directory fuzz-run
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
@@ -42,6 +42,27 @@ fuzz-run:
 
 fuzz:
 	$(MAKE) --no-print-directory fuzz-run FUZZTIME=$(FUZZTIME_LONG)
+
+# The real consumers (GFD with nvml-mock's NVML, the DRA driver's discovery,
+# nfd-worker, ghw) and runtimes, built from pinned sources into the user's
+# cache with one progress line each: a cold build takes many minutes, and go
+# test would show nothing until it ended. A warm cache rebuilds nothing.
+consumers:
+	$(GO) run ./compat/consumers/build-consumers
+
+# The consumer matrix: every profile x real consumer, with and without the
+# tree (as root; see compat/consumers). The test writes the table to a file
+# as well, since go test shows a passing package's output only with -v.
+# E2E_SABOTAGE=escaped or no-tree breaks the tree rows on purpose: they
+# must turn red. E2E_PROFILES=a.yaml:b.yaml adds profiles.
+MATRIX := bin/consumer-matrix.md
+# go test runs in the package's directory: make the profile paths absolute.
+space := $(subst ,, )
+E2E_PROFILES_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_PROFILES))))
+e2e: consumers
+	@mkdir -p bin; rm -f $(MATRIX)
+	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
+		status=$$?; [ ! -f $(MATRIX) ] || cat $(MATRIX); exit $$status
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...

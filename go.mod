@@ -7,6 +7,8 @@ require (
 	github.com/fsnotify/fsnotify v1.7.0
 	github.com/google/renameio/v2 v2.0.2
 	github.com/moby/sys/mountinfo v0.7.3
+	github.com/opencontainers/go-digest v1.0.0
+	github.com/opencontainers/image-spec v1.1.1
 	github.com/stretchr/testify v1.12.1
 	golang.org/x/sys v0.50.0
 	gopkg.in/yaml.v3 v3.0.1

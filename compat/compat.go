@@ -73,6 +73,18 @@ func (r *Report) Failures() []Result {
 	return out
 }
 
+// FailedChecks names the checks (the Consumer of each failed row) that
+// failed, each once, in report order.
+func (r *Report) FailedChecks() []string {
+	var out []string
+	for _, x := range r.Failures() {
+		if !slices.Contains(out, x.Consumer) {
+			out = append(out, x.Consumer)
+		}
+	}
+	return out
+}
+
 // Run checks a sysfs tree against the machine it should show. sysfs is
 // "/sys" to read where consumers read by default, or <root>/sys for a tree
 // on the host.
@@ -80,6 +92,7 @@ func Run(m *profile.Machine, sysfs string) *Report {
 	c := &checker{m: m, sysfs: sysfs, report: &Report{Sysfs: sysfs}}
 	c.deviceAttributes()
 	c.nvpciScan()
+	c.hcas()
 	c.reference()
 	return c.report
 }
@@ -374,7 +387,7 @@ func hasKind(m *profile.Machine, k profile.Kind) bool {
 	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
 }
 
-func keys(m map[string]profile.Device) []string {
+func keys[V any](m map[string]V) []string {
 	var out []string
 	for k := range m {
 		out = append(out, k)

@@ -59,6 +59,13 @@ func TestHostSideEveryProfile(t *testing.T) {
 			require.Equal(t, len(p.Machine.GPUs()), got[compat.BARMemory])
 			require.Equal(t, 1, got[compat.AllDevices])
 			require.Equal(t, 1, got[compat.ReferencePlain])
+			if hcas := p.Machine.HCAs; hcas != nil {
+				require.Equal(t, len(p.Machine.GPUs())*hcas.PerGPU, got[compat.HCAPCIeRoot], "one pcieRoot row per HCA")
+				require.Equal(t, 1, got[compat.HCAAllDevices])
+				require.Equal(t, 1, got[compat.NetworkControllers])
+			} else {
+				require.Zero(t, got[compat.HCAPCIeRoot])
+			}
 		})
 	}
 }
@@ -98,24 +105,18 @@ func TestFailuresAreCaught(t *testing.T) {
 			consumer: compat.AllDevices, detail: "unable to read PCI vendor",
 		},
 		{
-			name: "wrong class",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:64:00.0", "class"), []byte("0x030000\n"), 0o644))
-			},
+			name:     "wrong class",
+			break_:   writeAttr("0000:64:00.0", "class", "0x030000\n"),
 			consumer: compat.GPUByBusID, detail: "class 0x30000, want 0x30200",
 		},
 		{
-			name: "wrong numa node",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "0000:97:00.0", "numa_node"), []byte("0\n"), 0o644))
-			},
+			name:     "wrong numa node",
+			break_:   writeAttr("0000:97:00.0", "numa_node", "0\n"),
 			consumer: compat.NUMAScalar, detail: "got 0, want 1",
 		},
 		{
-			name: "missing GPU",
-			break_: func(t *testing.T, root string, p *plan.Plan) {
-				require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, "0000:ca:00.0")))
-			},
+			name:     "missing GPU",
+			break_:   removeEntry("0000:ca:00.0"),
 			consumer: compat.GPUs, detail: "got [",
 		},
 		{
@@ -129,6 +130,38 @@ func TestFailuresAreCaught(t *testing.T) {
 				require.NoError(t, os.WriteFile(f, []byte(strings.Join(lines, "\n")), 0o644))
 			},
 			consumer: compat.BARMemory, detail: "want",
+		},
+		{
+			name: "an HCA's plain escaped link loses pcieRoot",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				relink(t, root, p, "0000:54:00.0", func(n *plan.Node) string { return plan.EscapedTarget(p.ContainerRoot, n.SysPath()) })
+			},
+			consumer: compat.HCAPCIeRoot, detail: "it must start with devices/pci",
+		},
+		{
+			name: "an HCA linked under another root complex",
+			break_: func(t *testing.T, root string, p *plan.Plan) {
+				// Lexically under pci0000:61, the next GPU's root complex.
+				relink(t, root, p, "0000:54:00.0", func(n *plan.Node) string {
+					return "0000:62:00.0/../../../../devices/pci0000:61/0000:61:01.0/0000:54:00.0"
+				})
+			},
+			consumer: compat.HCAPCIeRoot, detail: "pci0000:61, its GPU 0000:53:00.0 pci0000:50",
+		},
+		{
+			name:     "an InfiniBand HCA in Ethernet's class",
+			break_:   writeAttr("0000:65:00.0", "class", "0x020000\n"),
+			consumer: compat.NetworkControllers, detail: "lists HCAs [0000:65:00.0], want exactly the Ethernet-mode ones []",
+		},
+		{
+			name:     "a missing HCA",
+			break_:   removeEntry("0000:76:00.0"),
+			consumer: compat.HCAAllDevices, detail: "missing 0000:76:00.0",
+		},
+		{
+			name:     "an HCA with another device id",
+			break_:   writeAttr("0000:87:00.0", "device", "0x101b\n"),
+			consumer: compat.HCAAllDevices, detail: "0000:87:00.0: device 0x101b, want 0x1021",
 		},
 	}
 	for _, tt := range tests {
@@ -145,6 +178,20 @@ func TestFailuresAreCaught(t *testing.T) {
 			}
 			require.True(t, hit, "want a %s failure with %q, got %+v", tt.consumer, tt.detail, r.Failures())
 		})
+	}
+}
+
+// writeAttr breaks a tree by writing one attribute file of a device.
+func writeAttr(bdf, name, value string) func(t *testing.T, root string, p *plan.Plan) {
+	return func(t *testing.T, root string, _ *plan.Plan) {
+		require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, bdf, name), []byte(value), 0o644))
+	}
+}
+
+// removeEntry breaks a tree by removing a device's links-directory entry.
+func removeEntry(bdf string) func(t *testing.T, root string, p *plan.Plan) {
+	return func(t *testing.T, root string, _ *plan.Plan) {
+		require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, bdf)))
 	}
 }
 
@@ -170,4 +217,60 @@ func TestProfileMismatchIsCaught(t *testing.T) {
 	r := compat.Run(other, filepath.Join(root, "sys"))
 	require.False(t, r.OK())
 	require.NotEmpty(t, r.Failures())
+}
+
+func TestFailedChecks(t *testing.T) {
+	r := &compat.Report{Results: []compat.Result{
+		{Consumer: "b", OK: false}, {Consumer: "a", OK: true}, {Consumer: "c", OK: false}, {Consumer: "b", OK: false},
+	}}
+	require.Equal(t, []string{"b", "c"}, r.FailedChecks(), "each failed check once, in report order")
+	require.Empty(t, (&compat.Report{Results: []compat.Result{{Consumer: "a", OK: true}}}).FailedChecks())
+}
+
+// TestHCALinkLayers renders the h100 built-in with its ConnectX-7s in each
+// link layer: go-nvlib's GetNetworkControllers matches class 0x020000 only,
+// so it lists all eight in Ethernet mode and none in InfiniBand mode.
+func TestHCALinkLayers(t *testing.T) {
+	for _, layer := range []string{"InfiniBand", "Ethernet"} {
+		t.Run(layer, func(t *testing.T) {
+			p, ok := builtin.Get("hgx-h100")
+			require.True(t, ok)
+			p.InfiniBand.LinkLayer = layer
+			data, err := profile.Marshal(p, "hgx-h100 with "+layer+" HCAs")
+			require.NoError(t, err)
+			file := filepath.Join(t.TempDir(), "h100-"+layer+".yaml")
+			require.NoError(t, os.WriteFile(file, data, 0o644))
+			root, pl := render(t, file)
+			r := compat.Run(pl.Machine, filepath.Join(root, "sys"))
+			requireOK(t, r)
+			want := map[string]string{"InfiniBand": "exactly the 0 Ethernet-mode HCAs", "Ethernet": "exactly the 8 Ethernet-mode HCAs"}[layer]
+			var got []string
+			for _, x := range r.Results {
+				if x.Consumer == compat.NetworkControllers || x.Consumer == compat.HCAAllDevices {
+					got = append(got, x.Detail)
+				}
+			}
+			require.Len(t, got, 2)
+			require.Contains(t, got[1], want)
+			require.Contains(t, got[0], "8 HCAs ConnectX-7 (15b3:1021)")
+		})
+	}
+}
+
+// TestHCAsAroundHostDevices renders h100 with --host-devices merge on a host
+// that has a device on the bus the first HCA takes otherwise: the render
+// moves that HCA, and compat, which finds the host's entries by their kernel
+// link text, expects it where it went.
+func TestHCAsAroundHostDevices(t *testing.T) {
+	host := t.TempDir()
+	dev := filepath.Join(host, "devices/pci0000:00/0000:00:1c.0/0000:54:00.0")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dev, "vendor"), []byte("0x8086\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(host, "bus/pci/devices"), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, "bus/pci/devices/0000:54:00.0")))
+	root := filepath.Join(t.TempDir(), "overlay")
+	p, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
+	require.NoError(t, err)
+	require.NotEqual(t, "0000:54:00.0", p.Tree.HCAs[0].Node.Address.String(), "the HCA moved off the host's bus")
+	requireOK(t, compat.Run(p.Machine, filepath.Join(root, "sys")))
 }

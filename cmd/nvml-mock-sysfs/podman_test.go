@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -153,16 +152,6 @@ func (x *e2e) lspci(device string, args ...string) string {
 	return stdout
 }
 
-func failedNames(r *compat.Report) []string {
-	var out []string
-	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Consumer) {
-			out = append(out, c.Consumer)
-		}
-	}
-	return out
-}
-
 func loadUnseen(t *testing.T) *profile.Machine {
 	t.Helper()
 	p, err := profile.LoadFile(unseenProfile)
@@ -223,7 +212,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 	t.Run("without the device the container sees the host's own devices", func(t *testing.T) {
 		code, r := x.verify("", "--profile", "/two-domains.yaml")
 		require.Equal(t, 1, code)
-		failed := failedNames(r)
+		failed := r.FailedChecks()
 		require.Contains(t, failed, verify.LinksMount)
 		require.Contains(t, failed, "deviceattribute.pcieRoot")
 		host, err := exec.Command("lspci", "-D", "-n").Output()
@@ -238,7 +227,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 		x.cli("cdi", "--root", plain, "--output", plainSpec, "--kind", plainKind)
 		code, r := x.verify(plainKind + "=" + deploy.DeviceName)
 		require.Equal(t, 1, code)
-		require.Equal(t, []string{"deviceattribute.pcieRoot"}, failedNames(r), "everything else reads through the links and passes")
+		require.Equal(t, []string{"deviceattribute.pcieRoot"}, r.FailedChecks(), "everything else reads through the links and passes")
 		for _, c := range r.Failures() {
 			require.Contains(t, c.Detail, "must start with devices/pci")
 		}
@@ -277,7 +266,7 @@ func TestPodmanMergedSpec(t *testing.T) {
 
 	code, r := x.verify(device, "--profile", "/two-domains.yaml")
 	require.Equal(t, 1, code, "before the merge")
-	require.Contains(t, failedNames(r), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
+	require.Contains(t, r.FailedChecks(), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
 
 	out := x.cli("cdi", "--root", root, "--merge-into", file)
 	require.Contains(t, out, "removed 1 mounts, added 2")

@@ -113,7 +113,7 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 			bridges++
 		case n.Device.Kind == profile.NVSwitch:
 			switches++
-		default:
+		case n.Device.Kind == profile.GPU:
 			gpus++
 		}
 	}
@@ -124,6 +124,12 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	fmt.Fprintf(e.stdout, "%s %s into %s\n", verb, m.Source, o.Root)
 	fmt.Fprintf(e.stdout, "  GPUs %d, NVSwitches %d, root complexes %d, bridges %d, hierarchy %s\n",
 		gpus, switches, len(p.Tree.RootComplexes), bridges, m.Hierarchy)
+	if s := m.HCAs; s != nil {
+		fmt.Fprintf(e.stdout, "  HCAs %d (%s %s, %s), one PCIe switch or root port beside each GPU\n", len(p.Tree.HCAs), s.Type, s.Name, s.LinkLayer)
+	}
+	if m.ProductName != "" {
+		fmt.Fprintf(e.stdout, "  machine     %q in %s (GFD: --machine-type-file=%s)\n", m.ProductName, plan.ProductNameFile, path.Join(p.ContainerRoot, plan.ProductNameFile))
+	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
 	fmt.Fprintf(e.stdout, "  links       %s -> mount at /sys/bus/pci/devices\n", path.Join(o.Root, plan.LinksDir))
 	if st == nil {

@@ -32,6 +32,17 @@ func MockNVML() Program {
 	}
 }
 
+// NvmlMockConfigs are nvml-mock's own profiles, as its repository ships
+// them (pkg/gpu/mocknvml/configs), extracted once into the cache.
+func NvmlMockConfigs() Program {
+	return Program{
+		Name:    "nvml-mock-configs",
+		Tarball: "k8s-test-infra.tar.xz",
+		Steps:   []Step{{Args: []string{"sh", "-c", "cp pkg/gpu/mocknvml/configs/*.yaml {out}/"}}},
+		Outputs: []string{"mock-nvml-config-a100.yaml", "mock-nvml-config-gb200.yaml", "mock-nvml-config-h100.yaml", "mock-nvml-config-t4.yaml"},
+	}
+}
+
 // RenderPCISysfs is nvml-mock's own renderer, the one this project
 // replaces: its trees are what a switch-over must refuse to mix with.
 func RenderPCISysfs() Program {
@@ -172,5 +183,5 @@ func ourModule(name string, cgo bool) Program {
 // build-consumers builds them: the quick ones first, so a cold run shows
 // progress early.
 func All() []Program {
-	return []Program{MockNVML(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd()}
+	return []Program{MockNVML(), NvmlMockConfigs(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd()}
 }

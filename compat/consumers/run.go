@@ -247,8 +247,8 @@ users:
 }
 
 // ParseNFDLabels finds the labels in nfd-worker's log: klog writes the
-// "feature discovery completed" line's labels value (YAML, label: "value")
-// as a multi-line block between "labels=<" and ">".
+// "feature discovery completed" line's labels value (YAML, label: "value",
+// or {} for none) as a multi-line block between "labels=<" and ">".
 func ParseNFDLabels(log []byte) (map[string]string, error) {
 	lines := strings.Split(string(log), "\n")
 	for i, line := range lines {
@@ -259,8 +259,11 @@ func ParseNFDLabels(log []byte) (map[string]string, error) {
 		if strings.HasSuffix(line, "labels=<") {
 			for _, l := range lines[i+1:] {
 				l = strings.TrimSpace(l)
-				if l == ">" {
+				switch l {
+				case ">":
 					return labels, nil
+				case "{}", "": // YAML's empty map: no labels
+					continue
 				}
 				k, v, ok := strings.Cut(l, ": ")
 				if !ok {
@@ -273,12 +276,8 @@ func ParseNFDLabels(log []byte) (map[string]string, error) {
 			}
 			return nil, fmt.Errorf("nfd-worker log: the labels of %q never end", line)
 		}
-		// One line: no labels ("labels={}\n"), or no labels value at all
-		// when the worker logs at a verbosity below 1.
-		if !strings.Contains(line, "labels=") {
-			return nil, fmt.Errorf("nfd-worker log: %q has no labels (run it with -v 1)", line)
-		}
-		return labels, nil
+		// Without a labels block the worker logged below verbosity 1.
+		return nil, fmt.Errorf("nfd-worker log: %q has no labels (run it with -v 1)", line)
 	}
 	return nil, fmt.Errorf("nfd-worker log has no \"feature discovery completed\" line:\n%s", log)
 }

@@ -3,6 +3,9 @@ package mountns_test
 import (
 	"encoding/xml"
 	"fmt"
+	"os"
+	"path"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,7 +14,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // hwlocObject is an object of lstopo's XML output.
@@ -141,9 +147,10 @@ func TestH100LooksLikeHGX(t *testing.T) {
 		}
 		gpus++
 		r := n.RootComplex.Bus
-		pattern := fmt.Sprintf(`\[0000:%02x\]---01\.0-\[%02x-%02x\]----00\.0-\[%02x-%02x\]----00\.0-\[%02x\]----00\.0  NVIDIA Corporation GH100\[H100 SXM5 80GB\] \[10de:2330\]`,
-			r, r+1, r+3, r+2, r+3, r+3)
-		require.Regexp(t, regexp.MustCompile(pattern), tree, "lspci -tv draws %s three bridges deep", n.Address)
+		// Three bridges deep, and its ConnectX-7 on the next port of the switch.
+		pattern := fmt.Sprintf(`\[0000:%02x\]---01\.0-\[%02x-%02x\]----00\.0-\[%02x-%02x\]--\+-00\.0-\[%02x\]----00\.0  NVIDIA Corporation GH100\[H100 SXM5 80GB\] \[10de:2330\]\n[ |]+\\-01\.0-\[%02x\]----00\.0  Mellanox Technologies MT2910 Family \[ConnectX-7\] \[15b3:1021\]`,
+			r, r+1, r+4, r+2, r+4, r+3, r+4)
+		require.Regexp(t, regexp.MustCompile(pattern), tree, "lspci -tv draws %s three bridges deep beside its HCA", n.Address)
 		// Its upstream switch port and downstream port are PEX890xx.
 		for _, a := range ancestors(n)[1:] {
 			require.Contains(t, bridges, strings.TrimPrefix(a, "0000:")+" PCI bridge [0604]: Broadcom / LSI PEX890xx PCIe Gen 5 Switch [1000:c030] (rev b0)")
@@ -160,4 +167,78 @@ func TestH100LooksLikeHGX(t *testing.T) {
 	// PCIBridge levels down.
 	hgx := regexp.MustCompile(`(?m)^  HostBridge\n    PCIBridge\n      PCIBridge\n        PCIBridge\n          PCI ([0-9a-f]{2}):00\.0 \(3D\)$`)
 	require.Len(t, hgx.FindAllString(lstopo, -1), 8, lstopo)
+}
+
+// TestHCAsBesideTheirGPUs renders every profile with an infiniband block and
+// checks, with the real lspci and lstopo, that each HCA sits beside its GPU:
+// under the GPU's own PCIe switch (the same upstream port, a sibling
+// downstream port), or where the GPU has no switch, on a root port of its
+// own under the GPU's host bridge. lspci -PP prints the bridge path it
+// walked in sysfs; lstopo's XML nests the same bridges.
+func TestHCAsBesideTheirGPUs(t *testing.T) {
+	requireNamespace(t)
+	profiles := []string{"dgx-a100", "hgx-h100", "gb200-tray"}
+	shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+	for _, name := range append(profiles, shared...) {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			root, p := render(t, overlay.Options{Profile: name})
+			if p.Machine.HCAs == nil {
+				return // t4: no HCAs in the profile
+			}
+			require.NotEmpty(t, p.Tree.HCAs)
+			out := inNamespace(t, root, "lspci -PP -D -n\necho ==lstopo==\nlstopo-no-graphics --whole-io --of xml -")
+			lspci, topo, _ := strings.Cut(out, "==lstopo==\n")
+			paths := map[string][]string{} // bdf -> bridges above it, as lspci walked them
+			for _, l := range lines(lspci) {
+				elems := strings.Split(strings.Fields(l)[0], "/")
+				bdf := elems[len(elems)-1]
+				if !strings.HasPrefix(bdf, "0000:") {
+					bdf = "0000:" + bdf
+				}
+				paths[bdf] = elems[:len(elems)-1]
+			}
+			devs := hwlocDevices(t, topo)
+			switches := 0
+			for _, h := range p.Tree.HCAs {
+				hca, gpu := h.Node.Address.String(), h.GPU.Address.String()
+				hp, gp := paths[hca], paths[gpu]
+				require.NotEmpty(t, hp, "lspci lists HCA %s", hca)
+				hx, gx := devs[hca], devs[gpu]
+				require.Equal(t, gx.host, hx.host, "lstopo: HCA %s under its GPU %s's host bridge", hca, gpu)
+				require.Equal(t, fmt.Sprintf("%04x [%04x:%04x]", profile.ClassInfiniBand>>8, boards.VendorMellanox, p.Machine.HCAs.Device), hx.obj.PCIType[:16], "lstopo: HCA %s type", hca)
+				if len(gp) >= 3 && h.Node.Parent.Role == plan.SwitchDown {
+					switches++
+					// The same switch: equal paths down to the upstream port, then
+					// a downstream port of its own.
+					require.Equal(t, gp[:len(gp)-1], hp[:len(hp)-1], "lspci -PP: HCA %s behind GPU %s's switch", hca, gpu)
+					require.NotEqual(t, gp[len(gp)-1], hp[len(hp)-1], "a downstream port of its own")
+					require.Equal(t, gx.bridges[:len(gx.bridges)-1], hx.bridges[:len(hx.bridges)-1], "lstopo: HCA %s behind GPU %s's switch", hca, gpu)
+					continue
+				}
+				require.Len(t, hp, 1, "HCA %s on a root port of its own", hca)
+				require.Len(t, hx.bridges, 1, "lstopo: HCA %s on a root port of its own", hca)
+			}
+			if p.Machine.Hierarchy != boards.Flat {
+				require.Positive(t, switches, "HCAs share their GPU's switch")
+			}
+		})
+	}
+}
+
+// TestMachineTypeFile reads the machine type where GFD's
+// --machine-type-file=/opt/nvml-mock/dmi/product_name points, inside the
+// namespace, and checks that the host's own DMI file is untouched there.
+func TestMachineTypeFile(t *testing.T) {
+	requireNamespace(t)
+	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
+	require.Equal(t, "DGX H100", p.Machine.ProductName)
+	const dmi = "/sys/class/dmi/id/product_name"
+	host := "absent"
+	if data, err := os.ReadFile(dmi); err == nil {
+		host = string(data)
+	}
+	out := inNamespace(t, root, "cat "+path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)+"\necho ==\ncat "+dmi+" 2>/dev/null || echo absent")
+	ours, theirs, _ := strings.Cut(out, "==\n")
+	require.Equal(t, "DGX H100\n", ours)
+	require.Equal(t, strings.TrimSpace(host), strings.TrimSpace(theirs), "the host's DMI is what the namespace sees")
 }

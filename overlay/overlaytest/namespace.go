@@ -64,6 +64,9 @@ type Served struct {
 	// Tmpfs lists directories that get a private empty tmpfs, such as /run
 	// for a private daemon's sockets and state.
 	Tmpfs []string
+	// Binds are read-only bind mounts made after the tmpfs mounts, so a
+	// target may lie in one: a CDI spec directory at /run/cdi.
+	Binds []Bind
 	// HostSysAt lists where the node's own /sys also appears, read-only,
 	// under the links directory when LinksAt names a path below it: as
 	// node-feature-discovery's DaemonSet mounts /sys at /host-sys. Links
@@ -71,6 +74,12 @@ type Served struct {
 	HostSysAt []string
 	// Env is added to the environment of what runs inside.
 	Env []string
+}
+
+// Bind is a read-only bind mount of a host path; Target is created if
+// missing.
+type Bind struct {
+	Source, Target string
 }
 
 // containerRoot is ContainerRoot or its default.
@@ -96,6 +105,10 @@ func (s Served) Script() string {
 	}
 	for _, dir := range s.Tmpfs {
 		lines = append(lines, "mkdir -p "+q(dir), "mount -t tmpfs -o mode=0755 tmpfs "+q(dir))
+	}
+	for _, b := range s.Binds {
+		lines = append(lines, "mkdir -p "+q(b.Target))
+		bindRO(b.Source, b.Target)
 	}
 	for _, dir := range s.HostSysAt {
 		// Created on the host and left there empty, like LinksAt's tops.
@@ -210,16 +223,24 @@ func InNamespace(t testing.TB, root, containerRoot, script string) (string, erro
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {
 	t.Helper()
+	return BuildStatic(t, "./cmd/nvml-mock-sysfs")
+}
+
+// BuildStatic builds a main package of the repository (a path relative to
+// its top, such as ./cmd/nvml-mock-sysfs) as a static binary
+// (CGO_ENABLED=0) into a temporary directory and returns its path.
+func BuildStatic(t testing.TB, pkg string) string {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
 	}
-	out := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
-	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, "./cmd/nvml-mock-sysfs")
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = Repo(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, b)
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
 }

@@ -64,8 +64,11 @@ func driverOf(n *Node) string {
 	case RootPort, SwitchUp, SwitchDown:
 		return "pcieport"
 	case Endpoint:
-		if n.Device.Kind == profile.NVSwitch {
+		switch n.Device.Kind {
+		case profile.NVSwitch:
 			return "nvidia-nvswitch"
+		case profile.HCA:
+			return "mlx5_core"
 		}
 		return "nvidia"
 	}

@@ -119,10 +119,14 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 	require.Regexp(t, `^pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-F]{2}\n$`, get("modalias"))
 	if n.Role == plan.Endpoint {
 		require.Equal(t, n.Device.NUMANode, n.NUMANode, where)
-		if n.Device.Kind == profile.GPU {
+		switch n.Device.Kind {
+		case profile.GPU:
 			require.Equal(t, boards.VendorNVIDIA, id.Vendor)
 			require.Equal(t, uint8(0xa1), id.Revision, "%s: every board in REAL-HARDWARE.md is rev a1", where)
-		} else {
+		case profile.HCA:
+			require.Equal(t, boards.VendorMellanox, id.Vendor, where)
+			require.Contains(t, []uint32{profile.ClassInfiniBand, profile.ClassEthernet}, id.Class, where)
+		default:
 			require.Equal(t, profile.ClassNVSwitch, id.Class, where)
 		}
 	} else {
@@ -319,7 +323,7 @@ func TestLinksResolve(t *testing.T) {
 				}
 				driver := map[plan.Role]string{plan.RootPort: "pcieport", plan.SwitchUp: "pcieport", plan.SwitchDown: "pcieport"}[n.Role]
 				if n.Role == plan.Endpoint {
-					driver = map[profile.Kind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch"}[n.Device.Kind]
+					driver = map[profile.Kind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch", profile.HCA: "mlx5_core"}[n.Device.Kind]
 				}
 				if driver == "" {
 					_, err := os.Lstat(filepath.Join(root, dir, "driver"))

@@ -28,7 +28,9 @@ func fuzzBoards() []profile.Word {
 //
 //   - flags: bits 0-1 the hierarchy (profile's own, flat, hgx, dgx), bit 2
 //     a pcie_topology, bit 3 the last device an NVSwitch, bit 4 every
-//     device listed under a root complex rather than placed by bus range;
+//     device listed under a root complex rather than placed by bus range,
+//     bit 5 an infiniband block with 1 + bits 6-7 HCAs per GPU, Ethernet
+//     when that count is even;
 //   - rcs: two bytes per root complex, domain (0-3) and root bus;
 //   - devs: three bytes per device, domain (0-3) and board, bus, devfn.
 func fuzzProfile(flags byte, rcs, devs []byte) *profile.Profile {
@@ -43,6 +45,10 @@ func fuzzProfile(flags byte, rcs, devs []byte) *profile.Profile {
 		last := p.Devices[len(p.Devices)-1]
 		p.Devices = p.Devices[:len(p.Devices)-1]
 		p.NVLink = &profile.NVLink{Switches: []profile.NVSwitchConfig{{BDF: last.PCI.BusID}}}
+	}
+	if flags&32 != 0 {
+		per := int(flags>>6) + 1
+		p.InfiniBand = &profile.InfiniBand{Enabled: true, HCAsPerGPU: &per, LinkLayer: []string{"InfiniBand", "Ethernet"}[(per+1)%2]}
 	}
 	if flags&4 == 0 {
 		return p
@@ -67,7 +73,8 @@ func fuzzProfile(flags byte, rcs, devs []byte) *profile.Profile {
 // line, and every plan must keep the invariants consumers rely on (see
 // plancheck.CheckPlan): links resolve inside the overlay, entries are
 // lower-case BDFs, endpoint texts clean to devices/pci.../<bdf>, bridge
-// ranges hold their children. Seeds: testdata/fuzz/FuzzPlanInvariants.
+// ranges hold their children, every address is used once, and each HCA sits
+// beside its GPU. Seeds: testdata/fuzz/FuzzPlanInvariants.
 func FuzzPlanInvariants(f *testing.F) {
 	f.Add(byte(0), []byte{}, []byte{0x00, 0x18, 0x00})
 	f.Fuzz(func(t *testing.T, flags byte, rcs, devs []byte) {

@@ -59,8 +59,11 @@ type barSpec struct {
 // size from the profile.
 func endpointBARs(n *Node) []barSpec {
 	d := n.Device
-	if d.Kind == profile.NVSwitch {
+	switch d.Kind {
+	case profile.NVSwitch:
 		return []barSpec{{0, 32 * mib, flagMem32}}
+	case profile.HCA:
+		return hcaBARs()
 	}
 	var specs []barSpec
 	for _, b := range boards.BARs(d.DeviceID, d.BAR1Bytes) {

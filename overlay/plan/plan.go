@@ -40,6 +40,10 @@ const (
 	// ProfileFile is the effective profile, which verify checks against.
 	// It is JSON, which profile loaders read as the YAML it also is.
 	ProfileFile = "effective-profile.json"
+	// ProductNameFile is the machine type, for GPU Feature Discovery's
+	// --machine-type-file=/opt/nvml-mock/dmi/product_name. It is never
+	// mounted over /sys/class/dmi.
+	ProductNameFile = "dmi/product_name"
 	// BinaryFile is where render installs its own binary for verify.
 	BinaryFile = "bin/nvml-mock-sysfs"
 	// DefaultContainerRoot is where containers see the overlay.
@@ -168,7 +172,7 @@ func ValidateContainerRoot(p string) error {
 	}
 	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
 	switch first {
-	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile:
+	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile):
 		return bad("must not start at /" + first + ", which the overlay or the kernel uses")
 	}
 	return nil
@@ -304,6 +308,9 @@ func (b *builder) build(m *profile.Machine) error {
 		return err
 	}
 	b.file(ProfileFile, effective)
+	if m.ProductName != "" {
+		b.text(path.Dir(ProductNameFile), path.Base(ProductNameFile), m.ProductName+"\n")
+	}
 
 	// The loop link: <root>/<container root> -> <root>.
 	rel := strings.TrimPrefix(b.opts.ContainerRoot, "/")

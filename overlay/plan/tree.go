@@ -67,6 +67,7 @@ func (n *Node) Depth() int { return strings.Count(n.sysPath, "/") + 1 }
 type Tree struct {
 	RootComplexes []TreeRoot
 	Hierarchy     boards.Hierarchy
+	HCAs          []HCA   // in GPU index order, then HCA order
 	nodes         []*Node // depth-first order
 }
 
@@ -191,6 +192,9 @@ func BuildTree(m *profile.Machine, opts BuildOptions) (*Tree, error) {
 		builders = append(builders, b)
 	}
 	if err := addAnchors(t, &builders, reserved, reservedBus); err != nil {
+		return nil, err
+	}
+	if err := placeHCAs(m, t, builders); err != nil {
 		return nil, err
 	}
 	for _, b := range builders {

@@ -127,8 +127,12 @@ func checkTree(t *testing.T, m *profile.Machine, tree *plan.Tree, reserved []pci
 	for _, d := range m.Devices {
 		want = append(want, d.Address)
 	}
+	for _, h := range tree.HCAs {
+		want = append(want, h.Node.Address)
+	}
+	slices.SortFunc(want, pciaddr.Address.Compare)
 	slices.SortFunc(endpoints, pciaddr.Address.Compare)
-	require.Equal(t, want, endpoints, "every profile device exactly once")
+	require.Equal(t, want, endpoints, "every profile device and HCA exactly once")
 }
 
 // rcLimits gives each root complex the last bus it owns: up to the next

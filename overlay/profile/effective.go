@@ -54,6 +54,7 @@ func (m *Machine) Effective() *Profile {
 		})
 	}
 	p.PCIeTopology = topo
+	m.effectiveExtras(p)
 	return p
 }
 

@@ -18,22 +18,14 @@ const (
 	GPU Kind = iota
 	// NVSwitch is an nvlink.switches[] entry: class 0x068000.
 	NVSwitch
+	// HCA is a ConnectX adapter of the infiniband block, beside a GPU.
+	HCA
 )
 
-func (k Kind) String() string {
-	if k == NVSwitch {
-		return "nvswitch"
-	}
-	return "gpu"
-}
+func (k Kind) String() string { return [...]string{"gpu", "nvswitch", "hca"}[k] }
 
 // Plural names several of a kind.
-func (k Kind) Plural() string {
-	if k == NVSwitch {
-		return "nvswitches"
-	}
-	return "gpus"
-}
+func (k Kind) Plural() string { return [...]string{"gpus", "nvswitches", "hcas"}[k] }
 
 // Class codes, as the kernel's class file shows them.
 const (
@@ -41,6 +33,8 @@ const (
 	ClassVGAController uint32 = 0x030000
 	ClassNVSwitch      uint32 = 0x068000
 	ClassPCIBridge     uint32 = 0x060400
+	ClassInfiniBand    uint32 = 0x020700
+	ClassEthernet      uint32 = 0x020000
 )
 
 // Link is a PCIe link's generation (1 = 2.5 GT/s ... 6 = 64 GT/s) and width.
@@ -82,6 +76,10 @@ type Machine struct {
 	Hierarchy     boards.Hierarchy
 	RootComplexes []RootComplex // sorted by domain, bus
 	Devices       []Device      // sorted by address
+	// HCAs, when set, gives every GPU its HCAs; the planner places them.
+	HCAs *HCASpec
+	// ProductName is the machine type for dmi/product_name; "" renders none.
+	ProductName string
 }
 
 // GPUs returns the machine's GPUs, sorted by address.
@@ -175,6 +173,9 @@ func (n *normalizer) run(opts Options) (*Machine, error) {
 		return nil, err
 	}
 	slices.SortFunc(m.Devices, func(a, b Device) int { return a.Address.Compare(b.Address) })
+	if err := n.machineExtras(m); err != nil {
+		return nil, err
+	}
 	return m, nil
 }
 

@@ -23,6 +23,7 @@ type Profile struct {
 	Devices        []DeviceConfig `yaml:"devices,omitempty" json:"devices,omitempty,omitzero"`
 	NVLink         *NVLink        `yaml:"nvlink,omitempty" json:"nvlink,omitempty,omitzero"`
 	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty" json:"pcie_topology,omitempty,omitzero"`
+	InfiniBand     *InfiniBand    `yaml:"infiniband,omitempty" json:"infiniband,omitempty,omitzero"`
 }
 
 // SystemConfig is the system block; only the device count matters here.
@@ -30,6 +31,10 @@ type SystemConfig struct {
 	// NumDevices, as in nvml-mock, brings devices into being beyond those
 	// devices[] lists: they take device_defaults.
 	NumDevices *int `yaml:"num_devices,omitempty" json:"num_devices,omitempty,omitzero"`
+	// ProductName is this tool's extension: the machine type rendered at
+	// <overlay>/dmi/product_name for GPU Feature Discovery's
+	// --machine-type-file. Without it, the GPU board's machine is used.
+	ProductName string `yaml:"product_name,omitempty" json:"product_name,omitempty,omitzero"`
 }
 
 // DeviceConfig is one entry of devices[], or device_defaults. As in
@@ -90,6 +95,24 @@ type RootComplexConfig struct {
 	ID       string   `yaml:"id" json:"id"`
 	NUMANode *int     `yaml:"numa_node,omitempty" json:"numa_node,omitempty,omitzero"`
 	Devices  []string `yaml:"devices" json:"devices"`
+}
+
+// InfiniBand is nvml-mock's infiniband block: the ConnectX HCAs beside each
+// GPU. Only enabled, hca_type, link_layer and hcas_per_gpu shape PCI sysfs;
+// the rest are listed so that they count as known keys, and are ignored.
+type InfiniBand struct {
+	Enabled          bool   `yaml:"enabled,omitempty" json:"enabled,omitempty,omitzero"`
+	HCAType          string `yaml:"hca_type,omitempty" json:"hca_type,omitempty,omitzero"`
+	LinkLayer        string `yaml:"link_layer,omitempty" json:"link_layer,omitempty,omitzero"`
+	HCAsPerGPU       *int   `yaml:"hcas_per_gpu,omitempty" json:"hcas_per_gpu,omitempty,omitzero"`
+	FWVersion        string `yaml:"fw_version,omitempty" json:"-"`
+	HWRev            string `yaml:"hw_rev,omitempty" json:"-"`
+	BoardID          string `yaml:"board_id,omitempty" json:"-"`
+	RateGbps         *int   `yaml:"rate_gbps,omitempty" json:"-"`
+	PortState        string `yaml:"port_state,omitempty" json:"-"`
+	PhysState        string `yaml:"phys_state,omitempty" json:"-"`
+	GUIDPrefix       string `yaml:"guid_prefix,omitempty" json:"-"`
+	NodeDescTemplate string `yaml:"node_desc_template,omitempty" json:"-"`
 }
 
 // Word is a 32-bit value written as a YAML integer (0x20B010DE) or a string

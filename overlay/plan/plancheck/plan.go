@@ -23,12 +23,18 @@ import (
 //   - every endpoint's text cleans lexically, as deviceattribute reads it,
 //     to devices/pci.../<bdf>, the very path the kernel resolves;
 //   - bridge bus ranges hold their children, siblings' ranges do not
-//     overlap, and config space and the bus number files agree.
+//     overlap, and config space and the bus number files agree;
+//   - no two functions share an address, none takes a host device's, and
+//     no bridge range holds a host device's bus;
+//   - each GPU has the machine's HCAs, each on its GPU's root complex and
+//     NUMA node, behind the GPU's own PCIe switch or a root port of its own.
 func CheckPlan(p *plan.Plan, hostDevices string) []string {
 	c := &planChecker{p: p, tree: FromEntries(p.Entries), hostDevices: hostDevices}
 	c.entries()
 	c.links()
 	c.nodes()
+	c.addresses()
+	c.hcas()
 	return c.bad
 }
 

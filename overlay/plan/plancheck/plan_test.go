@@ -82,8 +82,26 @@ func TestCheckPlanFindsBrokenPlans(t *testing.T) {
 		}, "do not fit"},
 		{"config space disagrees", func(p *plan.Plan) {
 			n := nodeOf(p, "0000:51:00.0")
-			n.Secondary, n.Subordinate = 0x52, 0x54
+			n.Secondary, n.Subordinate = 0x52, 0x5f
 		}, "config: buses"},
+		{"an HCA on another NUMA node than its GPU", func(p *plan.Plan) {
+			nodeOf(p, "0000:54:00.0").NUMANode = 1
+		}, "HCA on NUMA node 1, its GPU 0000:53:00.0 on 0"},
+		{"an HCA paired with another switch's GPU", func(p *plan.Plan) {
+			p.Tree.HCAs[0].GPU = nodeOf(p, "0000:64:00.0")
+		}, "not its GPU 0000:64:00.0's"},
+		{"a GPU without its HCA", func(p *plan.Plan) {
+			p.Tree.HCAs = p.Tree.HCAs[1:]
+		}, "0000:53:00.0: GPU with 0 HCAs, want 1"},
+		{"an HCA at a GPU's address", func(p *plan.Plan) {
+			nodeOf(p, "0000:54:00.0").Address = nodeOf(p, "0000:53:00.0").Address
+		}, "0000:53:00.0: two functions at one address"},
+		{"an HCA with a GPU's class", func(p *plan.Plan) {
+			nodeOf(p, "0000:54:00.0").Identity.Class = profile.Class3DController
+		}, "want 15b3:1021 class 020700"},
+		{"an HCA on a host device's bus", func(p *plan.Plan) {
+			p.HostDevices = append(p.HostDevices, plan.HostDevice{Address: nodeOf(p, "0000:54:00.0").Address})
+		}, "buses 52-54 hold host device 0000:54:00.0"},
 		{"a world-writable file", func(p *plan.Plan) {
 			p.Entries[len(p.Entries)/2].Mode = 0o666
 		}, "mode"},

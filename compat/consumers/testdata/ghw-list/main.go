@@ -18,7 +18,8 @@ import (
 
 // device is the part of ghw's pci.Device that identifies a function and
 // its place in the tree. ghw's own JSON would carry each vendor's whole
-// product list from pci.ids.
+// product list from pci.ids. consumers.GHWDevice reads it: this module is
+// built on its own, so it cannot share the type.
 type device struct {
 	Address       string `json:"address"`
 	ParentAddress string `json:"parentAddress"`

@@ -19,7 +19,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// device is one GPU as NVML reports it.
+// device is one GPU as NVML reports it. consumers.NVMLDevice reads it:
+// this module is built on its own, so it cannot share the type.
 type device struct {
 	Index int `json:"index"`
 	// BusID is NVML's form, with an 8-digit domain: 00000000:3B:00.0.

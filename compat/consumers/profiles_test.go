@@ -1,0 +1,129 @@
+package consumers_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// suiteProfile is one profile of the suite: a file that both the renderer
+// and the mock NVML read, so NVML and sysfs describe one machine.
+type suiteProfile struct {
+	Name string // the matrix's row label
+	File string
+}
+
+// extraProfilesEnv names a variable listing more profile files for the
+// suite, separated by colons: make e2e E2E_PROFILES=a.yaml:b.yaml runs
+// profiles the suite was not written against through the same programs.
+const extraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
+
+// suiteProfiles lists every built-in, every profile of
+// ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
+// the k8s-test-infra tarball, the suite's own (two PCI domains, VGA
+// class), and any named in extraProfilesEnv.
+func suiteProfiles(t *testing.T) []suiteProfile {
+	t.Helper()
+	var out []suiteProfile
+	for _, name := range builtin.Names() {
+		out = append(out, suiteProfile{Name: "built-in " + name, File: builtinFile(t, name)})
+	}
+	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+	if err != nil || len(shared) == 0 {
+		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
+	}
+	for _, f := range shared {
+		out = append(out, suiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
+	}
+	configs := consumers.Need(t, consumers.NvmlMockConfigs())
+	for _, f := range consumers.NvmlMockConfigs().Outputs {
+		out = append(out, suiteProfile{Name: "nvml-mock " + strings.TrimSuffix(strings.TrimPrefix(f, "mock-nvml-config-"), ".yaml"), File: filepath.Join(configs, f)})
+	}
+	own, err := filepath.Glob("testdata/profiles/*.yaml")
+	if err != nil || len(own) == 0 {
+		t.Fatalf("no profiles in testdata/profiles: %v", err)
+	}
+	for _, f := range own {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: abs})
+	}
+	for _, f := range filepath.SplitList(os.Getenv(extraProfilesEnv)) {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(abs)
+		if err != nil {
+			t.Fatalf("%s: %v", extraProfilesEnv, err)
+		}
+		out = append(out, suiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
+	}
+	return out
+}
+
+// mockNVMLDriverVersion is the driver version a derived profile gives the
+// mock NVML, which refuses a profile without one: nvml-mock's own.
+const mockNVMLDriverVersion = "550.163.01"
+
+// builtinFile writes a built-in as a profile file the mock NVML accepts:
+// its effective profile, with every value explicit.
+func builtinFile(t *testing.T, name string) string {
+	t.Helper()
+	m, err := overlay.LoadMachine(name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := profile.Marshal(m.Effective(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servable(t, name, "", data)
+}
+
+// servable returns a profile file that both the renderer and the mock NVML
+// read: file itself when it names a format version and a driver version,
+// which nvml-mock requires and this tool ignores, else a copy of data that
+// adds them.
+func servable(t *testing.T, name, file string, data []byte) string {
+	t.Helper()
+	var doc map[string]any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("profile %s: %v", name, err)
+	}
+	system, _ := doc["system"].(map[string]any)
+	if file != "" && doc["version"] != nil && system["driver_version"] != nil {
+		return file
+	}
+	if system == nil {
+		system = map[string]any{}
+	}
+	if system["driver_version"] == nil {
+		system["driver_version"] = mockNVMLDriverVersion
+	}
+	doc["system"] = system
+	if doc["version"] == nil {
+		doc["version"] = "1.0"
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	header := "# " + name + " with the format and driver versions nvml-mock's NVML requires.\n"
+	derived := filepath.Join(t.TempDir(), filepath.Base(name)+".yaml")
+	if err := os.WriteFile(derived, append([]byte(header), out...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return derived
+}

@@ -1,0 +1,694 @@
+package consumers_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// compatChild is the mode in which the test binary, re-executed inside a
+// served namespace, runs compat at /sys instead of the tests.
+const compatChild = "compat"
+
+func TestMain(m *testing.M) {
+	if overlaytest.ChildMode() == compatChild {
+		os.Exit(runCompat(os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// runCompat runs compat with the consumers' defaults (/sys) for the
+// effective profile file named, printing its report as JSON.
+func runCompat(effective string) int {
+	p, err := profile.LoadFile(effective)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	m, err := profile.Normalize(effective, p, profile.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(compat.Run(m, compat.KernelSysfs)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// What a consumer is served, as the matrix's rows name it.
+const (
+	servedTree    = "tree"
+	servedNone    = "no tree"
+	servedEscaped = "escaped links"
+	servedMerged  = "tree + host devices"
+)
+
+// nfdServed is how node-feature-discovery's DaemonSet sees a node: the
+// node's /sys at /host-sys and the links directory over both PCI device
+// directories.
+func nfdServed(root string) overlaytest.Served {
+	s := overlaytest.Served{Root: root, HostSysAt: []string{"/host-sys"}}
+	if root != "" {
+		s.LinksAt = []string{"/" + plan.LinksDir, consumers.NFDHostPCIDevices}
+	}
+	return s
+}
+
+// suite holds the built programs and the node's own facts, shared by every
+// profile.
+type suite struct {
+	gfd, dra, nfd, ghw, nvmlList string
+	mockNVML, driverRoot         string
+	kubeconfig                   string
+	// nfdWhitelist is the PCI classes of the node's own devices, 0200
+	// (Ethernet) and 03 (display: the GPUs).
+	nfdWhitelist []string
+	// nodeNFDLabels are nfd-worker's labels of the node as it is, with
+	// nfdWhitelist; nodeGHW is what ghw lists of it.
+	nodeNFDLabels        map[string]string
+	nodeNFDDefaultLabels map[string]string
+	nodeGHW              []consumers.GHWDevice
+	matrix               *matrix
+	// sabotage, when set, serves the tree rows something else, to see
+	// their checks fail.
+	sabotage string
+}
+
+// sabotageEnv names the variable that breaks the tree rows on purpose:
+// make e2e E2E_SABOTAGE=escaped (or no-tree) must turn them red.
+const (
+	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
+	sabotageEscaped = "escaped" // the tree rows get plain escaped links
+	sabotageNoTree  = "no-tree" // the tree rows get no tree at all
+)
+
+// TestConsumers runs the real consumers, built from their own sources,
+// against every suite profile rendered and served as a container sees it,
+// and without it, and prints the matrix of what each program reported.
+func TestConsumers(t *testing.T) {
+	consumers.SkipShort(t)
+	overlaytest.RequireRoot(t)
+	start := time.Now()
+	s := &suite{
+		gfd:      consumers.NeedBinary(t, consumers.GFD()),
+		dra:      consumers.NeedBinary(t, consumers.DRADiscovery()),
+		nfd:      consumers.NeedBinary(t, consumers.NFDWorker()),
+		ghw:      consumers.NeedBinary(t, consumers.GHWList()),
+		nvmlList: consumers.NeedBinary(t, consumers.NVMLList()),
+		mockNVML: consumers.Need(t, consumers.MockNVML()),
+		matrix:   newMatrix(),
+		sabotage: os.Getenv(sabotageEnv),
+	}
+	switch s.sabotage {
+	case "":
+	case sabotageEscaped, sabotageNoTree:
+		t.Logf("%s=%s: the tree rows are broken on purpose and must fail", sabotageEnv, s.sabotage)
+	default:
+		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
+	}
+	profiles := suiteProfiles(t)
+	t.Logf("programs ready in %s", time.Since(start).Round(time.Millisecond))
+	dir := t.TempDir()
+	s.driverRoot = filepath.Join(dir, "driver-root")
+	require.NoError(t, consumers.WriteDriverRoot(s.driverRoot, s.mockNVML))
+	s.kubeconfig = filepath.Join(dir, "kubeconfig")
+	require.NoError(t, consumers.WriteKubeconfig(s.kubeconfig))
+	s.readNode(t)
+
+	t.Run("profiles", func(t *testing.T) {
+		for _, p := range profiles {
+			t.Run(p.Name, func(t *testing.T) {
+				t.Parallel()
+				s.profile(t, p)
+			})
+		}
+	})
+	var buf bytes.Buffer
+	s.matrix.write(&buf, profiles)
+	fmt.Fprintf(&buf, "\n%d profiles, %d program runs in %s\n", len(profiles), s.matrix.runs.Load(), time.Since(start).Round(time.Second))
+	// To a file that make e2e prints (go test shows a passing package's
+	// output only with -v), else straight to standard output: t.Log would
+	// indent it.
+	if file := os.Getenv("NVML_MOCK_SYSFS_MATRIX"); file != "" {
+		require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
+	} else {
+		os.Stdout.Write(buf.Bytes())
+	}
+}
+
+// readNode learns the node's own devices and what nfd-worker and ghw say
+// of the node without a tree: the baseline of the host-device checks.
+func (s *suite) readNode(t *testing.T) {
+	t.Helper()
+	entries, err := os.ReadDir("/" + plan.LinksDir)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "the node has no PCI device to keep")
+	classes := map[string]bool{"0200": true, "03": true}
+	for _, e := range entries {
+		class, err := os.ReadFile(filepath.Join("/", plan.LinksDir, e.Name(), "class"))
+		require.NoError(t, err)
+		classes[strings.TrimPrefix(strings.TrimSpace(string(class)), "0x")[:4]] = true
+	}
+	s.nfdWhitelist = slices.Sorted(maps.Keys(classes))
+	s.nodeNFDDefaultLabels = s.runNFD(t, nfdServed(""), nil)
+	s.nodeNFDLabels = s.runNFD(t, nfdServed(""), s.nfdWhitelist)
+	require.NotEmpty(t, s.nodeNFDLabels, "nfd-worker labels none of the node's own devices with the whitelist %v", s.nfdWhitelist)
+	s.nodeGHW = s.runGHW(t, overlaytest.Served{})
+	require.Len(t, s.nodeGHW, len(entries), "ghw lists the node's own devices")
+}
+
+// subject is one profile, rendered.
+type subject struct {
+	suiteProfile
+	m    *profile.Machine
+	gpus []profile.Device
+	// bridges are the bridges the plan puts in the tree.
+	bridges []string
+	// mode is the gpu.mode GFD must label the node with.
+	mode string
+	// roots: as rendered, with host devices, and with plain escaped links.
+	root, merged, escaped string
+}
+
+func (s *suite) render(t *testing.T, p suiteProfile) *subject {
+	t.Helper()
+	x := &subject{suiteProfile: p}
+	var err error
+	x.m, err = overlay.LoadMachine(p.File, "")
+	require.NoError(t, err)
+	x.gpus = x.m.GPUs()
+	require.NotEmpty(t, x.gpus)
+	dir := t.TempDir()
+	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
+	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})
+	require.NoError(t, err)
+	for _, n := range pl.Tree.Nodes() {
+		if n.Role.IsBridge() {
+			x.bridges = append(x.bridges, n.Address.String())
+		}
+	}
+	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.merged, HostDevices: overlay.HostDevicesMerge})
+	require.NoError(t, err)
+	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
+	// GFD labels a node whose GPUs differ in class "unknown" (the suite's
+	// own profiles each have one class; an extra profile may not).
+	x.mode = "unknown"
+	if classes := gpuClasses(x.gpus); len(classes) == 1 {
+		x.mode = compat.GFDMode(classes[0])
+	}
+	return x
+}
+
+// products counts the distinct GPU products (device ids) of a profile.
+func products(gpus []profile.Device) int {
+	ids := map[uint16]bool{}
+	for _, g := range gpus {
+		ids[g.DeviceID] = true
+	}
+	return len(ids)
+}
+
+func gpuClasses(gpus []profile.Device) []uint32 {
+	var classes []uint32
+	for _, g := range gpus {
+		if !slices.Contains(classes, g.Class) {
+			classes = append(classes, g.Class)
+		}
+	}
+	return classes
+}
+
+// profile runs every consumer for one profile, served every way.
+func (s *suite) profile(t *testing.T, p suiteProfile) {
+	x := s.render(t, p)
+	tree := x.root
+	switch s.sabotage {
+	case sabotageEscaped:
+		tree = x.escaped
+	case sabotageNoTree:
+		tree = ""
+	}
+	served := map[string]overlaytest.Served{
+		servedTree:    {Root: tree},
+		servedNone:    {},
+		servedEscaped: {Root: x.escaped},
+	}
+	row := func(name string) *row { return s.matrix.row(p.Name, name) }
+
+	// GPU Feature Discovery: gpu.mode and gpu.count with the tree, the
+	// same other labels as without it.
+	gfd := map[string]map[string]string{}
+	for _, name := range []string{servedTree, servedNone, servedEscaped} {
+		gfd[name] = s.runGFD(t, served[name], p.File)
+	}
+	for _, name := range []string{servedTree, servedNone, servedEscaped} {
+		labels, want := gfd[name], x.mode
+		if name == servedNone {
+			want = "unknown"
+		}
+		mode, count := labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"]
+		text := fmt.Sprintf("%s, count %s", mode, count)
+		ok := mode == want && count == strconv.Itoa(len(x.gpus))
+		why := fmt.Sprintf("want gpu.mode=%s and gpu.count=%d", want, len(x.gpus))
+		if products(x.gpus) > 1 {
+			// GFD labels a node as if all its GPUs were one product, taking
+			// any one of them: count and product labels vary run to run.
+			ok, why = mode == want, "want gpu.mode="+want
+			row(name).check(t, colGFD, text+" (several products: count not compared)", ok, why)
+			continue
+		}
+		if name != servedNone {
+			if diff := labelDiff(gfd[servedNone], labels, "nvidia.com/gpu.mode"); diff != "" {
+				ok, why, text = false, "labels other than gpu.mode differ from the run without the tree: "+diff, text+", other labels differ"
+			}
+		}
+		row(name).check(t, colGFD, text, ok, why)
+	}
+
+	// The DRA driver's discovery: every GPU's pcieRoot is its root complex
+	// with the tree, and absent without it or with plain escaped links.
+	dra := map[string][]consumers.DRADevice{}
+	for _, name := range []string{servedTree, servedNone, servedEscaped} {
+		dra[name] = s.runDRA(t, served[name], p.File)
+		rooted, problems := pcieRoots(x.gpus, dra[name])
+		text := fmt.Sprintf("%d/%d GPUs", rooted, len(x.gpus))
+		if name == servedTree {
+			row(name).check(t, colDRA, text, rooted == len(x.gpus) && len(problems) == 0, strings.Join(problems, "; "))
+		} else {
+			row(name).check(t, colDRA, text+" (none expected)", rooted == 0, "pcieRoot published without a correct link form: "+strings.Join(problems, "; "))
+		}
+	}
+
+	// compat, run in the same namespace, agrees with GFD and the DRA
+	// driver on every row they share.
+	for _, name := range []string{servedTree, servedNone, servedEscaped} {
+		report := s.runCompat(t, served[name], filepath.Join(x.root, plan.ProfileFile))
+		disagreements := compatDisagreements(x, report, gfd[name], dra[name])
+		text := "agrees"
+		if len(disagreements) > 0 {
+			text = fmt.Sprintf("%d disagreements", len(disagreements))
+		}
+		row(name).check(t, colCompat, text, len(disagreements) == 0, strings.Join(disagreements, "; "))
+	}
+
+	// nfd-worker: the GPUs' class label with the tree; with the node's own
+	// classes whitelisted, the node's labels survive only when the render
+	// keeps host devices.
+	gpuLabels := map[string]string{}
+	for _, c := range gpuClasses(x.gpus) {
+		gpuLabels[fmt.Sprintf("feature.node.kubernetes.io/pci-%04x_10de.present", c>>8)] = "true"
+	}
+	treeLabels := s.runNFD(t, nfdServed(tree), nil)
+	row(servedTree).check(t, colNFD, labelNames(treeLabels), maps.Equal(treeLabels, gpuLabels), "want exactly "+labelNames(gpuLabels))
+	treeWhitelisted := s.runNFD(t, nfdServed(tree), s.nfdWhitelist)
+	kept := keptLabels(s.nodeNFDLabels, treeWhitelisted)
+	row(servedTree).add(colNFD, fmt.Sprintf("node's %d/%d (whitelist)", kept, len(s.nodeNFDLabels)))
+	row(servedTree).check(t, colNFD, "", kept < len(s.nodeNFDLabels), "a render without host devices still shows every node label: the host-device check cannot fail")
+	noGPU := !hasAny(s.nodeNFDDefaultLabels, gpuLabels)
+	row(servedNone).check(t, colNFD, labelNames(s.nodeNFDDefaultLabels), noGPU, "GPU labels without the tree")
+	mergedLabels := s.runNFD(t, nfdServed(x.merged), s.nfdWhitelist)
+	kept = keptLabels(s.nodeNFDLabels, mergedLabels)
+	row(servedMerged).check(t, colNFD, fmt.Sprintf("%s + node's %d/%d", labelNames(pick(mergedLabels, gpuLabels)), kept, len(s.nodeNFDLabels)),
+		kept == len(s.nodeNFDLabels) && hasAll(mergedLabels, gpuLabels), fmt.Sprintf("want the node's labels %v and %v, got %v", s.nodeNFDLabels, gpuLabels, mergedLabels))
+
+	// ghw: every GPU and bridge; the node's own devices only when merged.
+	for _, name := range []string{servedTree, servedNone, servedMerged} {
+		devices := s.nodeGHW
+		switch name {
+		case servedTree:
+			devices = s.runGHW(t, served[name])
+		case servedMerged:
+			devices = s.runGHW(t, overlaytest.Served{Root: x.merged})
+		}
+		f := ghwFinds(x, devices, s.nodeGHW)
+		text := fmt.Sprintf("GPUs %d/%d, bridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.bridges, len(x.bridges), f.host, len(s.nodeGHW))
+		switch name {
+		case servedTree:
+			row(name).check(t, colGHW, text, len(f.problems) == 0 && f.host == 0, strings.Join(f.problems, "; "))
+		case servedNone:
+			row(name).check(t, colGHW, text, f.gpus == 0 && f.bridges == 0, "mock devices without the tree")
+		case servedMerged:
+			// A mock bridge planned onto a BDF the node uses is listed as
+			// the node's device (the planner's collision, not a reader's):
+			// shown, not failed here.
+			if n := len(f.bridgesTaken); n > 0 {
+				text += fmt.Sprintf(" (%d bridge BDFs taken by the node's: %s)", n, strings.Join(f.bridgesTaken, " "))
+			}
+			row(name).check(t, colGHW, text, len(f.problems) == 0 && f.host == len(s.nodeGHW), strings.Join(f.problems, "; "))
+		}
+	}
+
+	// NVML and the served sysfs name the same GPUs, with the same ids.
+	nvml := s.runNVMLList(t, p.File)
+	for _, name := range []string{servedTree, servedNone} {
+		sysfs := readSysfsGPUs(t, served[name])
+		text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
+		if name == servedNone {
+			row(name).check(t, colNVML, text, !ok, "NVML and the node's own sysfs agree without the tree: the check cannot fail")
+		} else {
+			row(name).check(t, colNVML, text, ok, why)
+		}
+	}
+}
+
+// labelDiff describes how got differs from want outside the ignored key.
+func labelDiff(want, got map[string]string, ignore string) string {
+	var diffs []string
+	for k, v := range want {
+		if k != ignore && got[k] != v {
+			diffs = append(diffs, fmt.Sprintf("%s: %q -> %q", k, v, got[k]))
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok && k != ignore {
+			diffs = append(diffs, fmt.Sprintf("%s: new %q", k, v))
+		}
+	}
+	slices.Sort(diffs)
+	return strings.Join(diffs, ", ")
+}
+
+// pcieRoots counts the GPUs whose device carries the pcieRoot of their
+// profile root complex, and lists every device the driver announced
+// wrongly or not at all.
+func pcieRoots(gpus []profile.Device, devices []consumers.DRADevice) (int, []string) {
+	byAddr := map[pciaddr.Address]consumers.DRADevice{}
+	var problems []string
+	for _, d := range devices {
+		if d.Type != "gpu" {
+			continue
+		}
+		a, err := pciaddr.Parse(d.GPUPCIBusID)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		byAddr[a] = d
+	}
+	rooted := 0
+	for _, g := range gpus {
+		d, ok := byAddr[g.Address]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("GPU %s not announced", g.Address))
+			continue
+		}
+		root, ok := d.PCIeRoot()
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("%s: no pcieRoot", g.Address))
+		case root != g.RootComplex.String():
+			problems = append(problems, fmt.Sprintf("%s: pcieRoot %s, want %s", g.Address, root, g.RootComplex))
+		default:
+			rooted++
+		}
+	}
+	if len(byAddr) != len(gpus) {
+		problems = append(problems, fmt.Sprintf("%d GPUs announced, the profile has %d", len(byAddr), len(gpus)))
+	}
+	return rooted, problems
+}
+
+// compatDisagreements compares compat's rows with what GFD and the DRA
+// driver reported in the same namespace: compat's pcieRoot row for a GPU
+// passes exactly when the driver published its root complex, and compat
+// has a passing gpu.mode row for every GPU (it has none for a GPU go-nvlib
+// cannot find) exactly when GFD labelled the profile's mode.
+func compatDisagreements(x *subject, report *compat.Report, gfd map[string]string, dra []consumers.DRADevice) []string {
+	rootOK := map[string]bool{}
+	modeOK := 0
+	for _, r := range report.Results {
+		switch {
+		case r.Consumer == compat.PCIeRoot:
+			rootOK[r.Device] = r.OK
+		case r.Consumer == compat.GPUMode && r.OK:
+			modeOK++
+		}
+	}
+	var out []string
+	// With GPUs of different classes GFD labels unknown with or without
+	// the tree, so its label says nothing to compare.
+	if gfdOK, compatOK := gfd["nvidia.com/gpu.mode"] == x.mode, modeOK == len(x.gpus); x.mode != "unknown" && gfdOK != compatOK {
+		out = append(out, fmt.Sprintf("gpu.mode: compat passes %d of %d GPUs, GFD labelled %s (profile: %s)", modeOK, len(x.gpus), gfd["nvidia.com/gpu.mode"], x.mode))
+	}
+	driverRoot := map[string]string{}
+	for _, d := range dra {
+		if a, err := pciaddr.Parse(d.GPUPCIBusID); err == nil && d.Type == "gpu" {
+			driverRoot[a.String()], _ = d.PCIeRoot()
+		}
+	}
+	for _, g := range x.gpus {
+		bdf := g.Address.String()
+		if draOK := driverRoot[bdf] == g.RootComplex.String(); draOK != rootOK[bdf] {
+			out = append(out, fmt.Sprintf("%s pcieRoot: compat passes=%v, the driver published %q", bdf, rootOK[bdf], driverRoot[bdf]))
+		}
+	}
+	return out
+}
+
+func labelNames(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "no labels"
+	}
+	var names []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(k, "feature.node.kubernetes.io/"), ".present"))
+	}
+	return strings.Join(names, " ")
+}
+
+func keptLabels(want, got map[string]string) int {
+	n := 0
+	for k, v := range want {
+		if got[k] == v {
+			n++
+		}
+	}
+	return n
+}
+
+func hasAll(labels, want map[string]string) bool { return keptLabels(want, labels) == len(want) }
+
+func hasAny(labels, want map[string]string) bool { return keptLabels(want, labels) > 0 }
+
+func pick(labels, keys map[string]string) map[string]string {
+	out := map[string]string{}
+	for k := range keys {
+		if v, ok := labels[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ghwFound is what ghw listed of a profile and of the node.
+type ghwFound struct {
+	gpus, bridges, host int
+	// bridgesTaken are mock bridges whose BDF ghw lists as one of the
+	// node's own devices.
+	bridgesTaken []string
+	problems     []string
+}
+
+// ghwFinds counts the profile's GPUs (vendor 10de, their class), its
+// bridges and the node's own devices (with their own vendor and class)
+// among what ghw listed.
+func ghwFinds(x *subject, devices []consumers.GHWDevice, node []consumers.GHWDevice) ghwFound {
+	var f ghwFound
+	byAddr := map[string]consumers.GHWDevice{}
+	for _, d := range devices {
+		byAddr[d.Address] = d
+	}
+	nodeByAddr := map[string]consumers.GHWDevice{}
+	for _, d := range node {
+		nodeByAddr[d.Address] = d
+	}
+	for _, g := range x.gpus {
+		d, ok := byAddr[g.Address.String()]
+		want := fmt.Sprintf("10de %04x", g.Class>>8)
+		switch got := d.Vendor + " " + d.Class + d.Subclass; {
+		case !ok:
+			f.problems = append(f.problems, g.Address.String()+" not listed")
+		case got != want:
+			f.problems = append(f.problems, fmt.Sprintf("%s: vendor and class %s, want %s", g.Address, got, want))
+		default:
+			f.gpus++
+		}
+	}
+	for _, b := range x.bridges {
+		d, ok := byAddr[b]
+		switch {
+		case ok && d.Class == "06":
+			f.bridges++
+		case ok && d == nodeByAddr[b]:
+			f.bridgesTaken = append(f.bridgesTaken, b)
+		default:
+			f.problems = append(f.problems, "bridge "+b+" not listed as class 06")
+		}
+	}
+	for addr, want := range nodeByAddr {
+		if got, ok := byAddr[addr]; ok && got == want {
+			f.host++
+		}
+	}
+	return f
+}
+
+// sysfsGPU is an NVIDIA display-class function as the served sysfs shows it.
+type sysfsGPU struct {
+	Address                    string
+	Device, SubsystemID, Class uint32
+}
+
+// readSysfsGPUs reads, inside the namespace, every NVIDIA function of
+// display class in /sys/bus/pci/devices, with its ids as NVML packs them.
+func readSysfsGPUs(t *testing.T, s overlaytest.Served) map[string]sysfsGPU {
+	t.Helper()
+	stdout, stderr, err := s.Shell(`cd /sys/bus/pci/devices
+for d in *; do
+	echo "$d $(cat $d/vendor) $(cat $d/device) $(cat $d/subsystem_vendor) $(cat $d/subsystem_device) $(cat $d/class)"
+done`)
+	require.NoError(t, err, "%s", stderr)
+	out := map[string]sysfsGPU{}
+	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+		f := strings.Fields(line)
+		require.Len(t, f, 6, "sysfs line %q", line)
+		var v [5]uint64
+		for i := range v {
+			v[i], err = strconv.ParseUint(f[i+1], 0, 32)
+			require.NoError(t, err, "sysfs line %q", line)
+		}
+		if v[0] != 0x10de || v[4]>>16 != 0x03 {
+			continue
+		}
+		out[f[0]] = sysfsGPU{Address: f[0], Device: uint32(v[1]<<16 | v[0]), SubsystemID: uint32(v[3]<<16 | v[2]), Class: uint32(v[4])}
+	}
+	return out
+}
+
+// compareNVMLSysfs checks that NVML's GPUs and the sysfs GPUs are the same
+// set, with the same device and subsystem ids.
+func compareNVMLSysfs(x *subject, nvml []consumers.NVMLDevice, sysfs map[string]sysfsGPU) (string, bool, string) {
+	var problems []string
+	matched := 0
+	seen := map[string]bool{}
+	for _, d := range nvml {
+		a, err := d.Address()
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		seen[a.String()] = true
+		s, ok := sysfs[a.String()]
+		switch {
+		case !ok:
+			problems = append(problems, fmt.Sprintf("NVML's %s is not in sysfs", d.BusID))
+		case s.Device != d.DeviceID || s.SubsystemID != d.SubsystemID:
+			problems = append(problems, fmt.Sprintf("%s: NVML ids %08x/%08x, sysfs %08x/%08x", a, d.DeviceID, d.SubsystemID, s.Device, s.SubsystemID))
+		default:
+			matched++
+		}
+	}
+	for addr := range sysfs {
+		if !seen[addr] {
+			problems = append(problems, "sysfs's "+addr+" is not in NVML")
+		}
+	}
+	if len(nvml) != len(x.gpus) {
+		problems = append(problems, fmt.Sprintf("NVML reports %d GPUs, the profile has %d", len(nvml), len(x.gpus)))
+	}
+	text := fmt.Sprintf("%d of NVML's %d in sysfs's %d", matched, len(nvml), len(sysfs))
+	return text, len(problems) == 0, strings.Join(problems, "; ")
+}
+
+// The runs. Each counts toward the matrix's total and fails the test,
+// with the program's output, if the program fails.
+
+func (s *suite) run(t *testing.T, what string, cmd *exec.Cmd) (stdout, stderr []byte) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	s.matrix.runs.Add(1)
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", what, err, out.Bytes(), errOut.Bytes())
+	}
+	return out.Bytes(), errOut.Bytes()
+}
+
+func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof string) map[string]string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "gfd-labels")
+	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file}
+	s.run(t, "gpu-feature-discovery", r.Invocation().In(served))
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	labels, err := consumers.ParseGFDLabels(data)
+	require.NoError(t, err)
+	return labels
+}
+
+func (s *suite) runDRA(t *testing.T, served overlaytest.Served, prof string) []consumers.DRADevice {
+	t.Helper()
+	r := consumers.DRADiscoveryRun{Binary: s.dra, DriverRoot: s.driverRoot, Profile: prof}
+	stdout, _ := s.run(t, "DRA discovery", r.Invocation().In(served))
+	devices, err := consumers.ParseDRADevices(stdout)
+	require.NoError(t, err)
+	return devices
+}
+
+func (s *suite) runNFD(t *testing.T, served overlaytest.Served, whitelist []string) map[string]string {
+	t.Helper()
+	inv, err := consumers.NFDWorkerRun{Binary: s.nfd, Kubeconfig: s.kubeconfig, DeviceClassWhitelist: whitelist}.Invocation()
+	require.NoError(t, err)
+	_, stderr := s.run(t, "nfd-worker", inv.In(served))
+	labels, err := consumers.ParseNFDLabels(stderr)
+	require.NoError(t, err)
+	return labels
+}
+
+func (s *suite) runGHW(t *testing.T, served overlaytest.Served) []consumers.GHWDevice {
+	t.Helper()
+	stdout, _ := s.run(t, "ghw-list", consumers.GHWListRun{Binary: s.ghw}.Invocation().In(served))
+	devices, err := consumers.ParseGHWDevices(stdout)
+	require.NoError(t, err)
+	return devices
+}
+
+func (s *suite) runNVMLList(t *testing.T, prof string) []consumers.NVMLDevice {
+	t.Helper()
+	inv := consumers.NVMLListRun{Binary: s.nvmlList, MockNVML: s.mockNVML, Profile: prof}.Invocation()
+	cmd := exec.Command(inv.Args[0], inv.Args[1:]...)
+	cmd.Env = append(os.Environ(), inv.Env...)
+	stdout, _ := s.run(t, "nvml-list", cmd)
+	devices, err := consumers.ParseNVMLDevices(stdout)
+	require.NoError(t, err)
+	return devices
+}
+
+func (s *suite) runCompat(t *testing.T, served overlaytest.Served, effective string) *compat.Report {
+	t.Helper()
+	stdout, _ := s.run(t, "compat", served.Reexec(t, compatChild, effective))
+	var r compat.Report
+	require.NoError(t, json.Unmarshal(stdout, &r))
+	return &r
+}

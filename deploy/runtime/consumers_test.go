@@ -1,0 +1,155 @@
+package runtime_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// The real consumers are cgo programs, linked against the host's glibc.
+// Their image holds only the usual links into /usr, and the container
+// gets the host's /usr read-only, as the podman test's lspci does; the
+// programs' own builds are mounted read-only from the cache.
+const (
+	consumerImage = "localhost/nvml-mock-sysfs/consumer:test"
+	inConsumers   = "/opt/consumers"
+	inMockNVML    = "/opt/mock-nvml"
+	inOutput      = "/out"
+)
+
+func consumerBaseImage() ociimage.Image {
+	img := ociimage.Image{Name: consumerImage}
+	for _, dir := range []string{"bin", "lib", "lib64", "sbin"} {
+		img.Files = append(img.Files, ociimage.File{Path: "/" + dir, Mode: os.ModeSymlink, Link: "usr/" + dir})
+	}
+	for _, dir := range []string{"/usr", "/tmp", inConsumers, inMockNVML, inOutput} {
+		img.Files = append(img.Files, ociimage.File{Path: dir, Mode: os.ModeDir | 0o755})
+	}
+	return img
+}
+
+// consumerContainer runs an invocation in a CRI container with the host's
+// /usr, the consumer's build, the mock NVML and the profile mounted, and
+// an output directory it may write.
+func (s *served) consumerContainer(name, buildDir, mockNVML, out string, inv consumers.Invocation, extra ...runtime.Mount) runtime.Container {
+	return runtime.Container{
+		Name:    name,
+		Image:   consumerImage,
+		Command: inv.Args,
+		Env:     inv.Env,
+		Mounts: append([]runtime.Mount{
+			{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true},
+			{HostPath: buildDir, ContainerPath: inConsumers, ReadOnly: true},
+			{HostPath: mockNVML, ContainerPath: inMockNVML, ReadOnly: true},
+			{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true},
+			{HostPath: out, ContainerPath: inOutput},
+		}, extra...),
+	}
+}
+
+// The containers of the consumers' pod. On a node, GFD and the DRA
+// driver's kubelet plugin ask for no device: the pod's annotation names
+// ours per container, and an NRI plugin injects it.
+const (
+	gfdContainer = "gpu-feature-discovery"
+	draContainer = "gpu-kubelet-plugin"
+)
+
+// testConsumers runs GPU Feature Discovery and the DRA driver's discovery
+// in CRI containers of a pod whose annotation has containerd's NRI
+// device-injector give them our CDI device, and, as the negative
+// controls, in containers of the same pod that the annotation does not
+// name.
+func testConsumers(t *testing.T, s *served) {
+	mockNVML := consumers.Need(t, consumers.MockNVML())
+	s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
+	pod := s.h.RunPod(t, runtime.Pod{Name: "consumers", Annotations: map[string]string{
+		"cdi-devices.noderesource.dev/container." + gfdContainer: "- " + device,
+		"cdi-devices.noderesource.dev/container." + draContainer: "- " + device,
+	}})
+
+	gfd := func(t *testing.T, name string) map[string]string {
+		t.Helper()
+		out := t.TempDir()
+		inv := consumers.GFDRun{
+			Binary:     inConsumers + "/gpu-feature-discovery",
+			MockNVML:   inMockNVML,
+			Profile:    profileInImage,
+			OutputFile: inOutput + "/labels",
+		}.Invocation()
+		res := pod.Run(t, s.consumerContainer(name, consumers.Need(t, consumers.GFD()), mockNVML, out, inv))
+		require.Equal(t, 0, res.ExitCode, "GFD: %s", res.Stderr)
+		data, err := os.ReadFile(filepath.Join(out, "labels"))
+		require.NoError(t, err, "GFD wrote no labels: %s", res.Stderr)
+		labels, err := consumers.ParseGFDLabels(data)
+		require.NoError(t, err)
+		return labels
+	}
+	t.Run("GFD labels compute", func(t *testing.T) {
+		labels := gfd(t, gfdContainer)
+		require.Equal(t, "compute", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
+		t.Logf("GFD: nvidia.com/gpu.mode=%s, nvidia.com/gpu.count=%s, nvidia.com/gpu.product=%s", labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"])
+	})
+	t.Run("GFD without the device labels unknown", func(t *testing.T) {
+		labels := gfd(t, gfdContainer+"-unannotated")
+		require.Equal(t, "unknown", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
+	})
+
+	dra := func(t *testing.T, name string) []consumers.DRADevice {
+		t.Helper()
+		root := t.TempDir()
+		require.NoError(t, consumers.WriteDriverRoot(root, mockNVML))
+		inv := consumers.DRADiscoveryRun{
+			Binary:     inConsumers + "/gpu-kubelet-plugin.test",
+			DriverRoot: "/driver-root",
+			Profile:    profileInImage,
+		}.Invocation()
+		res := pod.Run(t, s.consumerContainer(name, consumers.Need(t, consumers.DRADiscovery()), mockNVML, t.TempDir(), inv,
+			runtime.Mount{HostPath: root, ContainerPath: "/driver-root", ReadOnly: true}))
+		require.Equal(t, 0, res.ExitCode, "DRA discovery: %s%s", res.Stdout, res.Stderr)
+		found, err := consumers.ParseDRADevices([]byte(res.Stdout))
+		require.NoError(t, err)
+		return found
+	}
+	t.Run("DRA discovery finds pcieRoot", func(t *testing.T) {
+		want, got := map[string]string{}, map[string]string{}
+		for _, d := range s.machine.Devices {
+			if d.Kind == profile.GPU {
+				want[d.Address.String()] = d.RootComplex.String()
+			}
+		}
+		for _, d := range dra(t, draContainer) {
+			require.Equal(t, "gpu", d.Type, "%+v", d)
+			root, _ := d.PCIeRoot()
+			got[strings.ToLower(d.GPUPCIBusID)] = root
+			t.Logf("DRA discovery: %s %s %s=%s", d.GPUPCIBusID, d.Type, consumers.PCIeRootAttribute, root)
+		}
+		require.Equal(t, want, got, "each GPU's pcieRoot is its root complex")
+	})
+	t.Run("DRA discovery without the device finds no pcieRoot", func(t *testing.T) {
+		found := dra(t, draContainer+"-unannotated")
+		require.Len(t, found, len(s.machine.Devices)-countSwitches(s.machine), "the mock NVML still lists every GPU")
+		for _, d := range found {
+			_, ok := d.PCIeRoot()
+			require.False(t, ok, "%s has a pcieRoot without the mock sysfs", d.GPUPCIBusID)
+		}
+	})
+}
+
+func countSwitches(m *profile.Machine) int {
+	n := 0
+	for _, d := range m.Devices {
+		if d.Kind == profile.NVSwitch {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,314 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
+)
+
+// The profile is the consumer suite's: five H100s over two PCI domains,
+// three root complexes, NUMA -1 and 1, two NVSwitches, and what nvml-mock's
+// NVML needs, so GFD and the DRA driver read the same machine through the
+// mock NVML that the tree shows them.
+const (
+	unseenProfile = "../../compat/consumers/testdata/profiles/two-domains.yaml"
+	// device is our CDI device, as `cdi` writes it by default.
+	device = deploy.DefaultKind + "=" + deploy.DeviceName
+	// verifyImage holds the static binary alone.
+	verifyImage = "localhost/nvml-mock-sysfs/verify:test"
+	// profileInImage is where containers without the overlay find the
+	// profile to expect (a read-only mount).
+	profileInImage = "/profile.yaml"
+)
+
+// served is what the tests serve: the binary, a rendered overlay, and our
+// CDI spec in the harness's CDI directory.
+type served struct {
+	h       *runtime.Harness
+	bin     string
+	root    string
+	spec    string
+	profile string // absolute
+	machine *profile.Machine
+}
+
+func (s *served) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(s.bin, args...).CombinedOutput()
+	require.NoError(t, err, "nvml-mock-sysfs %s: %s", strings.Join(args, " "), out)
+	return string(out)
+}
+
+func serve(t *testing.T, h *runtime.Harness) *served {
+	t.Helper()
+	s := &served{h: h, bin: overlaytest.BuildBinary(t)}
+	var err error
+	s.profile, err = filepath.Abs(unseenProfile)
+	require.NoError(t, err)
+	p, err := profile.LoadFile(s.profile)
+	require.NoError(t, err)
+	s.machine, err = profile.Normalize(s.profile, p, profile.Options{})
+	require.NoError(t, err)
+	s.root = filepath.Join(t.TempDir(), "overlay")
+	s.cli(t, "render", "--root", s.root, "--profile", s.profile)
+	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
+	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
+	h.Import(t, ociimage.Image{
+		Name:       verifyImage,
+		Files:      []ociimage.File{{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755}},
+		Entrypoint: []string{"/nvml-mock-sysfs"},
+	}, runtime.CRINamespace, runtime.CtrNamespace)
+	h.Import(t, consumerBaseImage(), runtime.CRINamespace)
+	return s
+}
+
+// report parses verify's JSON report.
+func report(t *testing.T, code int, stdout, stderr string) *compat.Report {
+	t.Helper()
+	var r compat.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &r), "verify printed no report (exit %d):\n%s\n%s", code, stdout, stderr)
+	return &r
+}
+
+// requireAllGreen requires a verify that passed with every check ok, and
+// pcieRoot of each device as the profile has it.
+func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
+	t.Helper()
+	require.Equal(t, 0, code, "verify failed: %+v", r.Failures())
+	require.True(t, r.OK())
+	var roots, want []string
+	for _, c := range r.Results {
+		require.True(t, c.OK, "%s %s: %s", c.Consumer, c.Device, c.Detail)
+		if c.Consumer == "deviceattribute.pcieRoot" {
+			roots = append(roots, c.Device+" "+c.Detail)
+		}
+	}
+	for _, d := range s.machine.Devices {
+		want = append(want, d.Address.String()+" "+d.RootComplex.String())
+	}
+	require.Equal(t, want, roots, "pcieRoot of every device")
+}
+
+// verifyContainer is a CRI container that runs verify, with the profile
+// mounted for the case it gets no overlay.
+func (s *served) verifyContainer(name string) runtime.Container {
+	return runtime.Container{
+		Name:   name,
+		Image:  verifyImage,
+		Args:   []string{"verify", "--format", "json"},
+		Mounts: []runtime.Mount{{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true}},
+	}
+}
+
+// verifyIn runs a verify container in a new pod and returns its report.
+func (s *served) verifyIn(t *testing.T, pod runtime.Pod, c runtime.Container) (int, *compat.Report) {
+	t.Helper()
+	res := s.h.RunPod(t, pod).Run(t, c)
+	return res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr)
+}
+
+// TestContainerd serves the overlay through one private containerd, the
+// runtime Kubernetes uses, every way a node hands devices to pods: ctr,
+// CRI with CDI devices or annotations, a merged spec, and NRI plugins for
+// pods that ask for no device.
+func TestContainerd(t *testing.T) {
+	h := runtime.Start(t, runtime.Options{})
+	s := serve(t, h)
+
+	t.Run("the settings are containerd's", func(t *testing.T) {
+		// A key containerd does not know is silently ignored: read them back.
+		dump := h.ConfigDump(t)
+		for _, line := range []string{
+			"restrict_oom_score_adj = true",
+			"cdi_spec_dirs = ['" + h.CDIDir + "']",
+			"sandbox = '" + runtime.PauseImage + "'",
+			"[plugins.'io.containerd.nri.v1.nri']\n    disable = false\n    socket_path = '" + h.NRISocket + "'",
+		} {
+			require.Contains(t, dump, line)
+		}
+	})
+
+	t.Run("ctr run --device", func(t *testing.T) {
+		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--device", device}, verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json")
+		s.requireAllGreen(t, code, report(t, code, stdout, stderr))
+	})
+
+	t.Run("ctr run without the device", func(t *testing.T) {
+		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--mount", "type=bind,src=" + s.profile + ",dst=" + profileInImage + ",options=rbind:ro"},
+			verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json", "--profile", profileInImage)
+		require.Equal(t, 1, code)
+		require.Contains(t, report(t, code, stdout, stderr).FailedChecks(), verify.LinksMount)
+	})
+
+	t.Run("CRI", func(t *testing.T) {
+		pod := h.RunPod(t, runtime.Pod{Name: "cri"})
+		t.Run("CDI_devices", func(t *testing.T) {
+			c := s.verifyContainer("cdi-devices")
+			c.CDIDevices = []string{device}
+			res := pod.Run(t, c)
+			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+		})
+		t.Run("cdi.k8s.io annotation", func(t *testing.T) {
+			c := s.verifyContainer("cdi-annotation")
+			c.Annotations = map[string]string{"cdi.k8s.io/nvml-mock-sysfs": device}
+			res := pod.Run(t, c)
+			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+		})
+		t.Run("plain container fails", func(t *testing.T) {
+			c := s.verifyContainer("plain")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			res := pod.Run(t, c)
+			require.Equal(t, 1, res.ExitCode)
+			failed := report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks()
+			require.Contains(t, failed, verify.LinksMount)
+			require.Contains(t, failed, verify.OverlayMount)
+			require.Contains(t, failed, "deviceattribute.pcieRoot")
+		})
+	})
+
+	t.Run("CRI container security and stop", func(t *testing.T) {
+		testCRIContainer(t, s)
+	})
+
+	t.Run("CRI merged spec", func(t *testing.T) {
+		testMergedSpec(t, s)
+	})
+
+	t.Run("NRI", func(t *testing.T) {
+		testNRI(t, s)
+	})
+
+	t.Run("consumers in CRI containers", func(t *testing.T) {
+		testConsumers(t, s)
+	})
+}
+
+// testMergedSpec serves the drop-in case: a spec in nvml-mock's shape whose
+// top-level edits bind-mount a whole mock /sys/devices, before and after
+// `cdi --merge-into`, through CRI as a device plugin's workload gets it.
+func testMergedSpec(t *testing.T, s *served) {
+	const kind = "nvidia.com/gpu"
+	wholeDevices := filepath.Join(t.TempDir(), "sys-devices")
+	require.NoError(t, os.MkdirAll(filepath.Join(wholeDevices, "system/cpu"), 0o755))
+	file := filepath.Join(s.h.CDIDir, "nvidia.yaml")
+	t.Cleanup(func() { _ = os.Remove(file) })
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	_, err := deploy.WriteSpec(file, &specs.Spec{
+		Version: "0.5.0",
+		Kind:    kind,
+		Devices: []specs.Device{{Name: "all", ContainerEdits: specs.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}},
+		ContainerEdits: specs.ContainerEdits{
+			Env: []string{"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64"},
+			Mounts: []*specs.Mount{
+				{HostPath: s.profile, ContainerPath: "/etc/nvml-mock/config.yaml", Options: ro},
+				{HostPath: wholeDevices, ContainerPath: deploy.WholeDevicesDir, Options: ro},
+			},
+		},
+	})
+	require.NoError(t, err)
+	c := s.verifyContainer("merged")
+	c.CDIDevices = []string{kind + "=all"}
+	c.Args = append(c.Args, "--profile", profileInImage)
+
+	code, r := s.verifyIn(t, runtime.Pod{Name: "before-merge"}, c)
+	require.Equal(t, 1, code, "before the merge")
+	require.Contains(t, r.FailedChecks(), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
+
+	require.Contains(t, s.cli(t, "cdi", "--root", s.root, "--merge-into", file), "removed 1 mounts, added 2")
+	c.Args = c.Args[:len(c.Args)-2]
+	code, r = s.verifyIn(t, runtime.Pod{Name: "after-merge"}, c)
+	s.requireAllGreen(t, code, r)
+}
+
+// testNRI serves pods that ask for no device through NRI plugins: each
+// plugin is connected only while its subtest runs.
+func testNRI(t *testing.T, s *served) {
+	t.Run("device-injector", func(t *testing.T) {
+		s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
+		t.Run("CDI annotation", func(t *testing.T) {
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-cdi", Annotations: map[string]string{
+				"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
+			}}, s.verifyContainer("gpu-feature-discovery"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("mounts annotation", func(t *testing.T) {
+			mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-mounts", Annotations: map[string]string{
+				"mounts.noderesource.dev/container.nfd-worker": mounts,
+			}}, s.verifyContainer("nfd-worker"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("no annotation fails", func(t *testing.T) {
+			c := s.verifyContainer("unannotated")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-none"}, c)
+			require.Equal(t, 1, code)
+			require.Contains(t, r.FailedChecks(), verify.LinksMount)
+		})
+	})
+
+	t.Run("nvml-mock-nri", func(t *testing.T) {
+		bin := consumers.NeedBinary(t, consumers.NvmlMockNRI())
+		s.h.StartNRIPlugin(t, "10-nvml-mock", exec.Command(bin,
+			"--socket-path", s.h.NRISocket,
+			"--plugin-index", "10",
+			"--health-addr", "",
+			"--device-injection-mode", "cdi",
+			"--cdi-device-name", device,
+			"--cdi-spec-host-path", s.spec,
+			"--overlay-host-path", s.root,
+			"--overlay-mount-path", plan.DefaultContainerRoot,
+		))
+		t.Run("annotated pod", func(t *testing.T) {
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
+				"nvml-mock.nvidia.com/devices": "true",
+			}}, s.verifyContainer("verify"))
+			s.requireAllGreen(t, code, r)
+		})
+		// Without the annotation it still mounts the overlay, but not the
+		// links directory: consumers see the node's own PCI devices.
+		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-plain"}, s.verifyContainer("verify"))
+			require.Equal(t, 1, code)
+			failed := r.FailedChecks()
+			require.Contains(t, failed, verify.LinksMount)
+			require.NotContains(t, failed, verify.OverlayMount)
+		})
+		// Every container it adjusts gets its LD_PRELOAD shims and
+		// MOCK_PCI_ROOT, which no flag turns off (an empty
+		// --ld-preload-shims means its defaults). Our overlay has no shims
+		// (the loader warns and goes on) and static programs ignore both.
+		t.Run("its environment", func(t *testing.T) {
+			res := s.h.RunPod(t, runtime.Pod{Name: "nvml-mock-env"}).Run(t, runtime.Container{
+				Name: "env", Image: consumerImage, Command: []string{"/usr/bin/env"},
+				Mounts: []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
+			})
+			require.Equal(t, 0, res.ExitCode, res.Stderr)
+			require.Contains(t, res.Stdout, "MOCK_PCI_ROOT="+plan.DefaultContainerRoot+"\n")
+			require.Contains(t, res.Stdout, "LD_PRELOAD="+plan.DefaultContainerRoot+"/driver/usr/local/lib/libibmockumad.so.1:")
+			require.Contains(t, res.Stderr, "cannot be preloaded", "the loader's warning about the missing shims")
+			t.Logf("nvml-mock-nri's environment:\n%s", res.Stdout)
+		})
+	})
+}
+
+// deviceInjector is containerd's NRI device-injector, connecting to h.
+func deviceInjector(t *testing.T, h *runtime.Harness) *exec.Cmd {
+	return exec.Command(consumers.NeedBinary(t, consumers.DeviceInjector()), "-idx", "10", "-socket-path", h.NRISocket)
+}

@@ -1,0 +1,74 @@
+package boards
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// VendorMellanox is Mellanox's (NVIDIA Networking's) PCI vendor id.
+const VendorMellanox uint16 = 0x15b3
+
+// HCA is one ConnectX adapter generation as nvml-mock's infiniband block
+// names it (hca_type, the "MT<n>" that ibv_devinfo prints): n is its PCI
+// device id in decimal, so MT4129 is 0x1021.
+type HCA struct {
+	Type      string // MT4129
+	Name      string // ConnectX-7
+	Device    uint16 // 0x1021
+	LinkGen   int    // the generation the adapter trains to in an x16 slot
+	LinkWidth int
+}
+
+// HCAs lists the ConnectX generations nvml-mock profiles name, with the
+// PCIe link each trains to.
+func HCAs() []HCA {
+	return []HCA{
+		{Type: "MT4119", Name: "ConnectX-5", Device: 4119, LinkGen: 3, LinkWidth: 16},
+		{Type: "MT4121", Name: "ConnectX-5 Ex", Device: 4121, LinkGen: 4, LinkWidth: 16},
+		{Type: "MT4123", Name: "ConnectX-6", Device: 4123, LinkGen: 4, LinkWidth: 16},
+		{Type: "MT4125", Name: "ConnectX-6 Dx", Device: 4125, LinkGen: 4, LinkWidth: 16},
+		{Type: "MT4127", Name: "ConnectX-6 Lx", Device: 4127, LinkGen: 4, LinkWidth: 8},
+		{Type: "MT4129", Name: "ConnectX-7", Device: 4129, LinkGen: 5, LinkWidth: 16},
+		{Type: "MT4131", Name: "ConnectX-8", Device: 4131, LinkGen: 6, LinkWidth: 16},
+	}
+}
+
+// LookupHCA finds an HCA by its hca_type, "MT4129" (case and surrounding
+// space ignored). It fails with the known types for any other value.
+func LookupHCA(hcaType string) (HCA, error) {
+	t := strings.ToUpper(strings.TrimSpace(hcaType))
+	if n, err := strconv.ParseUint(strings.TrimPrefix(t, "MT"), 10, 16); err == nil && strings.HasPrefix(t, "MT") {
+		for _, h := range HCAs() {
+			if uint64(h.Device) == n {
+				return h, nil
+			}
+		}
+	}
+	var known []string
+	for _, h := range HCAs() {
+		known = append(known, h.Type+" ("+h.Name+")")
+	}
+	return HCA{}, fmt.Errorf("unknown HCA type: want one of %s", strings.Join(known, ", "))
+}
+
+// HCABAR0Bytes is a ConnectX physical function's BAR0: 32 MiB, 64-bit
+// prefetchable, its only BAR.
+const HCABAR0Bytes = 32 * mib
+
+// PairedHCA is the HCA type that the real machines of a GPU board carry,
+// one per GPU (DGX A100: ConnectX-6; HGX H100/H200, GB200 trays:
+// ConnectX-7), and false for boards that ship without (PCIe cards, VMs).
+func PairedHCA(gpuDevice uint16) (string, bool) {
+	switch gpuDevice {
+	case 0x20b0:
+		return "MT4123", true
+	case 0x2330, 0x2335, 0x2941:
+		return "MT4129", true
+	}
+	return "", false
+}
+
+// DefaultHCA is what an infiniband block without hca_type gets for a GPU
+// board without a paired HCA: ConnectX-7, the current generation.
+const DefaultHCA = "MT4129"

@@ -1,0 +1,205 @@
+package plan_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// TestGoldenDigestsWithoutNewBlocks plans every profile of
+// testdata/golden-digests.txt, in every hierarchy, with its infiniband block
+// and machine type taken away: the plan must be byte for byte the one the
+// commit before HCAs made. The shared nvml-mock profiles carry infiniband
+// blocks that the base commit ignored, so they check the same thing.
+func TestGoldenDigestsWithoutNewBlocks(t *testing.T) {
+	f, err := os.Open("testdata/golden-digests.txt")
+	require.NoError(t, err)
+	defer f.Close()
+	local := map[string]string{}
+	for _, p := range profilesUnderTest() {
+		local[filepath.Base(p)] = p
+	}
+	rows := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "#") || line == "" {
+			continue
+		}
+		var name, h, digest string
+		_, err := fmt.Sscan(line, &name, &h, &digest)
+		require.NoError(t, err, line)
+		if h == "-" {
+			h = ""
+		}
+		file, ok := local[name]
+		if !ok && strings.HasSuffix(name, ".yaml") {
+			continue // a shared profile, and ../shared is absent
+		}
+		require.True(t, ok, "built-in %s is gone: recompute testdata/golden-digests.txt at the commit it names", name)
+		rows++
+		t.Run(name+"/"+h, func(t *testing.T) {
+			m := machine(t, file, boards.Hierarchy(h))
+			m.HCAs, m.ProductName = nil, ""
+			p, err := plan.New(m, plan.Options{})
+			require.NoError(t, err)
+			require.Equal(t, digest, p.Digest())
+		})
+	}
+	require.NoError(t, sc.Err())
+	require.Greater(t, rows, 20)
+}
+
+// TestDigestChangesWithTheNewBlocks is the golden test's negative control:
+// the same profiles with their HCAs or machine type do plan differently.
+func TestDigestChangesWithTheNewBlocks(t *testing.T) {
+	m := machine(t, "hgx-h100", "")
+	require.NotNil(t, m.HCAs)
+	require.Equal(t, "DGX H100", m.ProductName)
+	with, err := plan.New(m, plan.Options{})
+	require.NoError(t, err)
+	m.HCAs = nil
+	nameOnly, err := plan.New(m, plan.Options{})
+	require.NoError(t, err)
+	m.ProductName = ""
+	neither, err := plan.New(m, plan.Options{})
+	require.NoError(t, err)
+	require.NotEqual(t, neither.Digest(), with.Digest())
+	require.NotEqual(t, neither.Digest(), nameOnly.Digest())
+}
+
+// hcaBuses maps each GPU to the addresses of its HCAs.
+func hcaBuses(t *testing.T, m *profile.Machine, opts plan.Options) map[pciaddr.Address][]pciaddr.Address {
+	t.Helper()
+	p := mustPlan(t, m, opts)
+	out := map[pciaddr.Address][]pciaddr.Address{}
+	for _, h := range p.Tree.HCAs {
+		out[h.GPU.Address] = append(out[h.GPU.Address], h.Node.Address)
+	}
+	require.Len(t, p.Tree.HCAs, len(m.GPUs())*m.HCAs.PerGPU)
+	return out
+}
+
+func normalize(t *testing.T, p *profile.Profile) *profile.Machine {
+	t.Helper()
+	m, err := profile.Normalize("test", p, profile.Options{})
+	require.NoError(t, err)
+	return m
+}
+
+// TestHCABusesStableWhenGPUsAreAdded adds GPUs to machines of each shape and
+// checks that no GPU that was there before sees its HCAs move.
+func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
+	t4 := func(n, per int) *profile.Profile {
+		return &profile.Profile{
+			System:         profile.SystemConfig{NumDevices: ptr(n)},
+			DeviceDefaults: profile.DeviceConfig{PCI: profile.PCIConfig{DeviceID: profile.Pack(boards.VendorNVIDIA, 0x1eb8)}},
+			PCIeTopology:   &profile.PCIeTopology{Hierarchy: "flat"},
+			InfiniBand:     &profile.InfiniBand{Enabled: true, HCAsPerGPU: ptr(per), LinkLayer: "Ethernet"},
+		}
+	}
+	cases := []struct {
+		name          string
+		before, after func() *profile.Profile
+	}{
+		{"a GPU on a root complex of its own (built-in h100)", func() *profile.Profile {
+			p, _ := builtin.Get("hgx-h100")
+			return p
+		}, func() *profile.Profile {
+			p, _ := builtin.Get("hgx-h100")
+			p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8), PCI: profile.PCIConfig{BusID: "0000:db:00.0"}})
+			p.PCIeTopology.RootComplexes = append(p.PCIeTopology.RootComplexes, profile.RootComplexConfig{ID: "pci0000:d8", Devices: []string{"0000:db:00.0"}})
+			return p
+		}},
+		{"a pair of GPUs on a switch of their own (built-in a100)", func() *profile.Profile {
+			p, _ := builtin.Get("dgx-a100")
+			return p
+		}, func() *profile.Profile {
+			p, _ := builtin.Get("dgx-a100")
+			for i, bus := range []string{"0000:27:00.0", "0000:2f:00.0"} {
+				p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8 + i), PCI: profile.PCIConfig{BusID: bus}})
+			}
+			return p
+		}},
+		{"nvml-mock's default numbering, one GPU per bus (flat)", func() *profile.Profile { return t4(4, 2) }, func() *profile.Profile { return t4(12, 2) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := hcaBuses(t, normalize(t, tc.before()), plan.Options{})
+			after := hcaBuses(t, normalize(t, tc.after()), plan.Options{})
+			require.Greater(t, len(after), len(before))
+			for gpu, hcas := range before {
+				require.Equal(t, hcas, after[gpu], "HCAs of GPU %s", gpu)
+			}
+		})
+	}
+}
+
+// TestHCAsAvoidHostDevices reserves, as host devices, exactly the buses the
+// HCAs took: planned again, every HCA moves elsewhere and no bridge range
+// holds a host device's bus.
+func TestHCAsAvoidHostDevices(t *testing.T) {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "../../../shared/testdata/nvml-mock-profiles/h100.yaml"} {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			if _, err := os.Stat(name); strings.Contains(name, "/") && err != nil {
+				t.Skip("../shared is absent")
+			}
+			m, err := overlay.LoadMachine(name, "")
+			require.NoError(t, err)
+			first := hcaBuses(t, m, plan.Options{})
+			var host []plan.HostDevice
+			taken := map[pciaddr.Address]bool{}
+			for _, hcas := range first {
+				for _, a := range hcas {
+					taken[a] = true
+					host = append(host, plan.HostDevice{Address: a, Target: "../../../devices/pci0000:00/0000:00:1c.0/" + a.String()})
+				}
+			}
+			p := mustPlan(t, m, plan.Options{HostDevices: host})
+			for _, h := range p.Tree.HCAs {
+				require.False(t, taken[h.Node.Address], "HCA %s of GPU %s on a host device's address", h.Node.Address, h.GPU.Address)
+			}
+		})
+	}
+}
+
+// TestHCAFacts checks an HCA's identity, files and link against the board
+// facts: a ConnectX-7 in InfiniBand mode and one in Ethernet mode.
+func TestHCAFacts(t *testing.T) {
+	for _, layer := range []string{"InfiniBand", "Ethernet"} {
+		t.Run(layer, func(t *testing.T) {
+			p, _ := builtin.Get("hgx-h100")
+			p.InfiniBand.LinkLayer = layer
+			pl := mustPlan(t, normalize(t, p), plan.Options{Host: twoNodeHost()})
+			fs := files(pl)
+			class := map[string]string{"InfiniBand": "0x020700\n", "Ethernet": "0x020000\n"}[layer]
+			for _, h := range pl.Tree.HCAs {
+				dir := "sys/" + h.Node.SysPath()
+				get := func(name string) string { return text(t, fs, dir+"/"+name) }
+				require.Equal(t, "0x15b3\n", get("vendor"))
+				require.Equal(t, "0x1021\n", get("device"))
+				require.Equal(t, class, get("class"))
+				require.True(t, strings.HasPrefix(get("modalias"), "pci:v000015B3d00001021sv000015B3sd00001021bc02sc0"+class[5:6]+"i00"), get("modalias"))
+				require.Equal(t, "32.0 GT/s PCIe\n", get("current_link_speed"))
+				require.Equal(t, "16\n", get("current_link_width"))
+				require.Equal(t, fmt.Sprintf("%d\n", h.GPU.NUMANode), get("numa_node"))
+				require.Equal(t, text(t, fs, "sys/"+h.GPU.SysPath()+"/local_cpus"), get("local_cpus"))
+				require.Contains(t, get("uevent"), "DRIVER=mlx5_core\n")
+				require.Equal(t, h.GPU.Parent.Parent, h.Node.Parent.Parent, "%s beside GPU %s under one switch", h.Node.Address, h.GPU.Address)
+			}
+			require.Equal(t, "DGX H100\n", text(t, fs, plan.ProductNameFile))
+		})
+	}
+}

@@ -1,0 +1,117 @@
+package profile
+
+import (
+	"fmt"
+	"strings"
+	"unicode"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+)
+
+// HCASpec is a normalised infiniband block: the HCAs every GPU gets.
+type HCASpec struct {
+	Type      string // hca_type as the table spells it: MT4129
+	Name      string // ConnectX-7
+	Device    uint16 // the PCI device id: the number in MT<n>
+	LinkLayer string // LinkLayerInfiniBand or LinkLayerEthernet
+	Class     uint32 // ClassInfiniBand or ClassEthernet, from the link layer
+	PerGPU    int    // 1..MaxHCAsPerGPU
+	Link      Link   // the adapter's own link
+}
+
+// Link layers, spelt as nvml-mock's profiles and the kernel's
+// /sys/class/infiniband/*/ports/*/link_layer spell them.
+const (
+	LinkLayerInfiniBand = "InfiniBand"
+	LinkLayerEthernet   = "Ethernet"
+)
+
+// MaxHCAsPerGPU bounds hcas_per_gpu: real boards carry one or two.
+const MaxHCAsPerGPU = 8
+
+// maxProductName bounds system.product_name: GFD labels it as
+// nvidia.com/gpu.machine, and a label value holds at most 63 characters.
+const maxProductName = 63
+
+// machineExtras resolves what the machine carries beside its PCI devices:
+// the infiniband block and the machine type.
+func (n *normalizer) machineExtras(m *Machine) error {
+	gpus := m.GPUs()
+	hcas, err := n.hcas(gpus, len(m.Devices))
+	if err != nil {
+		return err
+	}
+	m.HCAs = hcas
+	m.ProductName, err = n.productName(gpus)
+	return err
+}
+
+func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
+	ib := n.p.InfiniBand
+	if ib == nil || !ib.Enabled || len(gpus) == 0 {
+		return nil, nil
+	}
+	per := 1
+	if ib.HCAsPerGPU != nil {
+		per = *ib.HCAsPerGPU
+		if per < 0 || per > MaxHCAsPerGPU {
+			return nil, n.fail("infiniband.hcas_per_gpu", fmt.Sprint(per), "want 0..%d", MaxHCAsPerGPU)
+		}
+	}
+	if per == 0 {
+		return nil, nil
+	}
+	if devices+per*len(gpus) > MaxDevices {
+		return nil, n.fail("infiniband.hcas_per_gpu", fmt.Sprint(per), "%d GPUs with %d HCAs each make more than %d devices in all", len(gpus), per, MaxDevices)
+	}
+	typ := ib.HCAType
+	if typ == "" {
+		typ = boards.DefaultHCA
+		if paired, ok := boards.PairedHCA(gpus[0].DeviceID); ok {
+			typ = paired
+		}
+	}
+	h, err := boards.LookupHCA(typ)
+	if err != nil {
+		return nil, n.fail("infiniband.hca_type", ib.HCAType, "%v", err)
+	}
+	spec := &HCASpec{
+		Type: h.Type, Name: h.Name, Device: h.Device, PerGPU: per,
+		Link: Link{MaxGen: h.LinkGen, CurrentGen: h.LinkGen, MaxWidth: h.LinkWidth, CurrentWidth: h.LinkWidth},
+	}
+	switch strings.ToLower(strings.TrimSpace(ib.LinkLayer)) {
+	case "", "infiniband", "ib":
+		spec.LinkLayer, spec.Class = LinkLayerInfiniBand, ClassInfiniBand
+	case "ethernet", "eth", "roce":
+		spec.LinkLayer, spec.Class = LinkLayerEthernet, ClassEthernet
+	default:
+		return nil, n.fail("infiniband.link_layer", ib.LinkLayer, "want InfiniBand or Ethernet")
+	}
+	return spec, nil
+}
+
+func (n *normalizer) productName(gpus []Device) (string, error) {
+	name := strings.TrimSpace(n.p.System.ProductName)
+	if name == "" {
+		if len(gpus) == 0 {
+			return "", nil
+		}
+		return boards.MachineName(gpus[0].DeviceID), nil
+	}
+	if len(name) > maxProductName {
+		return "", n.fail("system.product_name", name, "longer than %d bytes, the most a Kubernetes label value (nvidia.com/gpu.machine) holds", maxProductName)
+	}
+	if strings.ContainsFunc(name, unicode.IsControl) {
+		return "", n.fail("system.product_name", name, "a control character: the machine type is one line of text")
+	}
+	return name, nil
+}
+
+// effectiveExtras writes the infiniband block and the machine type back,
+// as Effective does the devices.
+func (m *Machine) effectiveExtras(p *Profile) {
+	if s := m.HCAs; s != nil {
+		p.InfiniBand = &InfiniBand{Enabled: true, HCAType: s.Type, LinkLayer: s.LinkLayer, HCAsPerGPU: ptr(s.PerGPU)}
+	}
+	p.System.ProductName = m.ProductName
+}
