@@ -9,8 +9,10 @@ export CGO_ENABLED := 0
 
 all: build
 
+# -buildvcs=auto: --version shows the git revision even where GOFLAGS turns
+# stamping off (a git worktree is not stamped: the Go tool does not see it).
 build:
-	$(GO) build -trimpath -o $(BIN) ./cmd/nvml-mock-sysfs
+	$(GO) build -trimpath -buildvcs=auto -o $(BIN) ./cmd/nvml-mock-sysfs
 
 # Installs the real consumers and runtimes the end-to-end tests drive
 # (pciutils, hwloc, podman, runc) when running as root; skips otherwise.
@@ -23,9 +25,18 @@ vet:
 lint: vet
 	$(GO) run $(STATICCHECK) ./...
 
-test: deps build lint e2e
-	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/compat/consumers$$')
-	$(MAKE) --no-print-directory fuzz-run
+# The tests run under gotestsum, whose summary lists every skipped test with
+# its reason and ends with its DONE line; .ci/testsummary.go then prints the
+# closing line: passed, failed, skipped, and the skipped tests' names. The
+# consumer matrix (e2e, which runs compat/consumers itself) and the fuzz
+# targets run first, so that this line is the last one; it counts the
+# tests of every other package.
+GOTESTSUM := gotest.tools/gotestsum@v1.13.0
+TESTJSON  := bin/test-events.json
+
+test: deps build lint e2e fuzz-run
+	$(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) \
+		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/compat/consumers$$')
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and

@@ -43,31 +43,41 @@ func rowCounts(r *compat.Report) map[string]int {
 
 func TestHostSideEveryProfile(t *testing.T) {
 	profiles := append(builtin.Names(), "../testdata/profiles/domains.yaml", "../testdata/profiles/tight.yaml", "../testdata/profiles/no-topology.yaml", "../testdata/profiles/nvl72.yaml")
-	shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
-	profiles = append(profiles, shared...)
 	for _, prof := range profiles {
-		t.Run(filepath.Base(prof), func(t *testing.T) {
-			root, p := render(t, prof)
-			r := compat.Run(p.Machine, filepath.Join(root, "sys"))
-			requireOK(t, r)
-			n := len(p.Machine.Devices)
-			got := rowCounts(r)
-			require.Equal(t, n, got[compat.PCIeRoot], "one pcieRoot row per endpoint")
-			require.Equal(t, n, got[compat.NUMAScalar])
-			require.Equal(t, n, got[compat.NUMAList])
-			require.Equal(t, len(p.Machine.GPUs()), got[compat.GPUByBusID])
-			require.Equal(t, len(p.Machine.GPUs()), got[compat.BARMemory])
-			require.Equal(t, 1, got[compat.AllDevices])
-			require.Equal(t, 1, got[compat.ReferencePlain])
-			if hcas := p.Machine.HCAs; hcas != nil {
-				require.Equal(t, len(p.Machine.GPUs())*hcas.PerGPU, got[compat.HCAPCIeRoot], "one pcieRoot row per HCA")
-				require.Equal(t, 1, got[compat.HCAAllDevices])
-				require.Equal(t, 1, got[compat.NetworkControllers])
-			} else {
-				require.Zero(t, got[compat.HCAPCIeRoot])
-			}
-		})
+		t.Run(filepath.Base(prof), func(t *testing.T) { checkHostSide(t, prof) })
 	}
+	// Only nvml-mock's own profiles need ../shared; without it this part
+	// skips and the rest still runs.
+	t.Run("shared", func(t *testing.T) {
+		shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+		for _, prof := range shared {
+			t.Run(filepath.Base(prof), func(t *testing.T) { checkHostSide(t, prof) })
+		}
+	})
+}
+
+func checkHostSide(t *testing.T, prof string) {
+	root, p := render(t, prof)
+	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
+	requireOK(t, r)
+	n := len(p.Machine.Devices)
+	got := rowCounts(r)
+	require.Equal(t, n, got[compat.PCIeRoot], "one pcieRoot row per endpoint")
+	require.Equal(t, n, got[compat.NUMAScalar])
+	require.Equal(t, n, got[compat.NUMAList])
+	require.Equal(t, len(p.Machine.GPUs()), got[compat.GPUByBusID])
+	require.Equal(t, len(p.Machine.GPUs()), got[compat.BARMemory])
+	require.Equal(t, 1, got[compat.AllDevices])
+	require.Equal(t, 1, got[compat.ReferencePlain])
+	if hcas := p.Machine.HCAs; hcas != nil {
+		require.Equal(t, len(p.Machine.GPUs())*hcas.PerGPU, got[compat.HCAPCIeRoot], "one pcieRoot row per HCA")
+		require.Equal(t, 1, got[compat.HCAAllDevices])
+		require.Equal(t, 1, got[compat.NetworkControllers])
+	} else {
+		require.Zero(t, got[compat.HCAPCIeRoot])
+	}
+	served := compat.CheckServedLinks(root, p.ContainerRoot)
+	require.True(t, served.OK, served.Detail)
 }
 
 func TestNUMAMinusOneIsNotPublished(t *testing.T) {

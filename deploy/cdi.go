@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/google/renameio/v2"
 	"gopkg.in/yaml.v3"
@@ -183,6 +184,11 @@ func WriteSpec(file string, s *specs.Spec) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode CDI spec for %s: %w", file, err)
 	}
+	// A fresh node may not have the CDI directory (/var/run/cdi) yet.
+	dir := filepath.Dir(file)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return false, fmt.Errorf("write %s: create its directory %s: %w", file, dir, err)
+	}
 	old, err := os.ReadFile(file)
 	switch {
 	case err == nil && bytes.Equal(old, data):
@@ -197,14 +203,17 @@ func WriteSpec(file string, s *specs.Spec) (bool, error) {
 		return false, fmt.Errorf("write %s: %w", file, err)
 	}
 	defer pf.Cleanup()
+	// Errors about the pending file name the file it stands for: its own
+	// name means nothing to the user.
+	named := func(err error) string { return strings.ReplaceAll(err.Error(), pf.Name(), file) }
 	if _, err := pf.Write(data); err != nil {
-		return false, fmt.Errorf("write %s: %w", file, err)
+		return false, fmt.Errorf("write %s: %s", file, named(err))
 	}
 	if _, err := cdi.ReadSpec(pf.Name(), 0); err != nil {
-		return false, fmt.Errorf("refusing to write %s: the CDI library rejects the result: %w", file, err)
+		return false, fmt.Errorf("refusing to write %s: the CDI library rejects the result: %s", file, named(err))
 	}
 	if err := pf.CloseAtomicallyReplace(); err != nil {
-		return false, fmt.Errorf("write %s: %w", file, err)
+		return false, fmt.Errorf("write %s: %s", file, named(err))
 	}
 	return true, nil
 }

@@ -107,6 +107,7 @@ func TestWriteSpecRefusesWhatTheCDILibraryRefuses(t *testing.T) {
 	for _, s := range bad {
 		wrote, err := WriteSpec(file, s)
 		require.ErrorContains(t, err, "the CDI library rejects")
+		require.NotContains(t, err.Error(), dir+"/.", "the pending file's name means nothing to the user")
 		require.False(t, wrote)
 		b, err := os.ReadFile(file)
 		require.NoError(t, err)
@@ -115,6 +116,26 @@ func TestWriteSpecRefusesWhatTheCDILibraryRefuses(t *testing.T) {
 	left, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, left, 1, "no pending file is left behind")
+}
+
+// A fresh node may lack the CDI directory: WriteSpec creates it, and where
+// it cannot, it names the directory, never its pending file.
+func TestWriteSpecIntoAMissingDirectory(t *testing.T) {
+	s, err := NewSpec(DefaultKind, testMounts(t))
+	require.NoError(t, err)
+	dir := filepath.Join(t.TempDir(), "run", "cdi")
+	file := filepath.Join(dir, "mock.yaml")
+	wrote, err := WriteSpec(file, s)
+	require.NoError(t, err)
+	require.True(t, wrote)
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), st.Mode().Perm())
+
+	blocker := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(blocker, nil, 0o644))
+	_, err = WriteSpec(filepath.Join(blocker, "cdi", "mock.yaml"), s)
+	require.EqualError(t, err, "write "+blocker+"/cdi/mock.yaml: create its directory "+blocker+"/cdi: mkdir "+blocker+": not a directory")
 }
 
 func readFixture(t *testing.T) *specs.Spec {

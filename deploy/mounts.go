@@ -91,3 +91,21 @@ func CheckRendered(root fs.FS, name string) error {
 	}
 	return nil
 }
+
+// ServedContainerRoot is the container root to mount the overlay at: the
+// one the render recorded in its completion marker, since the tree's links
+// point there and nowhere else. flagValue, when given, must agree with it;
+// it is used as is only when root holds no marker that records one.
+func ServedContainerRoot(root fs.FS, name, flagValue string) (string, error) {
+	m, err := writer.ReadMarker(root)
+	switch {
+	case err != nil || m.ContainerRoot == "":
+		if flagValue == "" {
+			return plan.DefaultContainerRoot, nil
+		}
+		return flagValue, nil
+	case flagValue != "" && flagValue != m.ContainerRoot:
+		return "", fmt.Errorf("--container-root %s: the render at %s was made for %s, and its links point there; drop the flag, or render again with --container-root %s", flagValue, name, m.ContainerRoot, flagValue)
+	}
+	return m.ContainerRoot, nil
+}

@@ -71,3 +71,27 @@ func TestCheckRendered(t *testing.T) {
 	require.NoError(t, os.Remove(filepath.Join(root, writer.MarkerFile)))
 	require.ErrorContains(t, CheckRendered(os.DirFS(root), root), "no completion marker")
 }
+
+// The mounts must put the overlay where the render's links point: a render
+// for /opt/other served at /opt/nvml-mock fails most checks in the
+// container, so the render's own container root wins and a conflicting
+// flag is refused.
+func TestServedContainerRoot(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "overlay")
+	got, err := ServedContainerRoot(os.DirFS(root), root, "")
+	require.NoError(t, err)
+	require.Equal(t, "/opt/nvml-mock", got, "nothing rendered: the default")
+	got, err = ServedContainerRoot(os.DirFS(root), root, "/opt/x")
+	require.NoError(t, err)
+	require.Equal(t, "/opt/x", got, "nothing rendered: the flag")
+
+	_, _, err = overlay.Render(overlay.Options{Profile: "t4", Root: root, ContainerRoot: "/opt/other"})
+	require.NoError(t, err)
+	for _, flag := range []string{"", "/opt/other"} {
+		got, err = ServedContainerRoot(os.DirFS(root), root, flag)
+		require.NoError(t, err)
+		require.Equal(t, "/opt/other", got, "flag %q", flag)
+	}
+	_, err = ServedContainerRoot(os.DirFS(root), root, "/opt/nvml-mock")
+	require.EqualError(t, err, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other, and its links point there; drop the flag, or render again with --container-root /opt/nvml-mock")
+}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -36,7 +37,10 @@ const (
 
 // Options configure a render.
 type Options struct {
-	Profile       string // a built-in name or a file; default builtin.Default
+	// Profile is a built-in name or a file. Empty re-uses the effective
+	// profile of the render already in Root, so that a re-render without
+	// --profile keeps what is there; in a root without one, builtin.Default.
+	Profile       string
 	Root          string // default DefaultRoot
 	ContainerRoot string // default plan.DefaultContainerRoot
 	Hierarchy     boards.Hierarchy
@@ -45,7 +49,32 @@ type Options struct {
 	// Binary, if set, is a file to install at <root>/bin/nvml-mock-sysfs:
 	// render's own executable.
 	Binary string
+	// Strict refuses a profile with keys nvml-mock's schema does not know;
+	// otherwise each is passed to Warn (when set) and rendering goes on.
+	Strict bool
+	Warn   func(error)
 	Writer writer.Options
+}
+
+// ProfileSource returns the profile a render with these options uses: the
+// one asked for, else the effective profile of a render already in the
+// root (a manifest says a render made it), else builtin.Default.
+func (o Options) ProfileSource() string {
+	if o.Profile != "" {
+		return o.Profile
+	}
+	root := o.Root
+	if root == "" {
+		root = DefaultRoot
+	}
+	effective := path.Join(root, plan.ProfileFile)
+	if _, err := os.Lstat(path.Join(root, writer.ManifestFile)); err != nil {
+		return builtin.Default
+	}
+	if info, err := os.Lstat(effective); err != nil || !info.Mode().IsRegular() {
+		return builtin.Default
+	}
+	return effective
 }
 
 // LoadMachine resolves and normalises a profile.
@@ -60,7 +89,23 @@ func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error
 // Plan loads the profile and plans the overlay, reading the host's CPUs
 // (and devices, when merging) from its sysfs.
 func Plan(opts Options) (*plan.Plan, error) {
-	m, err := LoadMachine(opts.Profile, opts.Hierarchy)
+	prof, source, err := builtin.Load(opts.ProfileSource())
+	if err != nil {
+		return nil, err
+	}
+	if len(prof.Unknown) > 0 && opts.Strict {
+		more := ""
+		if n := len(prof.Unknown) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %d more unknown keys)", n)
+		}
+		return nil, fmt.Errorf("%w%s; --strict refuses keys nvml-mock does not know", prof.Unknown[0], more)
+	}
+	if opts.Warn != nil {
+		for _, u := range prof.Unknown {
+			opts.Warn(u)
+		}
+	}
+	m, err := profile.Normalize(source, prof, profile.Options{Hierarchy: opts.Hierarchy})
 	if err != nil {
 		return nil, err
 	}

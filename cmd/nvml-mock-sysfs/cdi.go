@@ -22,13 +22,13 @@ func (a *specArgs) register(fs *flag.FlagSet) {
 // check refuses a kind without --output and a bad kind, and defaults it.
 func (a *specArgs) check(e *env, cmd string) (int, bool) {
 	if a.kind != "" && a.output == "" {
-		return usageError(e, "%s: --kind applies to --output; --merge-into keeps the spec's own kind", cmd), false
+		return usageError(e, cmd, "--kind applies to --output; --merge-into keeps the spec's own kind"), false
 	}
 	if a.kind == "" {
 		a.kind = deploy.DefaultKind
 	}
 	if err := deploy.CheckKind(a.kind); err != nil {
-		return usageError(e, "%s: --kind: %v", cmd, err), false
+		return usageError(e, cmd, "--kind: %v", err), false
 	}
 	return 0, true
 }
@@ -39,11 +39,11 @@ func runCDI(e *env, args []string) int {
 	a.register(fs)
 	var sa specArgs
 	sa.register(fs)
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if (sa.output == "") == (sa.mergeInto == "") {
-		return usageError(e, "cdi: give --output FILE or --merge-into FILE, one of them")
+		return usageError(e, "cdi", "give --output FILE or --merge-into FILE, one of them")
 	}
 	if code, ok := sa.check(e, "cdi"); !ok {
 		return code

@@ -3,41 +3,60 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path"
 	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 func runCompat(e *env, args []string) int {
-	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
+	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys [--container-root DIR]] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
 	var root, sysfs, prof, nvmlProfile, containerRoot, format string
 	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
 	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
 	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
 	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default with --sysfs: $"+compat.NVMLProfileEnv+")")
-	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "with --sysfs: where the overlay is mounted, to find its effective profile")
+	fs.StringVar(&containerRoot, "container-root", "", "where the overlay is mounted: with --sysfs, to find its effective profile (default "+plan.DefaultContainerRoot+"); on the host, must match the render's")
 	fs.StringVar(&format, "format", "table", "table or json")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if root != "" && sysfs != "" {
-		return usageError(e, "compat: give --root or --sysfs, not both")
+		return usageError(e, "compat", "give --root or --sysfs, not both")
 	}
 	if format != "table" && format != "json" {
-		return usageError(e, "compat: --format %q: want table or json", format)
+		return usageError(e, "compat", "--format %q: want table or json", format)
 	}
-	atSysfs := sysfs != ""
+	if root != "" {
+		if err := writer.CheckRoot(root); err != nil {
+			return usageError(e, "compat", "--root: %v", err)
+		}
+	}
+	hostSide := sysfs == ""
 	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
+	if hostSide {
+		// The links must resolve where the render said containers mount it.
+		served, err := deploy.ServedContainerRoot(os.DirFS(overlayDir), overlayDir, containerRoot)
+		if err != nil {
+			return usageError(e, "compat", "%v", err)
+		}
+		containerRoot = served
+	}
 	m, err := expectedMachine(prof, overlayDir)
 	if err != nil {
-		return fail(e, "compat: %v", err)
+		return failLoad(e, "compat", err)
 	}
 	report := compat.Run(m, sysfs)
-	if nvmlProfile == "" && atSysfs && e.lookupEnv != nil {
+	if hostSide {
+		report.Results = append(report.Results, compat.CheckServedLinks(overlayDir, containerRoot))
+	}
+	if nvmlProfile == "" && !hostSide && e.lookupEnv != nil {
 		// Where a container sees the tree, nvml-mock's NVML reads the
 		// profile its environment names.
 		nvmlProfile, _ = e.lookupEnv(compat.NVMLProfileEnv)
@@ -67,6 +86,9 @@ func whereToCheck(root, sysfs, containerRoot string) (overlayDir, sysfsDir strin
 	}
 	if root != "" {
 		return root, sysfs
+	}
+	if containerRoot == "" {
+		containerRoot = plan.DefaultContainerRoot
 	}
 	return containerRoot, sysfs
 }

@@ -4,11 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 // mountArgs are the flags that cdi and mounts share: both hand out the one
@@ -21,7 +21,7 @@ type mountArgs struct {
 
 func (a *mountArgs) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
-	fs.StringVar(&a.containerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
+	fs.StringVar(&a.containerRoot, "container-root", "", "where containers mount the overlay; must match the render's (default: the one the render recorded, else "+plan.DefaultContainerRoot+")")
 	registerAlsoAt(fs, &a.alsoAt)
 	fs.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
 }
@@ -29,15 +29,23 @@ func (a *mountArgs) register(fs *flag.FlagSet) {
 // resolve returns the mount set and whether the gate let it through. On
 // refusal it returns the exit code to stop with.
 func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered bool, code int, ok bool) {
-	mounts, err := deploy.Mounts(a.root, a.containerRoot, a.alsoAt)
-	if err != nil {
-		return nil, false, usageError(e, "%s: %v", cmd, err), false
+	if err := writer.CheckRoot(a.root); err != nil {
+		return nil, false, usageError(e, cmd, "--root: %v", err), false
 	}
-	if err := deploy.CheckRendered(os.DirFS(a.root), a.root); err != nil {
+	rootFS := os.DirFS(a.root)
+	containerRoot, err := deploy.ServedContainerRoot(rootFS, a.root, a.containerRoot)
+	if err != nil {
+		return nil, false, usageError(e, cmd, "%v", err), false
+	}
+	mounts, err = deploy.Mounts(a.root, containerRoot, a.alsoAt)
+	if err != nil {
+		return nil, false, usageError(e, cmd, "%v", err), false
+	}
+	if err := deploy.CheckRendered(rootFS, a.root); err != nil {
 		if !a.failOpen {
 			return nil, false, fail(e, "%s: %v; run render first, or pass --fail-open to leave the sysfs mounts out", cmd, err), false
 		}
-		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s: warning: %s; --fail-open: leaving the sysfs mounts out\n", cmd, strings.Join(strings.Fields(err.Error()), " "))
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s: warning: %s; --fail-open: leaving the sysfs mounts out\n", cmd, oneLine(err.Error()))
 		return mounts, false, 0, true
 	}
 	return mounts, true, 0, true

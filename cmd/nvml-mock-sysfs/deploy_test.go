@@ -14,10 +14,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
-func renderedRoot(t *testing.T) string {
+func renderedRoot(t *testing.T, flags ...string) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
-	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4-vm")
+	code, _, stderr := runCLI(t, append([]string{"render", "--root", root, "--profile", "t4-vm"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
 	return root
 }
@@ -93,7 +93,7 @@ func TestCDIGate(t *testing.T) {
 }
 
 func TestCDIAndMountsShareTheMountSet(t *testing.T) {
-	root := renderedRoot(t)
+	root := renderedRoot(t, "--container-root", "/usr/local/nvml-mock")
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 	flags := []string{"--root", root, "--container-root", "/usr/local/nvml-mock", "--also-at", "/host-sys/bus/pci/devices"}
 

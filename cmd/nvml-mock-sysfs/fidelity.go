@@ -11,6 +11,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 const fidelityHelp = `Compares each GPU and NVSwitch directory with the attributes a real node's
@@ -28,42 +29,42 @@ kernel's formats and the files' agreement with each other are checked.
 `
 
 func runFidelity(e *env, args []string) int {
-	fs := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys] [--device BDF] [--profile NAME|FILE] [--format table|json]")
-	usage := fs.Usage
-	fs.Usage = func() {
-		usage()
-		fmt.Fprintf(e.stderr, "\n%s", fidelityHelp)
-	}
+	fs := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys [--container-root DIR]] [--device BDF] [--profile NAME|FILE] [--gaps] [--format table|json]", fidelityHelp)
 	var root, sysfs, prof, containerRoot, device, format string
 	var gapsOnly bool
 	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
 	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
 	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
-	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "with --sysfs: where the overlay is mounted, to find its effective profile")
+	fs.StringVar(&containerRoot, "container-root", "", "with --sysfs: where the overlay is mounted, to find its effective profile (default "+plan.DefaultContainerRoot+")")
 	fs.StringVar(&device, "device", "", "check only this PCI address")
 	fs.StringVar(&format, "format", "table", "table or json")
 	fs.BoolVar(&gapsOnly, "gaps", false, "list only the attributes that are missing or different")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if root != "" && sysfs != "" {
-		return usageError(e, "fidelity: give --root or --sysfs, not both")
+		return usageError(e, "fidelity", "give --root or --sysfs, not both")
 	}
 	if format != "table" && format != "json" {
-		return usageError(e, "fidelity: --format %q: want table or json", format)
+		return usageError(e, "fidelity", "--format %q: want table or json", format)
+	}
+	if root != "" {
+		if err := writer.CheckRoot(root); err != nil {
+			return usageError(e, "fidelity", "--root: %v", err)
+		}
 	}
 	var only pciaddr.Address
 	if device != "" {
 		a, err := pciaddr.Parse(device)
 		if err != nil {
-			return usageError(e, "fidelity: --device: %v", err)
+			return usageError(e, "fidelity", "--device: %v", err)
 		}
 		only = a
 	}
 	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
 	m, err := expectedMachine(prof, overlayDir)
-	if err != nil && device == "" {
-		return fail(e, "fidelity: %v", err)
+	if err != nil && (device == "" || prof != "") {
+		return failLoad(e, "fidelity", err)
 	}
 	dirFS := os.DirFS(sysfs)
 	var rows []fidelity.Row

@@ -36,12 +36,7 @@ board's (hgx for H100/H200, dgx for A100 SXM, flat for PCIe cards).
 `
 
 func runImport(e *env, args []string) int {
-	fs := newFlags(e, "import", "nvidia-smi [flags] FILE.xml")
-	usage := fs.Usage
-	fs.Usage = func() {
-		usage()
-		fmt.Fprintf(e.stderr, "\n%s", importHelp)
-	}
+	fs := newFlags(e, "import", "nvidia-smi [--root-complexes per-gpu|per-domain] [--root-complex pciDDDD:BB[=NUMA]]... [--hierarchy flat|hgx|dgx] [--numa-node N] FILE.xml", importHelp)
 	var rcMode, hierarchy string
 	var explicit rootComplexFlags
 	opts := importer.DefaultOptions()
@@ -49,32 +44,33 @@ func runImport(e *env, args []string) int {
 	fs.Var(&explicit, "root-complex", "a host bridge of the real node, pciDDDD:BB or pciDDDD:BB=NUMA; repeat for each")
 	fs.StringVar(&hierarchy, "hierarchy", "", "bridges above each GPU: flat, hgx or dgx (default: flat for a GPU on bus 00, else the board's)")
 	fs.IntVar(&opts.NUMANode, "numa-node", -1, "NUMA node of the root complexes; -1 is no affinity")
-	if len(args) == 0 || args[0] != "nvidia-smi" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fs.Usage()
-			return exitOK
-		}
+	switch {
+	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
 		fs.Usage()
-		return exitUsage
+		return exitOK
+	case len(args) == 0:
+		return usageError(e, "import", "want the capture's format, nvidia-smi, and a file")
+	case args[0] != "nvidia-smi":
+		return usageError(e, "import", "%q is not a capture format: want nvidia-smi", args[0])
 	}
-	files, code, ok := parseInterleaved(fs, args[1:])
+	files, code, ok := parseInterleaved(e, fs, args[1:])
 	if !ok {
 		return code
 	}
 	if len(files) != 1 {
-		return usageError(e, "import: want exactly one capture file, got %d", len(files))
+		return usageError(e, "import", "want exactly one capture file, got %d", len(files))
 	}
 	opts.RootComplexes = importer.RootComplexMode(rcMode)
 	if !slices.Contains(importer.RootComplexModes(), opts.RootComplexes) {
-		return usageError(e, "import: --root-complexes %q: want one of %v", rcMode, importer.RootComplexModes())
+		return usageError(e, "import", "--root-complexes %q: want one of %v", rcMode, importer.RootComplexModes())
 	}
 	opts.Explicit = explicit
 	opts.Hierarchy = boards.Hierarchy(hierarchy)
 	if hierarchy != "" && !opts.Hierarchy.Valid() {
-		return usageError(e, "import: --hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
+		return usageError(e, "import", "--hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
 	}
 	if opts.NUMANode < -1 || opts.NUMANode > 1023 {
-		return usageError(e, "import: --numa-node %d: want -1 or 0..1023", opts.NUMANode)
+		return usageError(e, "import", "--numa-node %d: want -1 or 0..1023", opts.NUMANode)
 	}
 	in, name := os.Stdin, "(stdin)"
 	if files[0] != "-" {
@@ -108,10 +104,10 @@ func runImport(e *env, args []string) int {
 
 // parseInterleaved parses flags that may come before or after the file
 // names, as 'import nvidia-smi FILE --hierarchy hgx' reads naturally.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, int, bool) {
+func parseInterleaved(e *env, fs *flag.FlagSet, args []string) ([]string, int, bool) {
 	var rest []string
 	for {
-		if code, ok := parseFlagsOnly(fs, args); !ok {
+		if code, ok := parseFlagsOnly(e, fs, args); !ok {
 			return nil, code, false
 		}
 		args = fs.Args()
@@ -121,16 +117,6 @@ func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, int, bool) {
 		rest = append(rest, args[0])
 		args = args[1:]
 	}
-}
-
-func parseFlagsOnly(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	return 0, true
 }
 
 // rootComplexFlags collects repeated --root-complex values.

@@ -59,11 +59,11 @@ func TestImportCommand(t *testing.T) {
 			[]string{"numa_node: 0"}, "", "pci0000:00"},
 		{"explicit host bridge", []string{"import", "nvidia-smi", "--root-complex", "pci0000:00=1", file}, 0,
 			[]string{"numa_node: 1", "root complexes as given"}, "", "pci0000:00"},
-		{"help explains the inference", []string{"import", "nvidia-smi", "-h"}, 0, nil, "per-gpu (default): each GPU bus gets its own host bridge", ""},
-		{"no format", []string{"import", file}, 2, nil, "Usage: nvml-mock-sysfs import nvidia-smi [flags] FILE.xml", ""},
+		{"help explains the inference", []string{"import", "nvidia-smi", "-h"}, 0, []string{"per-gpu (default): each GPU bus gets its own host bridge"}, "", ""},
+		{"no format", []string{"import", file}, 2, nil, "nvml-mock-sysfs import: \"" + file + "\" is not a capture format: want nvidia-smi; run 'nvml-mock-sysfs import -h' for usage\n", ""},
 		{"no file", []string{"import", "nvidia-smi"}, 2, nil, "import: want exactly one capture file, got 0", ""},
 		{"bad inference", []string{"import", "nvidia-smi", "--root-complexes", "per-socket", file}, 2, nil, `--root-complexes "per-socket": want one of [per-gpu per-domain]`, ""},
-		{"bad host bridge", []string{"import", "nvidia-smi", "--root-complex", "0000:00", file}, 2, nil, `invalid value "0000:00" for flag -root-complex`, ""},
+		{"bad host bridge", []string{"import", "nvidia-smi", "--root-complex", "0000:00", file}, 2, nil, `invalid value "0000:00" for flag --root-complex`, ""},
 		{"forced hierarchy on a VM capture", []string{"import", "nvidia-smi", "--hierarchy", "hgx", file}, 1, nil,
 			"nvml-mock-sysfs: import: nvidia-smi capture " + file + `: gpu 0000:00:1e.0: value "hgx": the GPU sits on the root bus of pci0000:00, where only the flat hierarchy puts a GPU`, ""},
 		{"missing file", []string{"import", "nvidia-smi", filepath.Join(t.TempDir(), "none.xml")}, 1, nil, "no such file or directory", ""},
@@ -91,21 +91,30 @@ func TestImportCommand(t *testing.T) {
 // TestImportRealCapturesRender runs the command on each real capture and
 // renders its output with the render command.
 func TestImportRealCapturesRender(t *testing.T) {
-	dir := overlaytest.SharedTestdata(t, "nvidia-smi-captures")
-	files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
-	require.NoError(t, err)
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			code, stdout, stderr := runCapture(t, "import", "nvidia-smi", f)
-			require.Equal(t, 0, code, stderr)
-			require.Empty(t, stderr, "real captures import without notes")
-			prof := filepath.Join(t.TempDir(), "imported.yaml")
-			require.NoError(t, os.WriteFile(prof, []byte(stdout), 0o644))
-			root := t.TempDir()
-			code, out, stderr := runCapture(t, "render", "--root", root, "--profile", prof, "--no-binary")
-			require.Equal(t, 0, code, stderr)
-			gpus := strings.Count(stdout, "bus_id:")
-			require.Contains(t, out, "GPUs "+strconv.Itoa(gpus)+",")
-		})
-	}
+	// The T4 VM capture above always runs; the real ones need ../shared,
+	// and only that subtest skips without it.
+	inRepo := filepath.Join(t.TempDir(), "t4.xml")
+	require.NoError(t, os.WriteFile(inRepo, []byte(t4Capture), 0o644))
+	t.Run("in-repo/t4.xml", func(t *testing.T) { importAndRender(t, inRepo) })
+	t.Run("shared", func(t *testing.T) {
+		dir := overlaytest.SharedTestdata(t, "nvidia-smi-captures")
+		files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
+		require.NoError(t, err)
+		for _, f := range files {
+			t.Run(filepath.Base(f), func(t *testing.T) { importAndRender(t, f) })
+		}
+	})
+}
+
+func importAndRender(t *testing.T, capture string) {
+	code, stdout, stderr := runCapture(t, "import", "nvidia-smi", capture)
+	require.Equal(t, 0, code, stderr)
+	require.Empty(t, stderr, "captures import without notes")
+	prof := filepath.Join(t.TempDir(), "imported.yaml")
+	require.NoError(t, os.WriteFile(prof, []byte(stdout), 0o644))
+	root := filepath.Join(t.TempDir(), "overlay")
+	code, out, stderr := runCapture(t, "render", "--root", root, "--profile", prof, "--no-binary")
+	require.Equal(t, 0, code, stderr)
+	gpus := strings.Count(stdout, "bus_id:")
+	require.Contains(t, out, "GPUs "+strconv.Itoa(gpus)+",")
 }

@@ -9,7 +9,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 )
 
 // Exit codes.
@@ -55,20 +58,33 @@ func main() {
 }
 
 func run(e *env, args []string) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(e.stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(e.stdout)
 		return exitOK
+	case "--version", "-version", "version":
+		return printVersion(e)
+	case "help":
+		// help CMD is CMD -h.
+		if len(args) == 1 {
+			usage(e.stdout)
+			return exitOK
+		}
+		if len(args) > 2 {
+			return usageError(e, "help", "want one command, got %q", strings.Join(args[1:], " "))
+		}
+		args = []string{args[1], "-h"}
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
 			return c.run(e, args[1:])
 		}
 	}
-	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: unknown command %q\n\n", args[0])
-	usage(e.stderr)
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: unknown command %q; run 'nvml-mock-sysfs -h' for the commands\n", args[0])
 	return exitUsage
 }
 
@@ -77,44 +93,134 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "\nRun 'nvml-mock-sysfs <command> -h' for a command's flags.\n")
+	fmt.Fprintf(w, "\nRun 'nvml-mock-sysfs help <command>' or 'nvml-mock-sysfs <command> -h' for a command's flags,\n'nvml-mock-sysfs --version' for the version.\n")
+}
+
+// printVersion prints the module version and the VCS revision the binary
+// was built from, as the Go tool recorded them.
+func printVersion(e *env) int {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return fail(e, "version: this binary carries no build information")
+	}
+	fmt.Fprintln(e.stdout, versionLine(bi))
+	return exitOK
+}
+
+func versionLine(bi *debug.BuildInfo) string {
+	version, revision, modified := bi.Main.Version, "unknown (built without VCS stamping: make build in a git checkout stamps it)", ""
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			revision = s.Value
+		case s.Key == "vcs.modified" && s.Value == "true":
+			modified = " (modified)"
+		}
+	}
+	if version == "" {
+		version = "(devel)"
+	}
+	return fmt.Sprintf("nvml-mock-sysfs %s %s, revision %s%s, %s", bi.Main.Path, version, revision, modified, bi.GoVersion)
 }
 
 // newFlags makes a flag set that reports, rather than exits, on bad flags.
-func newFlags(e *env, name, synopsis string) *flag.FlagSet {
+// help, when set, follows the flags in -h's output.
+func newFlags(e *env, name, synopsis string, help ...string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	// parse reports a bad flag in one line; the flag package would print
+	// its message and then the whole usage.
+	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "Usage: nvml-mock-sysfs %s %s\n\n", name, synopsis)
-		fs.PrintDefaults()
+		w := e.stdout
+		fmt.Fprintf(w, "Usage: nvml-mock-sysfs %s %s\n\nFlags:\n", name, synopsis)
+		printFlags(w, fs)
+		for _, h := range help {
+			fmt.Fprintf(w, "\n%s", h)
+		}
 	}
 	return fs
 }
 
-// parse parses flags; it returns an exit code when the command must stop.
-func parse(fs *flag.FlagSet, args []string) (int, bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
+// printFlags lists the flags as --name, the way the usage lines and the
+// README spell them (flag.PrintDefaults spells them -name).
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		typ, text := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
 		}
-		return exitUsage, false
+		if def := f.DefValue; def != "" && def != "false" && def != "0" && def != "0s" && def != "[]" {
+			text += fmt.Sprintf(" (default %s)", def)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, text)
+	})
+}
+
+// parse parses flags; it returns an exit code when the command must stop.
+func parse(e *env, fs *flag.FlagSet, args []string) (int, bool) {
+	if code, ok := parseFlagsOnly(e, fs, args); !ok {
+		return code, false
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "nvml-mock-sysfs %s: unexpected arguments: %s\n", fs.Name(), strings.Join(fs.Args(), " "))
-		return exitUsage, false
+		return usageError(e, fs.Name(), "unexpected arguments: %s", strings.Join(fs.Args(), " ")), false
 	}
 	return 0, true
+}
+
+// parseFlagsOnly parses flags and leaves any arguments after them.
+func parseFlagsOnly(e *env, fs *flag.FlagSet, args []string) (int, bool) {
+	// The flag package calls Usage on every bad flag too; help is printed
+	// only when asked for.
+	help := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = help
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			help()
+			return exitOK, false
+		}
+		return usageError(e, fs.Name(), "%s", dashDash(err.Error())), false
+	}
+	return 0, true
+}
+
+// dashDash spells the flag package's -name as --name in its messages
+// ("flag provided but not defined: -x").
+func dashDash(msg string) string {
+	var b strings.Builder
+	for i, r := range msg {
+		if r == '-' && (i == 0 || msg[i-1] == ' ') && i+1 < len(msg) && msg[i+1] != '-' && msg[i+1] != ' ' {
+			b.WriteByte('-')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // fail prints one line and returns the failure exit code.
 func fail(e *env, format string, args ...any) int {
 	msg := fmt.Sprintf(format, args...)
-	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", strings.Join(strings.Fields(msg), " "))
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", oneLine(msg))
 	return exitFailure
 }
 
-// usageError prints one line and returns the usage exit code.
-func usageError(e *env, format string, args ...any) int {
-	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", fmt.Sprintf(format, args...))
+// usageError prints one line, prefixed with the command and ending with
+// where to read its usage, and returns the usage exit code.
+func usageError(e *env, cmd, format string, args ...any) int {
+	fmt.Fprintf(e.stderr, "nvml-mock-sysfs %s: %s; run 'nvml-mock-sysfs %s -h' for usage\n", cmd, oneLine(fmt.Sprintf(format, args...)), cmd)
 	return exitUsage
 }
+
+// failLoad reports a profile that cannot be loaded: a name that is neither
+// a built-in nor a file is a usage error, anything else a failure.
+func failLoad(e *env, cmd string, err error) int {
+	var unknown *builtin.UnknownError
+	if errors.As(err, &unknown) {
+		return usageError(e, cmd, "%v", err)
+	}
+	return fail(e, "%v", err)
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -16,11 +16,11 @@ func runMounts(e *env, args []string) int {
 	var a mountArgs
 	a.register(fs)
 	format := fs.String("format", "table", "table or json")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if *format != "table" && *format != "json" {
-		return usageError(e, "mounts: --format %q: want table or json", *format)
+		return usageError(e, "mounts", "--format %q: want table or json", *format)
 	}
 	mounts, rendered, code, ok := a.resolve(e, "mounts")
 	if !ok {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -11,13 +12,13 @@ import (
 func runProfiles(e *env, args []string) int {
 	fs := newFlags(e, "profiles", "[--show NAME]")
 	show := fs.String("show", "", "print a built-in profile as YAML")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if *show != "" {
 		p, ok := builtin.Get(*show)
 		if !ok {
-			return usageError(e, "profiles: %q is not a built-in profile", *show)
+			return usageError(e, "profiles", "--show %q: not a built-in profile (%s)", *show, strings.Join(builtin.Names(), ", "))
 		}
 		out, err := profile.Marshal(p, fmt.Sprintf("nvml-mock-sysfs built-in profile %q", *show))
 		if err != nil {

@@ -14,8 +14,29 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+// renderHelp says what the render flags do with the profile and the root,
+// for render and serve alike.
+const renderHelp = `Keys of the profile that nvml-mock's schema does not know (a typo such as
+subsytem_id would otherwise be ignored and the device rendered with a
+default) are warnings that name the file, the field and the nearest known
+key; --strict makes them an error.
+
+A first render into a directory that holds files where the overlay goes
+(an effective-profile.json or bin/nvml-mock-sysfs of your own) refuses and
+names them; --force replaces them.
+`
+
+// renderProfileHelp is what render alone does without --profile: serve
+// keeps the root equal to its flags, so its own output is never its input.
+const renderProfileHelp = `Without --profile, render re-uses the effective profile of the render
+already in --root (<root>/effective-profile.json), so a re-render keeps what
+is there; a root without a render gets the built-in ` + builtin.Default + `.
+
+`
+
 // renderArgs are the flags that render and serve share: both render
-// through overlay.Render with the same options.
+// through overlay.Render with the same options. --profile is each
+// command's own: its default differs (see renderProfileHelp).
 type renderArgs struct {
 	o                      overlay.Options
 	hierarchy, hostDevices string
@@ -23,7 +44,6 @@ type renderArgs struct {
 }
 
 func (a *renderArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file")
 	fs.StringVar(&a.o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
 	fs.StringVar(&a.o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
 	fs.StringVar(&a.hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
@@ -32,6 +52,8 @@ func (a *renderArgs) register(fs *flag.FlagSet) {
 	fs.DurationVar(&a.o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
 	fs.BoolVar(&a.o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
 	fs.BoolVar(&a.noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
+	fs.BoolVar(&a.o.Strict, "strict", false, "refuse a profile with keys nvml-mock's schema does not know, instead of warning")
+	fs.BoolVar(&a.o.Writer.Force, "force", false, "let a first render replace files already in the root that no render made")
 }
 
 // options checks the flags and returns the render options, the binary to
@@ -40,17 +62,17 @@ func (a *renderArgs) options(e *env, cmd string) (overlay.Options, int, bool) {
 	o := a.o
 	o.Hierarchy = boards.Hierarchy(a.hierarchy)
 	if a.hierarchy != "" && !o.Hierarchy.Valid() {
-		return o, usageError(e, "%s: --hierarchy %q: want one of %v", cmd, a.hierarchy, boards.Hierarchies()), false
+		return o, usageError(e, cmd, "--hierarchy %q: want one of %v", a.hierarchy, boards.Hierarchies()), false
 	}
 	o.HostDevices = overlay.HostDevices(a.hostDevices)
 	if o.HostDevices != overlay.HostDevicesNone && o.HostDevices != overlay.HostDevicesMerge {
-		return o, usageError(e, "%s: --host-devices %q: want none or merge", cmd, a.hostDevices), false
+		return o, usageError(e, cmd, "--host-devices %q: want none or merge", a.hostDevices), false
 	}
 	if err := writer.CheckRoot(o.Root); err != nil {
-		return o, usageError(e, "%s: --root: %v", cmd, err), false
+		return o, usageError(e, cmd, "--root: %v", err), false
 	}
 	if err := plan.ValidateContainerRoot(o.ContainerRoot); err != nil {
-		return o, usageError(e, "%s: --container-root: %v", cmd, err), false
+		return o, usageError(e, cmd, "--container-root: %v", err), false
 	}
 	return o, 0, true
 }
@@ -70,22 +92,31 @@ func (a *renderArgs) withBinary(e *env, cmd string, o *overlay.Options) (int, bo
 }
 
 func runRender(e *env, args []string) int {
-	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [flags]")
+	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--dry-run] [--no-binary] [--compare-content] [--strict] [--force]", renderProfileHelp+renderHelp)
 	var a renderArgs
+	fs.StringVar(&a.o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+builtin.Default+")")
 	a.register(fs)
 	var dryRun bool
 	fs.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	o, code, ok := a.options(e, "render")
 	if !ok {
 		return code
 	}
+	o.Warn = func(err error) {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: warning: %s\n", oneLine(err.Error()))
+	}
+	if o.Profile == "" {
+		if src := o.ProfileSource(); src != builtin.Default {
+			fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: no --profile: re-using the effective profile of the render in %s\n", o.Root)
+		}
+	}
 	if dryRun {
 		p, err := overlay.Plan(o)
 		if err != nil {
-			return fail(e, "%v", err)
+			return failLoad(e, "render", err)
 		}
 		printSummary(e, p, o, nil)
 		if err := p.Tree.Format(e.stdout); err != nil {
@@ -98,7 +129,7 @@ func runRender(e *env, args []string) int {
 	}
 	p, st, err := overlay.Render(o)
 	if err != nil {
-		return fail(e, "%v", err)
+		return failLoad(e, "render", err)
 	}
 	printSummary(e, p, o, &st)
 	return exitOK

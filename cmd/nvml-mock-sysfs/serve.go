@@ -2,17 +2,29 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 )
 
+// serveHelp says what serve does with the profile and its warnings.
+const serveHelp = `serve renders --profile (default the built-in ` + builtin.Default + `) at every sync;
+unlike render, it never re-uses the root's own effective profile: the root
+follows the flags. Warnings about the profile go to the log, at warn level
+when the render changed the tree; --strict makes them a failed render,
+which leaves the last good tree served and /readyz failing.
+
+`
+
 func runServe(e *env, args []string) int {
-	fs := newFlags(e, "serve", "--profile FILE --root DIR (--output FILE [--kind KIND] | --merge-into FILE)... [--listen ADDR] [flags]")
+	fs := newFlags(e, "serve", "[--profile NAME|FILE] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
+	fs.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
 	ra.register(fs)
 	var sa specArgs
 	sa.register(fs)
@@ -26,11 +38,11 @@ func runServe(e *env, args []string) int {
 	var logLevel slog.Level
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug (also logs unchanged resyncs), info, warn or error")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if sa.output == "" && sa.mergeInto == "" {
-		return usageError(e, "serve: give --output FILE, --merge-into FILE, or both")
+		return usageError(e, "serve", "give --output FILE, --merge-into FILE, or both")
 	}
 	if code, ok := sa.check(e, "serve"); !ok {
 		return code
@@ -42,12 +54,21 @@ func runServe(e *env, args []string) int {
 	case "json":
 		o.Logger = slog.New(slog.NewJSONHandler(e.stderr, ho))
 	default:
-		return usageError(e, "serve: --log-format %q: want text or json", logFormat)
+		return usageError(e, "serve", "--log-format %q: want text or json", logFormat)
 	}
 	var code int
 	var ok bool
 	if o.Render, code, ok = ra.options(e, "serve"); !ok {
 		return code
+	}
+	// A name that is neither a built-in nor a file is a typo that no
+	// resync mends: a usage error, as for render. Any other bad profile
+	// is the loop's to report, and to recover from.
+	if _, _, err := builtin.Load(o.Render.Profile); err != nil {
+		var unknown *builtin.UnknownError
+		if errors.As(err, &unknown) {
+			return usageError(e, "serve", "%v", err)
+		}
 	}
 	if code, ok := ra.withBinary(e, "serve", &o.Render); !ok {
 		return code
@@ -55,7 +76,7 @@ func runServe(e *env, args []string) int {
 	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
 	s, err := serve.New(o)
 	if err != nil {
-		return usageError(e, "serve: %v", err)
+		return usageError(e, "serve", "%v", err)
 	}
 	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

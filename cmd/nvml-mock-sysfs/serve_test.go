@@ -7,23 +7,35 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// serve's usage errors look like every other command's: exit 2 and one
+// line naming serve and where to read its usage.
 func TestServeUsageErrors(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	for _, args := range [][]string{
-		{"serve", "--root", root}, // no spec target
-		{"serve", "--root", root, "--merge-into", "/x.yaml", "--kind", "a.com/b"}, // --kind without --output
-		{"serve", "--root", root, "--output", "/x.yaml", "--kind", "nokind"},
-		{"serve", "--root", root, "--output", "/x.yaml", "--log-format", "xml"},
-		{"serve", "--root", root, "--output", "/x.yaml", "--log-level", "loud"},
-		{"serve", "--root", root, "--output", "/x.yaml", "--also-at", "/host/sys/bus/pci/devices"},
-		{"serve", "--root", "relative", "--output", "/x.yaml"},
-		{"serve", "--root", root, "--output", "/x.yaml", "--hierarchy", "mesh"},
-	} {
-		code, _, stderr := runCLI(t, args...)
-		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
-		require.NotEmpty(t, stderr)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--root", root}, "give --output FILE, --merge-into FILE, or both"},
+		{[]string{"serve", "--root", root, "--merge-into", "/x.yaml", "--kind", "a.com/b"}, "--kind applies to --output"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--kind", "nokind"}, "--kind: "},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--log-format", "xml"}, `--log-format "xml": want text or json`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--log-level", "loud"}, "--log-level"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--also-at", "/host/sys/bus/pci/devices"}, "/host/sys/bus/pci/devices"},
+		{[]string{"serve", "--root", "relative", "--output", "/x.yaml"}, `--root: root "relative" must be an absolute path`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--hierarchy", "mesh"}, `--hierarchy "mesh"`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--no-such-flag"}, "flag provided but not defined: --no-such-flag"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "extra-arg"}, "unexpected arguments: extra-arg"},
+		// A typo of a built-in name no resync can mend.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--profile", "h200"}, `profile "h200": not a built-in (a100, h100, gb200, t4)`},
 	}
-	code, _, stderr := runCLI(t, "serve", "-h")
+	for _, tc := range tests {
+		stderr := requireOneLineUsageError(t, "serve", tc.args...)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+	code, stdout, stderr := runCLI(t, "serve", "-h")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, stderr, "-listen")
+	require.Empty(t, stderr)
+	require.Contains(t, stdout, "\n  --listen string\n")
+	require.Contains(t, stdout, "\n  --strict\n")
+	require.Contains(t, stdout, "never re-uses the root's own effective profile")
 }

@@ -1,7 +1,12 @@
 package main
 
 import (
+	"errors"
+	"os"
+	"path"
+
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
@@ -15,18 +20,22 @@ func runVerify(e *env, args []string) int {
 	fs.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
 	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
 	fs.StringVar(&format, "format", "table", "table or json")
-	if code, ok := parse(fs, args); !ok {
+	if code, ok := parse(e, fs, args); !ok {
 		return code
 	}
 	if format != "table" && format != "json" {
-		return usageError(e, "verify: --format %q: want table or json", format)
+		return usageError(e, "verify", "--format %q: want table or json", format)
 	}
 	if err := plan.ValidateContainerRoot(containerRoot); err != nil {
-		return usageError(e, "verify: --container-root: %v", err)
+		return usageError(e, "verify", "--container-root: %v", err)
 	}
 	m, err := expectedMachine(prof, containerRoot)
 	if err != nil {
-		return fail(e, "verify: %v", err)
+		if prof == "" && errors.Is(err, os.ErrNotExist) {
+			return fail(e, "verify: no effective profile at %s: verify checks the container it runs in, which must have been given the %s=%s device (the overlay mounted at %s); to check a render on the host, run 'nvml-mock-sysfs compat --root DIR'",
+				path.Join(containerRoot, plan.ProfileFile), deploy.DefaultKind, deploy.DeviceName, containerRoot)
+		}
+		return failLoad(e, "verify", err)
 	}
 	sys := verify.Live(sysfs, containerRoot)
 	sys.LookupEnv = e.lookupEnv

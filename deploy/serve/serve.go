@@ -66,7 +66,10 @@ const (
 // paths and the spec targets is the default.
 type Options struct {
 	// Render is what each render renders, as the render command takes it.
-	// When Render.Profile names a file, its directory is watched.
+	// When Render.Profile names a file, its directory is watched. An empty
+	// Render.Profile is builtin.Default, never (as for render) the root's
+	// own effective profile: the root follows the options. Render.Warn is
+	// the server's: it logs each unknown profile key with its render.
 	Render overlay.Options
 	// AlsoAt are extra targets of the links directory (cdi --also-at).
 	AlsoAt []string
@@ -296,10 +299,16 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	s.mu.Lock()
 	prev := s.status
 	s.mu.Unlock()
-	p, st, err := overlay.Render(s.opts.Render)
+	ro := s.opts.Render
+	if ro.Profile == "" {
+		ro.Profile = builtin.Default
+	}
+	var unknown []error
+	ro.Warn = func(err error) { unknown = append(unknown, err) }
+	p, st, err := overlay.Render(ro)
 	specWrites := 0
 	if err == nil {
-		s.logRender(ctx, reason, p, st, prev.Syncs == 0, time.Since(start))
+		s.logRender(ctx, reason, p, st, unknown, prev.Syncs == 0, time.Since(start))
 		specWrites, err = s.writeSpecs()
 	}
 	took := time.Since(start)
@@ -333,7 +342,7 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 // logRender logs a render that succeeded: at info when it changed the
 // tree (or is the first), at debug when it wrote nothing, so a quiet
 // resync stays quiet.
-func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, first bool, took time.Duration) {
+func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, unknown []error, first bool, took time.Duration) {
 	level, msg := slog.LevelDebug, "unchanged"
 	if st.Written() > 0 || st.DirsCreated > 0 || st.Removed > 0 || first {
 		level, msg = slog.LevelInfo, "rendered"
@@ -345,6 +354,9 @@ func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st 
 	warn := slog.LevelDebug
 	if level == slog.LevelInfo {
 		warn = slog.LevelWarn
+	}
+	for _, u := range unknown {
+		s.log.Log(ctx, warn, "profile key nvml-mock does not know; --strict refuses it", "err", u)
 	}
 	for _, f := range st.Foreign {
 		s.log.Log(ctx, warn, "links directory holds an entry no render made; go-nvlib aborts its scan on an unreadable one", "entry", f)

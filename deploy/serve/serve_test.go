@@ -22,6 +22,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 // badProfile names the field and the value its error must name.
@@ -451,4 +452,64 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	}
 	require.True(t, warned)
 	t.Logf("FIGURES a render stuck on the lock: healthz 503 after StuckAfter; stop returned after %s (StopTimeout %s)", took.Round(time.Millisecond), s.opts.StopTimeout)
+}
+
+// typoProfile has one key nvml-mock's schema lacks: a typo of
+// subsystem_id, which would otherwise render a default subsystem.
+const typoProfile = "devices:\n  - index: 0\n    pci:\n      bus_id: \"0000:07:00.0\"\n      subsytem_id: 0x134F10DE\n      device_id: 0x20B010DE\n"
+
+// An unknown key is logged with the render that read it, at warn level
+// when the render changed the tree and at debug on a quiet resync; with
+// Strict it fails the render: not ready, nothing written.
+func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
+	s := start(t, newConfigMap(t, []byte(typoProfile)), func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 10*time.Second)
+	s.waitSyncs(3)
+	unknownKey := func(level string) int {
+		n := 0
+		for _, rec := range s.logs.Records(t, level) {
+			if strings.HasPrefix(fmt.Sprint(rec["msg"]), "profile key nvml-mock does not know") {
+				require.Contains(t, fmt.Sprint(rec["err"]), "devices[0].pci.subsytem_id: unknown key (line 5)")
+				require.Contains(t, fmt.Sprint(rec["err"]), "nearest known key: subsystem_id")
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 1, unknownKey("WARN"), "once, with the first render")
+	require.GreaterOrEqual(t, unknownKey("DEBUG"), 2, "again at debug with each quiet resync")
+
+	strict := start(t, newConfigMap(t, []byte(typoProfile)), func(o *Options) {
+		o.Resync = 50 * time.Millisecond
+		o.Render.Strict = true
+	})
+	strict.waitSyncs(2)
+	code, body := strict.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "subsytem_id: unknown key")
+	require.Contains(t, body, "--strict refuses keys nvml-mock does not know")
+	_, err := os.Stat(strict.opts.Render.Root)
+	require.ErrorIs(t, err, os.ErrNotExist, "nothing written")
+	_, err = os.Stat(strict.opts.Output)
+	require.ErrorIs(t, err, os.ErrNotExist, "no spec")
+}
+
+// Without a profile the server renders the built-in default, never (as
+// render does) the root's own effective profile: the root follows the
+// options, so a render of another profile in it is replaced.
+func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "overlay")
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root, Writer: writer.Options{SkipSync: true}})
+	require.NoError(t, err)
+	srv, err := New(Options{
+		Render: overlay.Options{Root: root, Writer: writer.Options{SkipSync: true}},
+		Output: filepath.Join(dir, "spec.yaml"),
+		Logger: slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+	})
+	require.NoError(t, err)
+	srv.Sync(context.Background(), "test")
+	st := srv.Status()
+	require.Empty(t, st.Err)
+	require.Equal(t, "built-in "+builtin.Default, st.Profile)
 }

@@ -72,18 +72,31 @@ func Load(nameOrPath string) (*profile.Profile, string, error) {
 			return p, "built-in " + nameOrPath, nil
 		}
 		if _, err := os.Stat(nameOrPath); err != nil {
-			hint := ""
-			if slices.Contains(NVMLMockNames(), nameOrPath) {
-				// The name of one of nvml-mock's profiles: render that
-				// profile's own file, the one its NVML serves.
-				hint = fmt.Sprintf("; for nvml-mock's %s, pass its profile file (the config.yaml its NVML reads)", nameOrPath)
-			}
-			return nil, "", fmt.Errorf("profile %q: not a built-in (%s) and not a file%s: %w", nameOrPath, strings.Join(Names(), ", "), hint, err)
+			return nil, "", &UnknownError{Name: nameOrPath, Err: err}
 		}
 	}
 	p, err := profile.LoadFile(nameOrPath)
 	return p, nameOrPath, err
 }
+
+// UnknownError is a --profile that names neither a built-in nor a file: a
+// usage error, which commands exit 2 on.
+type UnknownError struct {
+	Name string
+	Err  error // why it is not a file
+}
+
+func (e *UnknownError) Error() string {
+	hint := ""
+	if slices.Contains(NVMLMockNames(), e.Name) {
+		// The name of one of nvml-mock's profiles: render that profile's
+		// own file, the one its NVML serves.
+		hint = fmt.Sprintf("; for nvml-mock's %s, pass its profile file (the config.yaml its NVML reads)", e.Name)
+	}
+	return fmt.Sprintf("profile %q: not a built-in (%s) and not a file%s: %v", e.Name, strings.Join(Names(), ", "), hint, e.Err)
+}
+
+func (e *UnknownError) Unwrap() error { return e.Err }
 
 type gpuSpec struct {
 	bus  string

@@ -74,7 +74,7 @@ func LoadFile(path string) (*Profile, error) {
 		return nil, &Error{Source: path, Err: err}
 	}
 	if !info.Mode().IsRegular() {
-		return nil, &Error{Source: path, Err: fmt.Errorf("not a regular file (%s)", info.Mode().Type())}
+		return nil, &Error{Source: path, Err: fmt.Errorf("not a regular file (%s)", info.Mode())}
 	}
 	// Read one byte past the limit so that an oversized file is told apart
 	// from one exactly at the limit, without reading the rest of it.
@@ -116,6 +116,7 @@ func Parse(source string, data []byte) (*Profile, error) {
 	if err := d.decode(top, reflect.ValueOf(&p).Elem(), ""); err != nil {
 		return nil, err
 	}
+	p.Unknown = unknownKeys(source, top)
 	return &p, nil
 }
 

@@ -44,23 +44,42 @@ func TestSharedProfiles(t *testing.T) {
 		"gb200.yaml": {8, 4, 4, 0x2341, 0x1817},
 		"t4.yaml":    {4, 0, 1, 0x1eb8, 0x12a2},
 	}
-	for _, f := range sharedProfiles(t) {
-		t.Run(filepath.Base(f), func(t *testing.T) {
+	// The repository's own profiles always run: every GPU an NVIDIA
+	// function of display class at a valid address.
+	inRepo, err := filepath.Glob("../../testdata/profiles/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, inRepo)
+	for _, f := range inRepo {
+		t.Run("in-repo/"+filepath.Base(f), func(t *testing.T) {
 			m := load(t, f)
-			w, ok := want[filepath.Base(f)]
-			require.True(t, ok, "a new shared profile: add its expectations")
-			require.Len(t, m.GPUs(), w.gpus)
-			require.Len(t, m.Devices, w.gpus+w.switches)
-			require.Len(t, m.RootComplexes, w.rcs)
+			require.NotEmpty(t, m.GPUs())
 			for _, d := range m.GPUs() {
 				require.Equal(t, boards.VendorNVIDIA, d.Vendor)
-				require.Equal(t, w.device, d.DeviceID, "the profile's own ids, not the real board's")
-				require.Equal(t, w.subsys, d.SubsystemDevice)
-				require.Equal(t, Class3DController, d.Class)
+				require.Contains(t, []uint32{Class3DController, ClassVGAController}, d.Class)
 				require.True(t, pciaddr.IsBDF(d.Address.String()))
 			}
 		})
 	}
+	// nvml-mock's own profiles: this subtest skips without ../shared.
+	t.Run("shared", func(t *testing.T) {
+		for _, f := range sharedProfiles(t) {
+			t.Run(filepath.Base(f), func(t *testing.T) {
+				m := load(t, f)
+				w, ok := want[filepath.Base(f)]
+				require.True(t, ok, "a new shared profile: add its expectations")
+				require.Len(t, m.GPUs(), w.gpus)
+				require.Len(t, m.Devices, w.gpus+w.switches)
+				require.Len(t, m.RootComplexes, w.rcs)
+				for _, d := range m.GPUs() {
+					require.Equal(t, boards.VendorNVIDIA, d.Vendor)
+					require.Equal(t, w.device, d.DeviceID, "the profile's own ids, not the real board's")
+					require.Equal(t, w.subsys, d.SubsystemDevice)
+					require.Equal(t, Class3DController, d.Class)
+					require.True(t, pciaddr.IsBDF(d.Address.String()))
+				}
+			})
+		}
+	})
 }
 
 func TestNormalizeUnusualNumbering(t *testing.T) {
@@ -239,8 +258,10 @@ func TestLoadFile(t *testing.T) {
 	dir := t.TempDir()
 	_, err := LoadFile(filepath.Join(dir, "missing.yaml"))
 	require.ErrorContains(t, err, "missing.yaml")
+	require.NoError(t, os.Chmod(dir, 0o750))
 	_, err = LoadFile(dir)
-	require.ErrorContains(t, err, "not a regular file")
+	// The directory's real mode, not the bare type bits (d---------).
+	require.ErrorContains(t, err, "not a regular file (drwxr-x---)")
 	big := filepath.Join(dir, "big.yaml")
 	require.NoError(t, os.WriteFile(big, []byte(strings.Repeat("# pad\n", MaxSize/6+10)), 0o644))
 	_, err = LoadFile(big)

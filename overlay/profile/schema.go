@@ -24,6 +24,10 @@ type Profile struct {
 	NVLink         *NVLink        `yaml:"nvlink,omitempty" json:"nvlink,omitempty,omitzero"`
 	PCIeTopology   *PCIeTopology  `yaml:"pcie_topology,omitempty" json:"pcie_topology,omitempty,omitzero"`
 	InfiniBand     *InfiniBand    `yaml:"infiniband,omitempty" json:"infiniband,omitempty,omitzero"`
+
+	// Unknown holds, from Parse, one error per key that nvml-mock's schema
+	// does not know (see known_keys.go): warnings, or refusals with --strict.
+	Unknown []*Error `yaml:"-" json:"-"`
 }
 
 // SystemConfig is the system block; only the device count matters here.

@@ -46,6 +46,10 @@ type Options struct {
 	// CompareContent compares every file byte for byte even when the marker
 	// says the tree already is this plan.
 	CompareContent bool
+	// Force lets a first render (a root without a manifest) replace files
+	// and links that are already at its paths: the user's own, for all the
+	// writer can tell, so by default it refuses and names them.
+	Force bool
 	// SkipSync leaves out the syncfs(2) that puts the tree on disk before
 	// the marker vouches for it. It syncs the root's whole filesystem, which
 	// under a busy build can take seconds, so tests that do not test
@@ -195,7 +199,12 @@ func (w *apply) run(opts Options) error {
 	if err := w.checkNoOtherRenderer(owned); err != nil {
 		return err
 	}
-	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs())}
+	if len(owned) == 0 && !opts.Force {
+		if err := w.refuseForeignFiles(); err != nil {
+			return err
+		}
+	}
+	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs()), ContainerRoot: w.plan.ContainerRoot}
 	oldMarker, _ := w.d.readFile(MarkerFile, 4096)
 	deep := opts.CompareContent || !bytes.Equal(oldMarker, marker.bytes())
 
@@ -292,6 +301,48 @@ func (w *apply) run(opts Options) error {
 		return err
 	}
 	return w.reportForeign(planned, owned)
+}
+
+// refuseForeignFiles refuses a root that no render made (it has no
+// manifest) but that already holds files or links where the plan puts
+// something: an effective-profile.json or bin/nvml-mock-sysfs of the
+// user's own would otherwise be silently replaced. Directories are shared,
+// not replaced, so they do not count.
+func (w *apply) refuseForeignFiles() error {
+	var found []string
+	blocked := map[string]bool{} // found paths, whose children cannot be looked at
+	for _, e := range w.plan.Entries {
+		if underAny(e.Path, blocked) {
+			continue
+		}
+		st, there, err := w.d.lstat(e.Path)
+		if err != nil {
+			return err
+		}
+		if there && (e.Kind != plan.Dir || st.Mode&unix.S_IFMT != unix.S_IFDIR) {
+			found = append(found, e.Path)
+			blocked[e.Path] = true
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	const shown = 5
+	names := strings.Join(found[:min(len(found), shown)], ", ")
+	if len(found) > shown {
+		names += fmt.Sprintf(" and %d more", len(found)-shown)
+	}
+	return fmt.Errorf("%s holds no render (no %s) but already has %s where a render writes: refusing to replace them; --force replaces them", w.d.root, ManifestFile, names)
+}
+
+// underAny reports whether p lies below one of the paths in set.
+func underAny(p string, set map[string]bool) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if set[d] {
+			return true
+		}
+	}
+	return false
 }
 
 // compare decides whether an entry must be written. Without deep, a file
@@ -473,10 +524,14 @@ type Marker struct {
 	Digest  string
 	Entries int
 	GPUs    int
+	// ContainerRoot is where the tree's links expect the overlay to be
+	// mounted; cdi and mounts take it from here. Empty in a marker written
+	// before it was recorded.
+	ContainerRoot string
 }
 
 func (m Marker) bytes() []byte {
-	return fmt.Appendf(nil, "digest %s\nentries %d\ngpus %d\n", m.Digest, m.Entries, m.GPUs)
+	return fmt.Appendf(nil, "digest %s\nentries %d\ngpus %d\ncontainer-root %s\n", m.Digest, m.Entries, m.GPUs, m.ContainerRoot)
 }
 
 // ReadMarker reads a root's completion marker. An error means the tree is
@@ -490,6 +545,11 @@ func ReadMarker(fsys fs.FS) (Marker, error) {
 	var m Marker
 	if _, err := fmt.Sscanf(string(b), "digest %s\nentries %d\ngpus %d\n", &m.Digest, &m.Entries, &m.GPUs); err != nil {
 		return Marker{}, fmt.Errorf("completion marker %s: %w", MarkerFile, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "container-root "); ok {
+			m.ContainerRoot = v
+		}
 	}
 	return m, nil
 }

@@ -75,7 +75,7 @@ func TestApplyWritesThePlan(t *testing.T) {
 	for _, e := range entries {
 		vendor, err := os.ReadFile(filepath.Join(root, plan.LinksDir, e.Name(), "vendor"))
 		require.NoError(t, err, e.Name())
-		require.Contains(t, []string{"0x10de\n", "0x8086\n", "0x1000\n"}, string(vendor))
+		require.Contains(t, []string{"0x10de\n", "0x8086\n", "0x1000\n", "0x15b3\n"}, string(vendor))
 		real, err := filepath.EvalSymlinks(filepath.Join(root, plan.LinksDir, e.Name()))
 		require.NoError(t, err)
 		require.True(t, strings.HasPrefix(real, root+"/sys/devices/pci"), real)
@@ -85,9 +85,32 @@ func TestApplyWritesThePlan(t *testing.T) {
 	fsys := os.DirFS(root)
 	m, err := writer.ReadMarker(fsys)
 	require.NoError(t, err)
-	require.Equal(t, writer.Marker{Digest: p.Digest(), Entries: len(p.Entries), GPUs: 8}, m)
+	require.Equal(t, writer.Marker{Digest: p.Digest(), Entries: len(p.Entries), GPUs: 8, ContainerRoot: plan.DefaultContainerRoot}, m)
 	_, err = os.Stat(filepath.Join(root, ".nvml-mock-sysfs", "staging"))
 	require.ErrorIs(t, err, os.ErrNotExist, "staging is gone after a render")
+}
+
+// A first render into a directory that already holds files where the plan
+// puts its own refuses, naming them, and changes nothing; Force replaces
+// them. Once a render made the tree (its manifest), re-renders never ask.
+func TestFirstRenderRefusesForeignFiles(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(root, plan.ProfileFile), []byte("mine\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine\n"), 0o644))
+	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
+	p := planOf(t, "t4", nil)
+	_, err := writer.Apply(root, p, writer.Options{})
+	require.ErrorContains(t, err, root+" holds no render (no .nvml-mock-sysfs/manifest) but already has "+plan.ProfileFile+" where a render writes")
+	require.ErrorContains(t, err, "--force replaces them")
+	require.NotContains(t, err.Error(), "notes.txt", "files the plan does not touch are not in the way")
+	require.NotContains(t, err.Error(), "sys,", "directories are shared, not replaced")
+	overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "a refused render")
+
+	_, err = writer.Apply(root, p, writer.Options{Force: true})
+	require.NoError(t, err)
+	_, err = writer.Apply(root, planOf(t, "h100", nil), writer.Options{})
+	require.NoError(t, err, "a rendered root re-renders without --force")
 }
 
 func TestApplyIsDeterministic(t *testing.T) {

@@ -1,0 +1,222 @@
+package profile_test
+
+import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// Paths of nvml-mock's sources and profiles beside the repository.
+const (
+	sharedProfiles = "../../../shared/testdata/nvml-mock-profiles"
+	testInfraTar   = "../../../shared/third-party/k8s-test-infra.tar.xz"
+	configTypes    = "k8s-test-infra/pkg/gpu/mocknvml/engine/config_types.go"
+	configsDir     = "k8s-test-infra/pkg/gpu/mocknvml/configs/"
+)
+
+func unknown(t *testing.T, doc string) []string {
+	t.Helper()
+	p, err := profile.Parse("x.yaml", []byte(doc))
+	require.NoError(t, err)
+	var out []string
+	for _, u := range p.Unknown {
+		out = append(out, u.Error())
+	}
+	return out
+}
+
+// A typo is ignored like a field nvml-mock knows and sysfs does not need,
+// and the device silently renders with a default; so every key nvml-mock's
+// schema lacks is reported, with its path, line and nearest known key.
+func TestUnknownKeys(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      []string
+	}{
+		{"subsystem id typo", "devices:\n  - index: 0\n    pci:\n      bus_id: \"0000:07:00.0\"\n      subsytem_id: 0x134F10DE\n",
+			[]string{"profile x.yaml: devices[0].pci.subsytem_id: unknown key (line 5), not in nvml-mock's profile schema; nearest known key: subsystem_id"}},
+		{"bus id typo", "devices:\n  - index: 0\n  - index: 1\n    pci: {bus_idd: \"0000:07:00.0\"}\n",
+			[]string{"profile x.yaml: devices[1].pci.bus_idd: unknown key (line 4), not in nvml-mock's profile schema; nearest known key: bus_id"}},
+		{"top-level typo", "device_default:\n  pci: {device_id: 0x20B010DE}\ndevices:\n  - index: 0\n",
+			[]string{"profile x.yaml: device_default: unknown key (line 1), not in nvml-mock's profile schema; nearest known key: device_defaults"}},
+		{"deep in a field sysfs ignores", "device_defaults:\n  ecc:\n    mode_current: Enabled\n    errors: {volatil: {}}\n",
+			[]string{"profile x.yaml: device_defaults.ecc.errors.volatil: unknown key (line 4), not in nvml-mock's profile schema; nearest known key: volatile"}},
+		{"inside an unknown key, nothing more", "devices:\n  - index: 0\n    pcie_x: {a: 1, b: 2}\n",
+			[]string{"profile x.yaml: devices[0].pcie_x: unknown key (line 3), not in nvml-mock's profile schema; nearest known key: pcie"}},
+		{"through a merge key", "x_defaults: &d {bus_idd: a}\ndevices:\n  - index: 0\n    pci:\n      <<: *d\n",
+			[]string{
+				"profile x.yaml: x_defaults: unknown key (line 1), not in nvml-mock's profile schema; nearest known key: device_defaults",
+				"profile x.yaml: devices[0].pci.bus_idd: unknown key (line 1), not in nvml-mock's profile schema; nearest known key: bus_id",
+			}},
+		{"fields nvml-mock knows and sysfs does not use", "version: \"1.0\"\nsystem: {driver_version: \"550\", cuda_version_major: 12}\ndevice_defaults:\n  memory: {total_bytes: 1}\n  clocks: {graphics_max: 1}\n  mig: {}\ndevices:\n  - {index: 0, uuid: GPU-x, minor_number: 0, ecc: {}}\nnvlink:\n  links_per_gpu: 12\n  switches: [{bdf: \"0000:c4:00.0\", uuid: x}]\npcie_topology: {cores_per_numa: 2, root_complexes: [{id: pci0000:00, cpu_affinity: \"0-1\", devices: []}]}\ninfiniband: {enabled: true, hca_type: MT4123}\ndynamic_metrics_defaults: {power: {base_mw: 1}}\n", nil},
+		{"this tool's extensions", "system: {num_devices: 1, product_name: DGX}\ndevice_defaults: {pci: {class: 0x030200}}\ndevices: [{index: 0, pci: {class: 0x030000}}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", device_id: 0x22A310DE}]}\npcie_topology: {hierarchy: hgx, root_complexes: []}\n", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, unknown(t, tc.doc))
+		})
+	}
+}
+
+// nvml-mock's own profiles give no warnings: the built-ins always, its
+// shipped configs and shared profiles where ../shared is beside the
+// checkout.
+func TestNvmlMockProfilesHaveNoUnknownKeys(t *testing.T) {
+	for _, name := range builtin.Names() {
+		t.Run("built-in "+name, func(t *testing.T) {
+			p, _ := builtin.Get(name)
+			out, err := profile.Marshal(p, "")
+			require.NoError(t, err)
+			require.Empty(t, unknown(t, string(out)))
+		})
+	}
+	t.Run("shared profiles", func(t *testing.T) {
+		files, _ := filepath.Glob(filepath.Join(sharedProfiles, "*.yaml"))
+		if len(files) == 0 {
+			t.Skipf("%s is absent: nvml-mock's profiles come with the project's shared data, not this repository", sharedProfiles)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			require.NoError(t, err)
+			require.Empty(t, unknown(t, string(data)), f)
+		}
+	})
+	t.Run("nvml-mock configs", func(t *testing.T) {
+		for _, name := range []string{"a100", "gb200", "h100", "t4"} {
+			member := configsDir + "mock-nvml-config-" + name + ".yaml"
+			require.Empty(t, unknown(t, string(fromTar(t, member))), member)
+		}
+	})
+}
+
+// fromTar reads one file of the vendored k8s-test-infra source, or skips.
+func fromTar(t *testing.T, member string) []byte {
+	t.Helper()
+	if _, err := os.Stat(testInfraTar); err != nil {
+		t.Skipf("%s is absent (%v): nvml-mock's source comes with the project's shared data, not this repository", testInfraTar, err)
+	}
+	out, err := exec.Command("tar", "-xJOf", testInfraTar, member).Output()
+	require.NoError(t, err, "tar -xJOf %s %s", testInfraTar, member)
+	return out
+}
+
+// The key list is nvml-mock's schema: derived again from the JSON tags of
+// its config types, it is the same list, and a profile holding every one of
+// its keys gives no warning.
+func TestKnownKeysMatchNvmlMock(t *testing.T) {
+	paths := schemaPaths(t, fromTar(t, configTypes), "YAMLConfig")
+	var compact []string
+	for _, p := range paths {
+		if rest, ok := strings.CutPrefix(p, "devices[]."); ok && slices.Contains(paths, "device_defaults."+rest) {
+			continue // DeviceOverride inlines DeviceConfig
+		}
+		compact = append(compact, p)
+	}
+	require.Equal(t, compact, strings.Fields(profile.NvmlMockKeys))
+
+	doc := map[string]any{}
+	for _, p := range paths {
+		put(doc, strings.Split(p, "."))
+	}
+	data, err := yaml.Marshal(doc)
+	require.NoError(t, err)
+	require.Empty(t, unknown(t, string(data)))
+}
+
+// put sets a path in a document: a[] makes a one-item sequence; leaves are
+// null, which the decoder takes as unset.
+func put(m map[string]any, parts []string) {
+	key, seq := strings.CutSuffix(parts[0], "[]")
+	if len(parts) == 1 {
+		if _, there := m[key]; !there {
+			m[key] = nil
+		}
+		return
+	}
+	if seq {
+		items, _ := m[key].([]any)
+		if len(items) == 0 {
+			items = []any{map[string]any{}}
+			m[key] = items
+		}
+		put(items[0].(map[string]any), parts[1:])
+		return
+	}
+	child, _ := m[key].(map[string]any)
+	if child == nil {
+		child = map[string]any{}
+		m[key] = child
+	}
+	put(child, parts[1:])
+}
+
+// schemaPaths lists the key paths of a struct type of a Go source, from
+// its fields' JSON tags, as sigs.k8s.io/yaml decodes them.
+func schemaPaths(t *testing.T, src []byte, top string) []string {
+	f, err := parser.ParseFile(token.NewFileSet(), configTypes, src, 0)
+	require.NoError(t, err)
+	structs := map[string]*ast.StructType{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if ts, ok := n.(*ast.TypeSpec); ok {
+			if st, ok := ts.Type.(*ast.StructType); ok {
+				structs[ts.Name.Name] = st
+			}
+		}
+		return true
+	})
+	var out []string
+	var walk func(prefix string, st *ast.StructType)
+	var typ func(prefix string, e ast.Expr)
+	typ = func(prefix string, e ast.Expr) {
+		switch x := e.(type) {
+		case *ast.StarExpr:
+			typ(prefix, x.X)
+		case *ast.ArrayType:
+			typ(prefix+"[]", x.Elt)
+		case *ast.Ident:
+			if st, ok := structs[x.Name]; ok {
+				walk(prefix, st)
+				return
+			}
+			out = append(out, prefix)
+		default:
+			t.Fatalf("%s: a type this test does not know: %T", prefix, e)
+		}
+	}
+	walk = func(prefix string, st *ast.StructType) {
+		for _, field := range st.Fields.List {
+			tag := ""
+			if field.Tag != nil {
+				tag = reflect.StructTag(strings.Trim(field.Tag.Value, "`")).Get("json")
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			switch {
+			case name == "-":
+			case name == "":
+				typ(prefix, field.Type) // inline
+			case prefix == "":
+				typ(name, field.Type)
+			default:
+				typ(fmt.Sprintf("%s.%s", prefix, name), field.Type)
+			}
+		}
+	}
+	st, ok := structs[top]
+	require.True(t, ok, "no type %s", top)
+	walk("", st)
+	return out
+}
