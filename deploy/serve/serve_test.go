@@ -500,7 +500,7 @@ func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
 func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root, Writer: writer.Options{SkipSync: true}})
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	srv, err := New(Options{
 		Render: overlay.Options{Root: root, Writer: writer.Options{SkipSync: true}},

@@ -114,7 +114,7 @@ func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
 		name          string
 		before, after func() *profile.Profile
 	}{
-		{"a GPU on a root complex of its own (built-in h100)", func() *profile.Profile {
+		{"a GPU on a root complex of its own (built-in hgx-h100)", func() *profile.Profile {
 			p, _ := builtin.Get("hgx-h100")
 			return p
 		}, func() *profile.Profile {
@@ -123,7 +123,7 @@ func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
 			p.PCIeTopology.RootComplexes = append(p.PCIeTopology.RootComplexes, profile.RootComplexConfig{ID: "pci0000:d8", Devices: []string{"0000:db:00.0"}})
 			return p
 		}},
-		{"a pair of GPUs on a switch of their own (built-in a100)", func() *profile.Profile {
+		{"a pair of GPUs on a switch of their own (built-in dgx-a100)", func() *profile.Profile {
 			p, _ := builtin.Get("dgx-a100")
 			return p
 		}, func() *profile.Profile {

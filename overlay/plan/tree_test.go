@@ -240,7 +240,7 @@ func TestBuiltinHierarchies(t *testing.T) {
 	}
 }
 
-// TestH100MatchesRealBoard checks the built-in h100 against the real HGX
+// TestH100MatchesRealBoard checks the built-in hgx-h100 against the real HGX
 // path pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0: the
 // root port, switch ports and GPU on consecutive buses from the root bus.
 func TestH100MatchesRealBoard(t *testing.T) {

@@ -99,7 +99,7 @@ func TestFirstRenderRefusesForeignFiles(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine\n"), 0o644))
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
-	p := planOf(t, "t4", nil)
+	p := planOf(t, "t4-vm", nil)
 	_, err := writer.Apply(root, p, writer.Options{})
 	require.ErrorContains(t, err, root+" holds no render (no .nvml-mock-sysfs/manifest) but already has "+plan.ProfileFile+" where a render writes")
 	require.ErrorContains(t, err, "--force replaces them")
@@ -109,7 +109,7 @@ func TestFirstRenderRefusesForeignFiles(t *testing.T) {
 
 	_, err = writer.Apply(root, p, writer.Options{Force: true})
 	require.NoError(t, err)
-	_, err = writer.Apply(root, planOf(t, "h100", nil), writer.Options{})
+	_, err = writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
 	require.NoError(t, err, "a rendered root re-renders without --force")
 }
 
