@@ -34,10 +34,10 @@ func TestBARMemory(t *testing.T) {
 		profile string
 		detail  string // of the first GPU
 	}{
-		{"a100", "BAR1 64 GiB, 64-bit total 65568 MiB"},
-		{"h100", "BAR1 128 GiB, 64-bit total 131120 MiB"},
-		{"gb200", "BAR1 256 GiB, 64-bit total 262192 MiB"},
-		{"t4", "BAR1 256 MiB, 64-bit total 288 MiB"},
+		{"dgx-a100", "BAR1 64 GiB, 64-bit total 65568 MiB"},
+		{"hgx-h100", "BAR1 128 GiB, 64-bit total 131120 MiB"},
+		{"gb200-tray", "BAR1 256 GiB, 64-bit total 262192 MiB"},
+		{"t4-vm", "BAR1 256 MiB, 64-bit total 288 MiB"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.profile, func(t *testing.T) {

@@ -81,7 +81,7 @@ func checkHostSide(t *testing.T, prof string) {
 }
 
 func TestNUMAMinusOneIsNotPublished(t *testing.T) {
-	root, p := render(t, "t4")
+	root, p := render(t, "t4-vm")
 	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 	requireOK(t, r)
 	for _, x := range r.Results {
@@ -176,7 +176,7 @@ func TestFailuresAreCaught(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root, p := render(t, "h100")
+			root, p := render(t, "hgx-h100")
 			tt.break_(t, root, p)
 			r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 			require.False(t, r.OK())
@@ -219,8 +219,8 @@ func relink(t *testing.T, root string, p *plan.Plan, bdf string, target func(*pl
 }
 
 func TestProfileMismatchIsCaught(t *testing.T) {
-	root, _ := render(t, "h100")
-	p, src, err := builtin.Load("a100")
+	root, _ := render(t, "hgx-h100")
+	p, src, err := builtin.Load("dgx-a100")
 	require.NoError(t, err)
 	other, err := profile.Normalize(src, p, profile.Options{})
 	require.NoError(t, err)
@@ -243,10 +243,10 @@ func TestFailedChecks(t *testing.T) {
 func TestHCALinkLayers(t *testing.T) {
 	for _, layer := range []string{"InfiniBand", "Ethernet"} {
 		t.Run(layer, func(t *testing.T) {
-			p, ok := builtin.Get("h100")
+			p, ok := builtin.Get("hgx-h100")
 			require.True(t, ok)
 			p.InfiniBand.LinkLayer = layer
-			data, err := profile.Marshal(p, "h100 with "+layer+" HCAs")
+			data, err := profile.Marshal(p, "hgx-h100 with "+layer+" HCAs")
 			require.NoError(t, err)
 			file := filepath.Join(t.TempDir(), "h100-"+layer+".yaml")
 			require.NoError(t, os.WriteFile(file, data, 0o644))
@@ -279,7 +279,7 @@ func TestHCAsAroundHostDevices(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(host, "bus/pci/devices"), 0o755))
 	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, "bus/pci/devices/0000:54:00.0")))
 	root := filepath.Join(t.TempDir(), "overlay")
-	p, _, err := overlay.Render(overlay.Options{Profile: "h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
+	p, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
 	require.NoError(t, err)
 	require.NotEqual(t, "0000:54:00.0", p.Tree.HCAs[0].Node.Address.String(), "the HCA moved off the host's bus")
 	requireOK(t, compat.Run(p.Machine, filepath.Join(root, "sys")))

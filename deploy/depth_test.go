@@ -22,7 +22,7 @@ import (
 func TestLinksTargetDepthRule(t *testing.T) {
 	overlaytest.RequireRoot(t)
 	root := filepath.Join(t.TempDir(), "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: "h100", Root: root, Writer: writer.Options{SkipSync: true}})
+	_, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 
 	targets := []string{"/srv/four/b/c", "/srv/five/b/c/d"}

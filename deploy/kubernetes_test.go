@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -22,12 +24,27 @@ import (
 // cdiSpecDir is the CDI spec directory containerd and podman both read.
 const cdiSpecDir = "/var/run/cdi"
 
+// What nvml-mock's Helm chart (deployments/nvml-mock/helm/nvml-mock) names:
+// its ConfigMap <release>-config holds the profile under config.yaml, and
+// its DaemonSet mounts it at /etc/nvml-mock. Its setup renders into
+// /var/lib/nvml-mock, which its NRI plugin mounts at /opt/nvml-mock.
+const (
+	nvmlMockConfigMap   = "nvml-mock-config" // release nvml-mock
+	nvmlMockProfileKey  = "config.yaml"
+	nvmlMockOverlay     = "/var/lib/nvml-mock"
+	nvmlMockOverlayInCt = "/opt/nvml-mock"
+)
+
 func TestManifestsDecodeStrictly(t *testing.T) {
 	m := podtest.DecodeManifests(t, "kubernetes")
-	require.Len(t, m.Namespaces, 1)
+	require.Empty(t, m.Namespaces, "nvml-mock's chart makes the namespace")
+	require.Empty(t, m.ConfigMaps, "applying deploy/kubernetes never replaces nvml-mock's profile")
 	require.Len(t, m.DaemonSets, 1)
-	require.Len(t, m.ConfigMaps, 1)
 	require.Len(t, m.Pods, 1)
+	standalone := podtest.DecodeManifests(t, "kubernetes/standalone")
+	require.Len(t, standalone.Namespaces, 1)
+	require.Len(t, standalone.ConfigMaps, 1)
+	require.Empty(t, standalone.DaemonSets, "one DaemonSet serves both ways")
 
 	// The decode is strict: a misspelt field fails it.
 	bad := []byte("apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: x\nspec:\n  template:\n    spec:\n      containers:\n        - name: c\n          volumeMount: []\n")
@@ -36,9 +53,11 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 
 func TestDaemonSetServesTheNode(t *testing.T) {
 	m := podtest.DecodeManifests(t, "kubernetes")
+	standalone := podtest.DecodeManifests(t, "kubernetes/standalone")
 	ds := m.DaemonSets[0]
-	ns := m.Namespaces[0].Name
-	require.Equal(t, ns, ds.Namespace)
+	ns := standalone.Namespaces[0].Name
+	require.Equal(t, ns, ds.Namespace, "nvml-mock's namespace, where its ConfigMap is")
+	require.Equal(t, ns, m.Pods[0].Namespace)
 	require.Equal(t, ds.Spec.Selector.MatchLabels, ds.Spec.Template.Labels)
 
 	pod := ds.Spec.Template.Spec
@@ -65,24 +84,29 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 			hostPaths = append(hostPaths, v.HostPath.Path)
 		}
 	}
-	require.ElementsMatch(t, []string{"/var/lib/nvml-mock", cdiSpecDir}, hostPaths)
+	const root, containerRoot = "/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs"
+	require.ElementsMatch(t, []string{root, cdiSpecDir}, hostPaths)
+	require.NotEqual(t, nvmlMockOverlay, root, "nvml-mock's setup renders render-pci-sysfs's tree there")
 
-	// The profile comes from the example ConfigMap, by name and key.
+	// The profile is nvml-mock's ConfigMap, by name and key; the standalone
+	// example stands in for it.
 	var cmVolume string
 	for name, v := range volumes {
 		if v.ConfigMap != nil {
 			cmVolume = name
-			require.Equal(t, m.ConfigMaps[0].Name, v.ConfigMap.Name)
+			require.Equal(t, nvmlMockConfigMap, v.ConfigMap.Name)
 		}
 	}
 	require.NotEmpty(t, cmVolume)
-	require.Equal(t, ns, m.ConfigMaps[0].Namespace)
+	require.Equal(t, nvmlMockConfigMap, standalone.ConfigMaps[0].Name)
+	require.Equal(t, ns, standalone.ConfigMaps[0].Namespace)
+	require.Contains(t, standalone.ConfigMaps[0].Data, nvmlMockProfileKey)
 	require.Equal(t, []string{"/nvml-mock-sysfs", "serve"}, c.Command)
 	flags := argFlags(t, c.Args)
-	for key := range m.ConfigMaps[0].Data {
-		require.Equal(t, []string{path.Join(mounted[cmVolume], key)}, flags["profile"])
-	}
-	require.Equal(t, []string{"/var/lib/nvml-mock"}, flags["root"])
+	require.Equal(t, []string{path.Join(mounted[cmVolume], nvmlMockProfileKey)}, flags["profile"])
+	require.Equal(t, []string{root}, flags["root"])
+	require.Equal(t, []string{containerRoot}, flags["container-root"], "nvml-mock's NRI plugin mounts its overlay at %s", nvmlMockOverlayInCt)
+	require.Equal(t, []string{"merge"}, flags["host-devices"], "the node's own devices stay listed")
 	require.Len(t, flags["output"], 1)
 	require.Equal(t, cdiSpecDir, path.Dir(flags["output"][0]))
 }
@@ -171,19 +195,28 @@ func TestDockerfileIsScratch(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestExampleConfigMapHoldsAProfile(t *testing.T) {
-	m := podtest.DecodeManifests(t, "kubernetes")
+// TestStandaloneConfigMapHoldsNVMLMocksH100 checks the stand-in for
+// nvml-mock's ConfigMap: it renders, and its GPUs are those nvml-mock's NVML
+// reports for its own h100 profile.
+func TestStandaloneConfigMapHoldsNVMLMocksH100(t *testing.T) {
+	m := podtest.DecodeManifests(t, "kubernetes/standalone")
 	data := m.ConfigMaps[0].Data
 	require.Len(t, data, 1)
-	for key, text := range data {
-		p, err := profile.Parse(key, []byte(text))
-		require.NoError(t, err)
-		machine, err := profile.Normalize(key, p, profile.Options{})
-		require.NoError(t, err)
-		require.NotEmpty(t, machine.GPUs())
-		_, err = plan.New(machine, plan.Options{})
-		require.NoError(t, err, "the example renders")
-	}
+	p, err := profile.Parse(nvmlMockProfileKey, []byte(data[nvmlMockProfileKey]))
+	require.NoError(t, err)
+	machine, err := profile.Normalize(nvmlMockProfileKey, p, profile.Options{})
+	require.NoError(t, err)
+	_, err = plan.New(machine, plan.Options{})
+	require.NoError(t, err, "the example renders")
+
+	ours, err := profile.NVMLGPUs(nvmlMockProfileKey, p)
+	require.NoError(t, err)
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	theirs, err := profile.LoadFile(h100)
+	require.NoError(t, err)
+	want, err := profile.NVMLGPUs(h100, theirs)
+	require.NoError(t, err)
+	require.Empty(t, profile.MatchIdentities(profile.Identities(want), "the standalone ConfigMap", profile.Identities(ours)))
 }
 
 func TestVerifyPodAsksForTheDevice(t *testing.T) {
@@ -194,4 +227,11 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	var devices []string
 	require.NoError(t, yaml.UnmarshalStrict([]byte(pod.Annotations[key]), &devices), key)
 	require.Equal(t, []string{deploy.DefaultKind + "=" + deploy.DeviceName}, devices)
+
+	// verify finds NVML's profile where nvml-mock's containers have it.
+	c := pod.Spec.Containers[0]
+	require.Len(t, c.VolumeMounts, 1)
+	require.Equal(t, nvmlMockConfigMap, pod.Spec.Volumes[0].ConfigMap.Name)
+	require.Equal(t, c.VolumeMounts[0].Name, pod.Spec.Volumes[0].Name)
+	require.Contains(t, c.Env, corev1.EnvVar{Name: "MOCK_NVML_CONFIG", Value: path.Join(c.VolumeMounts[0].MountPath, nvmlMockProfileKey)})
 }

@@ -63,7 +63,7 @@ func TestCheckRendered(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	require.ErrorContains(t, CheckRendered(os.DirFS(root), root), "holds no complete render", "nothing rendered yet")
 
-	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root})
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root})
 	require.NoError(t, err)
 	require.NoError(t, CheckRendered(os.DirFS(root), root), "a complete render")
 
@@ -85,7 +85,7 @@ func TestServedContainerRoot(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "/opt/x", got, "nothing rendered: the flag")
 
-	_, _, err = overlay.Render(overlay.Options{Profile: "t4", Root: root, ContainerRoot: "/opt/other"})
+	_, _, err = overlay.Render(overlay.Options{Profile: "t4-vm", Root: root, ContainerRoot: "/opt/other"})
 	require.NoError(t, err)
 	for _, flag := range []string{"", "/opt/other"} {
 		got, err = ServedContainerRoot(os.DirFS(root), root, flag)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -42,6 +43,16 @@ const (
 	DMI            = "isolation: /sys/class/dmi/id"
 	LinksMount     = "mount: links directory"
 	OverlayMount   = "mount: overlay"
+	NodeDevices    = "node devices listed"
+	OtherMocks     = "environment: no other PCI mock"
+)
+
+// Variables of nvml-mock's LD_PRELOAD shim, libpcimocksys, which redirects
+// PCI sysfs reads of dynamically linked programs into its own tree. Its
+// NRI plugin sets both by default (pkg/nri/nvmlmock, adjust.go).
+const (
+	pciShim        = "libpcimocksys"
+	PCIShimRootEnv = "MOCK_PCI_ROOT"
 )
 
 // System is what verify reads of the system it checks.
@@ -57,6 +68,18 @@ type System struct {
 	// Interfaces names the network interfaces of the process's network
 	// namespace, as netlink lists them.
 	Interfaces func() ([]string, error)
+	// LookupEnv reads the process's environment; nil is an empty one.
+	LookupEnv func(key string) (string, bool)
+	// NVMLProfile is the profile nvml-mock's NVML serves; empty means the
+	// one MOCK_NVML_CONFIG names, if set.
+	NVMLProfile string
+}
+
+func (s System) getenv(key string) (string, bool) {
+	if s.LookupEnv == nil {
+		return "", false
+	}
+	return s.LookupEnv(key)
 }
 
 // Live is the running system, seen from this process.
@@ -72,6 +95,7 @@ func Live(sysfs, containerRoot string) System {
 			return int64(st.Type), nil
 		},
 		MountInfo: func() ([]byte, error) { return os.ReadFile("/proc/self/mountinfo") },
+		LookupEnv: os.LookupEnv,
 		Interfaces: func() ([]string, error) {
 			ifs, err := net.Interfaces()
 			if err != nil {
@@ -91,7 +115,10 @@ func Live(sysfs, containerRoot string) System {
 func Run(m *profile.Machine, sys System) *compat.Report {
 	v := &verifier{m: m, sys: sys, fsys: os.DirFS(sys.Sysfs), report: &compat.Report{Sysfs: sys.Sysfs}}
 	v.links()
+	v.nodeDevices()
 	v.report.Results = append(v.report.Results, compat.Run(m, sys.Sysfs).Results...)
+	v.nvml()
+	v.otherMocks()
 	v.kernelDevices()
 	v.cpuTopology()
 	v.netInterfaces()
@@ -332,4 +359,102 @@ func (v *verifier) mountCheck(name, at, rootSuffix string, mounts []*mountinfo.I
 	default:
 		v.add(name, at, true, "mount %d: %s of %s %s, %s", top.ID, top.Root, top.FSType, top.Source, top.Options)
 	}
+}
+
+// nvml: the GPUs nvml-mock's NVML reports are the sysfs's GPUs. Without
+// nvml-mock's profile (no MOCK_NVML_CONFIG, no --nvml-profile) there is
+// nothing to compare, and the row says so.
+func (v *verifier) nvml() {
+	file := v.sys.NVMLProfile
+	if file == "" {
+		file, _ = v.sys.getenv(compat.NVMLProfileEnv)
+	}
+	if file == "" {
+		v.add(compat.NVMLAgreement, "-", true, "not compared: %s is not set and no --nvml-profile was given, so no nvml-mock NVML serves this container", compat.NVMLProfileEnv)
+		return
+	}
+	v.report.Results = append(v.report.Results, compat.NVMLCheck(file, v.sys.Sysfs))
+}
+
+// otherMocks: nvml-mock's LD_PRELOAD shim would redirect the PCI sysfs
+// reads of dynamically linked programs into its own tree, while static Go
+// programs read ours: two mocks that disagree.
+func (v *verifier) otherMocks() {
+	var problems []string
+	if preload, _ := v.sys.getenv("LD_PRELOAD"); strings.Contains(preload, pciShim) {
+		problems = append(problems, fmt.Sprintf("LD_PRELOAD=%s loads nvml-mock's %s", preload, pciShim))
+	}
+	if root, _ := v.sys.getenv(PCIShimRootEnv); root != "" {
+		problems = append(problems, fmt.Sprintf("%s=%s points nvml-mock's %s at its own tree", PCIShimRootEnv, root, pciShim))
+	}
+	if len(problems) > 0 {
+		v.add(OtherMocks, "env", false, "%s: two PCI mocks would disagree; drop %s from nvml-mock-nri's --ld-preload-shims and set %s= empty (docs/deploy.md)", strings.Join(problems, "; "), pciShim, PCIShimRootEnv)
+		return
+	}
+	v.add(OtherMocks, "env", true, "LD_PRELOAD does not load %s and %s is not set", pciShim, PCIShimRootEnv)
+}
+
+// nodeDevices: every PCI device the node has, as the kernel's own
+// /sys/devices/pci*/ directories show it (they stay the kernel's in a served
+// container), is still listed in the served links directory, by a link
+// that leads to that very directory. A device missing there, or shadowed
+// by a mock device at its address, has vanished for ghw, NFD and lspci.
+func (v *verifier) nodeDevices() {
+	where := path.Join(v.sys.Sysfs, linksDir)
+	roots, err := fs.Glob(v.fsys, "devices/pci[0-9a-f]*")
+	if err != nil || len(roots) == 0 {
+		v.add(NodeDevices, where, false, "no host bridges under %s (%v)", path.Join(v.sys.Sysfs, "devices"), err)
+		return
+	}
+	var node []string
+	for _, r := range roots {
+		node = append(node, deviceDirs(v.fsys, r)...)
+	}
+	var missing, shadowed []string
+	for _, dir := range node {
+		bdf := path.Base(dir)
+		link := linksDir + "/" + bdf
+		if _, err := fs.Lstat(v.fsys, link); err != nil {
+			missing = append(missing, bdf)
+			continue
+		}
+		listed, err := fs.Stat(v.fsys, link)
+		own, derr := fs.Stat(v.fsys, dir)
+		if err != nil || derr != nil || !os.SameFile(listed, own) {
+			target, _ := fs.ReadLink(v.fsys, link)
+			shadowed = append(shadowed, fmt.Sprintf("%s -> %s", bdf, target))
+		}
+	}
+	if len(missing)+len(shadowed) > 0 {
+		slices.Sort(missing)
+		var problems []string
+		if len(missing) > 0 {
+			problems = append(problems, fmt.Sprintf("%d of the node's %d PCI devices are not listed: %s", len(missing), len(node), strings.Join(missing, " ")))
+		}
+		if len(shadowed) > 0 {
+			problems = append(problems, fmt.Sprintf("%d shadowed by mock devices at their addresses: %s", len(shadowed), strings.Join(shadowed, ", ")))
+		}
+		v.add(NodeDevices, where, false, "%s (render with --host-devices merge)", strings.Join(problems, "; "))
+		return
+	}
+	v.add(NodeDevices, where, true, "all %d PCI devices under %s are listed, each by a link to its own directory", len(node), path.Join(v.sys.Sysfs, "devices/pci*"))
+}
+
+// deviceDirs lists the directories of the PCI functions below a directory:
+// its subdirectories named by a BDF, and theirs, as the kernel nests
+// devices below bridges.
+func deviceDirs(fsys fs.FS, dir string) []string {
+	entries, err := fs.ReadDir(fsys, dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() || !pciaddr.IsBDF(e.Name()) {
+			continue
+		}
+		out = append(out, dir+"/"+e.Name())
+		out = append(out, deviceDirs(fsys, dir+"/"+e.Name())...)
+	}
+	return out
 }

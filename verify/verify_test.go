@@ -13,6 +13,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -26,6 +27,8 @@ type fakeContainer struct {
 	magic       map[string]int64 // statfs answers other than sysfs
 	mountinfo   string
 	netlink     []string
+	env         map[string]string
+	nvmlProfile string
 }
 
 func newFakeContainer(t *testing.T, profile string) *fakeContainer {
@@ -47,6 +50,7 @@ func newFakeContainer(t *testing.T, profile string) *fakeContainer {
 		root: root, sysfs: sysfs,
 		magic:   map[string]int64{},
 		netlink: []string{"eth0", "lo"},
+		env:     map[string]string{},
 		mountinfo: fmt.Sprintf("80 60 254:0 /var/lib/nvml-mock %s ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n"+
 			"92 70 254:0 /var/lib/nvml-mock/sys/bus/pci/devices %s/bus/pci/devices ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n",
 			plan.DefaultContainerRoot, sysfs),
@@ -68,6 +72,11 @@ func (f *fakeContainer) system() System {
 		},
 		MountInfo:  func() ([]byte, error) { return []byte(f.mountinfo), nil },
 		Interfaces: func() ([]string, error) { return f.netlink, nil },
+		LookupEnv: func(k string) (string, bool) {
+			v, ok := f.env[k]
+			return v, ok
+		},
+		NVMLProfile: f.nvmlProfile,
 	}
 }
 
@@ -182,17 +191,68 @@ func TestRun(t *testing.T) {
 			// go-nvlib reads more of an NVIDIA function than this one has.
 			failing: []string{DisplayDevices, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},
+		{
+			name: "nvml-mock's PCI shim preloaded",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.env["LD_PRELOAD"] = "/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1"
+			},
+			failing: []string{OtherMocks},
+		},
+		{
+			name:    "nvml-mock's PCI shim pointed at its tree",
+			mutate:  func(_ *testing.T, f *fakeContainer) { f.env[PCIShimRootEnv] = "/opt/nvml-mock" },
+			failing: []string{OtherMocks},
+		},
+		{
+			name: "nvml-mock's other shims and an empty MOCK_PCI_ROOT",
+			mutate: func(_ *testing.T, f *fakeContainer) {
+				f.env["LD_PRELOAD"] = "/opt/nvml-mock/driver/usr/local/lib/libibmocksys.so.1"
+				f.env[PCIShimRootEnv] = ""
+			},
+		},
+		{
+			// The kernel's /sys/devices shows a device the links directory
+			// does not list: rendered without --host-devices merge.
+			name: "a node device not listed",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:1f.2"), 0o755))
+			},
+			failing: []string{NodeDevices},
+		},
+		{
+			name: "a node device behind a bridge not listed",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				f.addDevice(t, "0000:00:10.0", "0x8086", "0x060400")
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:10.0/0000:3d:00.0"), 0o755))
+			},
+			failing: []string{NodeDevices},
+		},
+		{
+			// A mock device took the address of one of the node's, as a
+			// render without --host-devices merge may.
+			name: "a node device shadowed by another at its address",
+			mutate: func(t *testing.T, f *fakeContainer) {
+				f.addDevice(t, "0000:00:1f.3", "0x8086", "0x0c0500")
+				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:1f.2"), 0o755))
+				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1f.3", filepath.Join(f.sysfs, "bus/pci/devices/0000:00:1f.2")))
+			},
+			failing: []string{NodeDevices},
+		},
+		{
+			name:   "a node device listed",
+			mutate: func(t *testing.T, f *fakeContainer) { f.addDevice(t, "0000:00:1f.2", "0x8086", "0x010601") },
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeContainer(t, "t4")
+			f := newFakeContainer(t, "t4-vm")
 			tc.mutate(t, f)
-			m, err := overlay.LoadMachine("t4", "")
+			m, err := overlay.LoadMachine("t4-vm", "")
 			require.NoError(t, err)
 			r := Run(m, f.system())
 			require.Equal(t, tc.failing, failing(r), "%+v", r.Failures())
 			require.Equal(t, len(tc.failing) == 0, r.OK())
-			for _, name := range []string{LinksResolve, DisplayDevices, KernelDevices, CPUTopology, NetInterfaces, DMI, LinksMount, OverlayMount, "deviceattribute.pcieRoot", "nvpci.GetGPUs", "gfd gpu.mode"} {
+			for _, name := range []string{LinksResolve, NodeDevices, compat.NVMLAgreement, OtherMocks, DisplayDevices, KernelDevices, CPUTopology, NetInterfaces, DMI, LinksMount, OverlayMount, "deviceattribute.pcieRoot", "nvpci.GetGPUs", "gfd gpu.mode"} {
 				require.True(t, slices.ContainsFunc(r.Results, func(c compat.Result) bool { return c.Consumer == name }), "check %q ran", name)
 			}
 		})
@@ -200,8 +260,8 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunAgainstAnotherProfile(t *testing.T) {
-	f := newFakeContainer(t, "t4")
-	m, err := overlay.LoadMachine("a100", "")
+	f := newFakeContainer(t, "t4-vm")
+	m, err := overlay.LoadMachine("dgx-a100", "")
 	require.NoError(t, err)
 	r := Run(m, f.system())
 	require.False(t, r.OK())
@@ -212,10 +272,12 @@ func TestRunAgainstAnotherProfile(t *testing.T) {
 }
 
 func TestEvidence(t *testing.T) {
-	f := newFakeContainer(t, "t4")
-	m, err := overlay.LoadMachine("t4", "")
+	f := newFakeContainer(t, "t4-vm")
+	m, err := overlay.LoadMachine("t4-vm", "")
 	require.NoError(t, err)
 	f.netlink = nil
+	f.env["LD_PRELOAD"] = "/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1"
+	require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:1f.2"), 0o755))
 	r := Run(m, f.system())
 	byName := map[string]compat.Result{}
 	for _, c := range r.Results {
@@ -225,6 +287,8 @@ func TestEvidence(t *testing.T) {
 	require.Equal(t, "online 0-3 (4 CPUs), cpu0 in package 0", byName[CPUTopology].Detail)
 	require.Equal(t, "lists [eth0 lo], but this network namespace has []", byName[NetInterfaces].Detail)
 	require.Contains(t, byName[LinksMount].Detail, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
+	require.Regexp(t, `^1 of the node's \d+ PCI devices are not listed: 0000:00:1f.2 \(render with --host-devices merge\)$`, byName[NodeDevices].Detail)
+	require.Equal(t, "LD_PRELOAD=/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1 loads nvml-mock's libpcimocksys: two PCI mocks would disagree; drop libpcimocksys from nvml-mock-nri's --ld-preload-shims and set MOCK_PCI_ROOT= empty (docs/deploy.md)", byName[OtherMocks].Detail)
 	entries, err := os.ReadDir(filepath.Join(f.sysfs, "bus/pci/devices"))
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Detail)
@@ -254,4 +318,69 @@ func (f *fakeContainer) addDevice(t *testing.T, bdf, vendor, class string) {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
 	}
 	require.NoError(t, os.Symlink("../../../devices/pci0000:00/"+bdf, filepath.Join(f.sysfs, "bus/pci/devices", bdf)))
+}
+
+// TestNVMLAgreement: the GPUs nvml-mock's NVML reports for the profile it
+// serves (MOCK_NVML_CONFIG, or --nvml-profile) are the sysfs's GPUs.
+func TestNVMLAgreement(t *testing.T) {
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	fewer := filepath.Join(t.TempDir(), "h100-4.yaml")
+	b, err := os.ReadFile(h100)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(fewer, []byte(strings.Replace(string(b), "\nsystem:\n", "\nsystem:\n  num_devices: 4\n", 1)), 0o644))
+
+	tests := []struct {
+		name, rendered string
+		env            map[string]string
+		flag           string
+		ok             bool
+		detail         []string
+	}{
+		{name: "nvml-mock's h100 served and rendered, from the environment", rendered: h100, env: map[string]string{compat.NVMLProfileEnv: h100}, ok: true,
+			detail: []string{"the 8 GPUs NVML reports (00000000:1A:00.0 00000000:1B:00.0 00000000:4A:00.0 00000000:4B:00.0 00000000:8A:00.0 00000000:8B:00.0 00000000:CA:00.0 00000000:CB:00.0), with their device and subsystem ids, are the sysfs's GPUs, and no others"}},
+		{name: "nvml-mock's h100 served and rendered, from --nvml-profile", rendered: h100, flag: h100, ok: true},
+		{name: "--nvml-profile wins over the environment", rendered: h100, env: map[string]string{compat.NVMLProfileEnv: "/nonexistent.yaml"}, flag: h100, ok: true},
+		{name: "no nvml-mock", rendered: h100, ok: true, detail: []string{"not compared: MOCK_NVML_CONFIG is not set and no --nvml-profile was given, so no nvml-mock NVML serves this container"}},
+		{name: "our hgx-h100 rendered, nvml-mock's h100 served", rendered: "hgx-h100", env: map[string]string{compat.NVMLProfileEnv: h100},
+			detail: []string{
+				"NVML reports 0000:1a:00.0 10de:2330 subsystem 10de:1658, sysfs has no GPU at 0000:1a:00.0",
+				"sysfs shows 0000:53:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:53:00.0",
+			}},
+		{name: "nvml-mock serves 4 of the 8 GPUs rendered", rendered: h100, env: map[string]string{compat.NVMLProfileEnv: fewer},
+			detail: []string{"sysfs shows 0000:8a:00.0 10de:2330 subsystem 10de:1658, NVML reports no GPU at 0000:8a:00.0"}},
+		{name: "the served profile is unreadable", rendered: h100, env: map[string]string{compat.NVMLProfileEnv: "/nonexistent.yaml"},
+			detail: []string{"NVML's profile: ", "/nonexistent.yaml"}},
+	}
+	// One render per profile: the cases change only the environment.
+	containers := map[string]*fakeContainer{}
+	for _, tc := range tests {
+		if containers[tc.rendered] == nil {
+			containers[tc.rendered] = newFakeContainer(t, tc.rendered)
+		}
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := *containers[tc.rendered]
+			f.env = tc.env
+			f.nvmlProfile = tc.flag
+			m, err := overlay.LoadMachine(tc.rendered, "")
+			require.NoError(t, err)
+			r := Run(m, f.system())
+			var row compat.Result
+			for _, c := range r.Results {
+				if c.Consumer == compat.NVMLAgreement {
+					row = c
+				}
+			}
+			require.Equal(t, tc.ok, row.OK, "%+v", row)
+			for _, d := range tc.detail {
+				require.Contains(t, row.Detail, d)
+			}
+			if tc.ok {
+				require.Empty(t, r.Failures())
+			} else {
+				require.Equal(t, []string{compat.NVMLAgreement}, failing(r), "only the NVML row fails: the sysfs is consistent with what was rendered")
+			}
+		})
+	}
 }

@@ -16,11 +16,12 @@ import (
 )
 
 func runCompat(e *env, args []string) int {
-	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys [--container-root DIR]] [--profile NAME|FILE] [--format table|json]")
-	var root, sysfs, prof, containerRoot, format string
+	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys [--container-root DIR]] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
+	var root, sysfs, prof, nvmlProfile, containerRoot, format string
 	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
 	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
 	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default with --sysfs: $"+compat.NVMLProfileEnv+")")
 	fs.StringVar(&containerRoot, "container-root", "", "where the overlay is mounted: with --sysfs, to find its effective profile (default "+plan.DefaultContainerRoot+"); on the host, must match the render's")
 	fs.StringVar(&format, "format", "table", "table or json")
 	if code, ok := parse(e, fs, args); !ok {
@@ -54,6 +55,14 @@ func runCompat(e *env, args []string) int {
 	report := compat.Run(m, sysfs)
 	if hostSide {
 		report.Results = append(report.Results, compat.CheckServedLinks(overlayDir, containerRoot))
+	}
+	if nvmlProfile == "" && !hostSide && e.lookupEnv != nil {
+		// Where a container sees the tree, nvml-mock's NVML reads the
+		// profile its environment names.
+		nvmlProfile, _ = e.lookupEnv(compat.NVMLProfileEnv)
+	}
+	if nvmlProfile != "" {
+		report.Results = append(report.Results, compat.NVMLCheck(nvmlProfile, sysfs))
 	}
 	if err := writeReport(e, report, format, "CONSUMER"); err != nil {
 		return fail(e, "compat: %v", err)

@@ -27,14 +27,16 @@ import (
 // nodePaths are the node paths the DaemonSet names; the tests move them
 // under a temporary directory.
 func nodePaths() []string {
-	return []string{"/var/lib/nvml-mock", "/var/run/cdi", "/etc/nvml-mock-sysfs"}
+	return []string{"/var/lib/nvml-mock-sysfs", "/var/run/cdi", "/etc/nvml-mock"}
 }
 
-// daemonSetPod reads the shipped DaemonSet and example ConfigMap strictly.
+// daemonSetPod reads the shipped DaemonSet and the standalone ConfigMap
+// (the stand-in for nvml-mock's) strictly.
 func daemonSetPod(t *testing.T) (corev1.PodSpec, corev1.ConfigMap) {
 	t.Helper()
 	m := podtest.DecodeManifests(t, "../../deploy/kubernetes")
-	return m.DaemonSets[0].Spec.Template.Spec, m.ConfigMaps[0]
+	standalone := podtest.DecodeManifests(t, "../../deploy/kubernetes/standalone")
+	return m.DaemonSets[0].Spec.Template.Spec, standalone.ConfigMaps[0]
 }
 
 // podProcess is the DaemonSet's container run as a process of the real
@@ -96,7 +98,7 @@ func effectiveProfile(t *testing.T, root string) string {
 
 // TestDaemonSetServeFollowsTheConfigMap runs the DaemonSet's own container
 // command, from the shipped manifest, as a process of the real binary:
-// the example ConfigMap in the kubelet's volume layout, then a swap to
+// the standalone ConfigMap in the kubelet's volume layout, then a swap to
 // another profile, a bad one, a fixed one, and SIGTERM, probing through
 // the manifest's own probe paths.
 func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
@@ -107,8 +109,8 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	for _, d := range []string{"var/run/cdi", "etc"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
-	vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc/nvml-mock-sysfs"), "profile.yaml", []byte(cm.Data["profile.yaml"]))
-	root := filepath.Join(dir, "var/lib/nvml-mock")
+	vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc/nvml-mock"), "config.yaml", []byte(cm.Data["config.yaml"]))
+	root := filepath.Join(dir, "var/lib/nvml-mock-sysfs")
 	grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second
 
 	p := startPod(t, bin, c, dir)
@@ -127,7 +129,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	require.NotEmpty(t, bin2, "serve installs its own binary, as render does")
 
 	// The ConfigMap changes: serve renders the new profile.
-	t4, ok := builtin.Get("t4")
+	t4, ok := builtin.Get("t4-vm")
 	require.True(t, ok)
 	text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
@@ -151,7 +153,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	}
 
 	// Fixed, then stopped as the kubelet stops it.
-	vol.Swap([]byte(cm.Data["profile.yaml"]))
+	vol.Swap([]byte(cm.Data["config.yaml"]))
 	podtest.WaitProbe(t, readyz, http.StatusOK, 30*time.Second)
 	marker, err := writer.ReadMarker(os.DirFS(root))
 	require.NoError(t, err)
@@ -179,16 +181,16 @@ func TestServeStopsMidRender(t *testing.T) {
 			dir := t.TempDir()
 			require.NoError(t, os.MkdirAll(filepath.Join(dir, "var/run/cdi"), 0o755))
 			require.NoError(t, os.MkdirAll(filepath.Join(dir, "etc"), 0o755))
-			vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc/nvml-mock-sysfs"), "profile.yaml", []byte(cm.Data["profile.yaml"]))
+			vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc/nvml-mock"), "config.yaml", []byte(cm.Data["config.yaml"]))
 			p := startPod(t, bin, c, dir)
 			podtest.WaitProbe(t, p.url+c.ReadinessProbe.HTTPGet.Path, http.StatusOK, 60*time.Second)
-			t4, _ := builtin.Get("t4")
+			t4, _ := builtin.Get("t4-vm")
 			text, err := profile.Marshal(t4, "changed")
 			require.NoError(t, err)
 			vol.Swap(text)
 			time.Sleep(300 * time.Millisecond) // past the debounce: the render is under way
 			took, exitErr := p.stop(sig, grace)
-			root := filepath.Join(dir, "var/lib/nvml-mock")
+			root := filepath.Join(dir, "var/lib/nvml-mock-sysfs")
 			_, markerErr := writer.ReadMarker(os.DirFS(root))
 			if sig == syscall.SIGKILL {
 				require.Error(t, exitErr, "the negative control: a killed process does not exit 0")

@@ -17,7 +17,7 @@ import (
 func renderedRoot(t *testing.T, flags ...string) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
-	code, _, stderr := runCLI(t, append([]string{"render", "--root", root, "--profile", "t4"}, flags...)...)
+	code, _, stderr := runCLI(t, append([]string{"render", "--root", root, "--profile", "t4-vm"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
 	return root
 }
@@ -32,7 +32,7 @@ func TestRenderInstallsItsBinary(t *testing.T) {
 	require.Equal(t, os.FileMode(0o755), st.Mode().Perm(), "executable, so a served container can run it")
 
 	bare := filepath.Join(t.TempDir(), "overlay")
-	code, _, stderr := runCLI(t, "render", "--root", bare, "--profile", "t4", "--no-binary")
+	code, _, stderr := runCLI(t, "render", "--root", bare, "--profile", "t4-vm", "--no-binary")
 	require.Equal(t, exitOK, code, stderr)
 	_, err = os.Stat(filepath.Join(bare, plan.BinaryFile))
 	require.ErrorIs(t, err, os.ErrNotExist)

@@ -13,7 +13,7 @@ import (
 
 func TestFidelityCommand(t *testing.T) {
 	root := t.TempDir()
-	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "h100", "--no-binary")
+	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "hgx-h100", "--no-binary")
 	require.Equal(t, 0, code, stderr)
 
 	code, out, stderr := runCapture(t, "fidelity", "--root", root)

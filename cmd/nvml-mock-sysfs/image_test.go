@@ -83,10 +83,10 @@ func TestImageFromScratch(t *testing.T) {
 
 	// The DaemonSet's container.
 	dir := t.TempDir()
-	for _, d := range []string{"var/lib/nvml-mock", "var/run/cdi"} {
+	for _, d := range []string{"var/lib/nvml-mock-sysfs", "var/run/cdi"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(dir, d), 0o755))
 	}
-	vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc-nvml-mock-sysfs"), "profile.yaml", []byte(cm.Data["profile.yaml"]))
+	vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc-nvml-mock"), "config.yaml", []byte(cm.Data["config.yaml"]))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -105,9 +105,9 @@ func TestImageFromScratch(t *testing.T) {
 	name := "nvml-mock-sysfs-test-" + hex.EncodeToString(b)
 	run := append([]string{"run", "-d", "--name", name, "--network=host",
 		"--read-only", "--cap-drop=all", "--security-opt=no-new-privileges", fmt.Sprintf("--user=%d", *sc.RunAsUser),
-		"-v", filepath.Join(dir, "var/lib/nvml-mock") + ":/var/lib/nvml-mock",
+		"-v", filepath.Join(dir, "var/lib/nvml-mock-sysfs") + ":/var/lib/nvml-mock-sysfs",
 		"-v", filepath.Join(dir, "var/run/cdi") + ":/var/run/cdi",
-		"-v", vol.Dir + ":/etc/nvml-mock-sysfs:ro",
+		"-v", vol.Dir + ":/etc/nvml-mock:ro",
 		"--entrypoint", string(entrypoint)}, podmanLimits()...)
 	podmanOut(t, append(append(run, image), args...)...)
 	t.Cleanup(func() { _ = exec.Command("podman", "rm", "-f", name).Run() })
@@ -115,16 +115,16 @@ func TestImageFromScratch(t *testing.T) {
 
 	url := "http://" + addr
 	readyIn := podtest.WaitProbe(t, url+c.ReadinessProbe.HTTPGet.Path, http.StatusOK, 60*time.Second)
-	root := filepath.Join(dir, "var/lib/nvml-mock")
+	root := filepath.Join(dir, "var/lib/nvml-mock-sysfs")
 	require.Contains(t, effectiveProfile(t, root), "H100")
 	spec, err := os.ReadFile(filepath.Join(dir, "var/run/cdi/nvml-mock-sysfs.yaml"))
 	require.NoError(t, err)
-	require.Contains(t, string(spec), "hostPath: /var/lib/nvml-mock")
+	require.Contains(t, string(spec), "hostPath: /var/lib/nvml-mock-sysfs")
 	installed, err := os.Stat(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
 	require.Equal(t, int64(len(mustRead(t, x.bin))), installed.Size(), "serve installs the image's binary")
 
-	t4, _ := builtin.Get("t4")
+	t4, _ := builtin.Get("t4-vm")
 	text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
 	swapped := time.Now()

@@ -27,6 +27,9 @@ type env struct {
 	stdout, stderr io.Writer
 	// executable names this binary's file, for render to install.
 	executable func() (string, error)
+	// lookupEnv reads the environment: verify and compat find nvml-mock's
+	// profile and shim variables in it.
+	lookupEnv func(key string) (string, bool)
 }
 
 type command struct {
@@ -50,7 +53,7 @@ func commands() []command {
 }
 
 func main() {
-	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable}
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable, lookupEnv: os.LookupEnv}
 	os.Exit(run(e, os.Args[1:]))
 }
 

@@ -4,21 +4,36 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // runCLI runs the command in-process, as main would.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv runs the command line with exactly the environment given, so
+// that the test's own (a MOCK_NVML_CONFIG, say) never leaks in.
+func runCLIEnv(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n")}
+	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n"),
+		lookupEnv: func(k string) (string, bool) {
+			v, ok := environ[k]
+			return v, ok
+		}}
 	code := run(e, args)
 	return code, stdout.String(), stderr.String()
 }
@@ -51,7 +66,7 @@ func TestRenderThenCompat(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	code, out, stderr := runCLI(t, "render", "--root", root)
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, out, "rendered built-in a100 into "+root)
+	require.Contains(t, out, "rendered built-in dgx-a100 into "+root)
 	require.Contains(t, out, "GPUs 8, NVSwitches 6, root complexes 5")
 	bin, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
@@ -73,9 +88,45 @@ func TestRenderThenCompat(t *testing.T) {
 	require.Equal(t, filepath.Join(root, "sys"), r.Sysfs)
 
 	// Checked against another profile, the same tree fails: exit 1.
-	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "h100")
+	code, out, _ = runCLI(t, "compat", "--root", root, "--profile", "hgx-h100")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, out, "FAIL")
+}
+
+// TestCompatNVMLProfile: compat compares the GPUs nvml-mock's NVML reports
+// with the tree's, from --nvml-profile or, at a container's --sysfs, from
+// MOCK_NVML_CONFIG; our hgx-h100 beside nvml-mock's h100 fails, naming both.
+func TestCompatNVMLProfile(t *testing.T) {
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	ours := filepath.Join(t.TempDir(), "overlay")
+	code, _, stderr := runCLI(t, "render", "--root", ours, "--profile", "hgx-h100", "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+	theirs := filepath.Join(t.TempDir(), "overlay")
+	code, _, stderr = runCLI(t, "render", "--root", theirs, "--profile", h100, "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+
+	code, out, _ := runCLI(t, "compat", "--root", theirs, "--nvml-profile", h100)
+	require.Equal(t, exitOK, code, out)
+	require.Regexp(t, `nvml-mock: same GPUs +\S+h100.yaml +ok +the 8 GPUs NVML reports \(00000000:1A:00.0 `, out)
+
+	code, out, _ = runCLI(t, "compat", "--root", ours, "--nvml-profile", h100)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, out, "FAIL    NVML reports 0000:1a:00.0 10de:2330 subsystem 10de:1658, sysfs has no GPU at 0000:1a:00.0;")
+	require.Contains(t, out, "sysfs shows 0000:53:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:53:00.0")
+	require.Contains(t, out, ", 1 failed", "only the NVML row: the tree is what was rendered")
+
+	// At a container's sysfs, MOCK_NVML_CONFIG names NVML's profile.
+	nvml := map[string]string{compat.NVMLProfileEnv: h100}
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--sysfs", filepath.Join(ours, "sys"), "--container-root", ours)
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, out, "sysfs has no GPU at 0000:1a:00.0")
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--sysfs", filepath.Join(theirs, "sys"), "--container-root", theirs)
+	require.Equal(t, exitOK, code, out)
+	require.Contains(t, out, compat.NVMLAgreement)
+	// On the host (--root), the environment is not the container's.
+	code, out, _ = runCLIEnv(t, nvml, "compat", "--root", ours)
+	require.Equal(t, exitOK, code, out)
+	require.NotContains(t, out, compat.NVMLAgreement)
 }
 
 func TestRenderBadProfileIsOneLine(t *testing.T) {
@@ -92,7 +143,7 @@ func TestRenderBadProfileIsOneLine(t *testing.T) {
 
 func TestDryRunWritesNothing(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4", "--root", root)
+	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4-vm", "--root", root)
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "0000:01:00.0 [1b36:000e] PCI bridge, buses 02-02, anchor")
 	_, err := os.Stat(root)
@@ -102,10 +153,10 @@ func TestDryRunWritesNothing(t *testing.T) {
 func TestProfiles(t *testing.T) {
 	code, out, _ := runCLI(t, "profiles")
 	require.Equal(t, exitOK, code)
-	for _, name := range []string{"a100 (default)", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100 (default)", "hgx-h100", "gb200-tray", "t4-vm"} {
 		require.Contains(t, out, name)
 	}
-	code, out, _ = runCLI(t, "profiles", "--show", "h100")
+	code, out, _ = runCLI(t, "profiles", "--show", "hgx-h100")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "device_id: 0x233010DE")
 	require.Contains(t, out, "hierarchy: hgx")
@@ -116,4 +167,48 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 	path := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o755))
 	return func() (string, error) { return path, nil }
+}
+
+// TestRenderRefusesAnotherRenderersTree: render refuses, with one line that
+// says what to do, a root holding a tree that the real render-pci-sysfs
+// (nvml-mock's own renderer, built from the vendored sources) wrote from
+// nvml-mock's h100 profile, alone or over one of ours, as nvml-mock's setup
+// does on every start of its pod; and leaves it untouched.
+func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
+	renderPCISysfs := consumers.NeedBinary(t, consumers.RenderPCISysfs())
+	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
+	theirs := func(t *testing.T, root string) {
+		t.Helper()
+		out, err := exec.Command(renderPCISysfs, "--config", h100, "--output", root).CombinedOutput()
+		require.NoError(t, err, "render-pci-sysfs: %s", out)
+		target, err := os.Readlink(filepath.Join(root, plan.LinksDir, "0000:1a:00.0"))
+		require.NoError(t, err)
+		require.Equal(t, "../../../devices/pci0000:00/0000:1a:00.0", target, "its 3-level links")
+	}
+	tests := []struct {
+		name  string
+		setup func(t *testing.T, root string)
+	}{
+		{"its tree alone", theirs},
+		{"its tree over ours", func(t *testing.T, root string) {
+			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4-vm", "--no-binary")
+			require.Equal(t, exitOK, code, stderr)
+			theirs(t, root)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "nvml-mock")
+			tt.setup(t, root)
+			before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
+
+			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", h100)
+			require.Equal(t, exitFailure, code)
+			require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+			require.Regexp(t, `^nvml-mock-sysfs: render into `+regexp.QuoteMeta(root)+`: root `+regexp.QuoteMeta(root)+` holds another renderer's PCI tree \(sys/bus/pci/devices/0000:[0-9a-f]{2}:00\.0 -> \.\./\.\./\.\./devices/pci0000:[08]0/0000:[0-9a-f]{2}:00\.0, which no render of nvml-mock-sysfs made;`, stderr)
+			require.Contains(t, stderr, "render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first")
+			overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
+			t.Logf("%s: %s", tt.name, strings.TrimSpace(stderr))
+		})
+	}
 }

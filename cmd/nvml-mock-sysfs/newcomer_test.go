@@ -36,7 +36,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 	}{
 		{"render", []string{"render", "--no-such-flag"}, "flag provided but not defined: --no-such-flag"},
 		{"render", []string{"render", "extra-arg"}, "unexpected arguments: extra-arg"},
-		{"render", []string{"render", "--profile", "h200", "--root", "/nonexistent/x"}, `profile "h200": not a built-in (a100, h100, gb200, t4)`},
+		{"render", []string{"render", "--profile", "h200", "--root", "/nonexistent/x"}, `profile "h200": not a built-in (dgx-a100, hgx-h100, gb200-tray, t4-vm)`},
 		{"render", []string{"render", "--profile", "h200", "--dry-run"}, `profile "h200": not a built-in`},
 		{"compat", []string{"compat", "--profile", "h200", "--sysfs", "/sys"}, `profile "h200": not a built-in`},
 		{"fidelity", []string{"fidelity", "--profile", "h200", "--sysfs", "/sys"}, `profile "h200": not a built-in`},
@@ -45,7 +45,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{"compat", []string{"compat", "--root", "relative"}, `--root: root "relative" must be an absolute path`},
 		{"fidelity", []string{"fidelity", "--root", "relative"}, `--root: root "relative" must be an absolute path`},
 		{"profiles", []string{"profiles", "--show"}, "flag needs an argument: --show"},
-		{"profiles", []string{"profiles", "--show", "b300"}, `--show "b300": not a built-in profile (a100, h100, gb200, t4)`},
+		{"profiles", []string{"profiles", "--show", "b300"}, `--show "b300": not a built-in profile (dgx-a100, hgx-h100, gb200-tray, t4-vm)`},
 		{"import", []string{"import", "foo", "bar.xml"}, `"foo" is not a capture format: want nvidia-smi`},
 		{"import", []string{"import"}, "want the capture's format, nvidia-smi, and a file"},
 		{"mounts", []string{"mounts", "--lock"}, "flag provided but not defined: --lock"},
@@ -152,25 +152,25 @@ func TestVerifyOutsideAContainer(t *testing.T) {
 // Item 7: a re-render without --profile keeps the root's profile rather
 // than silently replacing it with the default.
 func TestRerenderWithoutProfileKeepsTheRootsProfile(t *testing.T) {
-	root := renderedRoot(t) // t4: 4 GPUs
+	root := renderedRoot(t) // t4-vm: 4 GPUs
 	code, out, stderr := runCLI(t, "render", "--root", root)
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "nvml-mock-sysfs: render: no --profile: re-using the effective profile of the render in "+root+"\n", stderr)
 	require.Contains(t, out, "GPUs 4, NVSwitches 0")
 	require.Contains(t, out, "wrote 0 files, 0 links", "the same tree: nothing to write")
 
-	code, out, _ = runCLI(t, "render", "--root", root, "--profile", "h100")
+	code, out, _ = runCLI(t, "render", "--root", root, "--profile", "hgx-h100")
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "GPUs 8, NVSwitches 4")
 	code, out, _ = runCLI(t, "render", "--root", root, "--dry-run")
 	require.Equal(t, exitOK, code)
-	require.Contains(t, out, "GPUs 8, NVSwitches 4", "now h100 is kept")
+	require.Contains(t, out, "GPUs 8, NVSwitches 4", "now hgx-h100 is kept")
 
 	fresh := filepath.Join(t.TempDir(), "overlay")
 	code, out, stderr = runCLI(t, "render", "--root", fresh, "--dry-run")
 	require.Equal(t, exitOK, code)
 	require.Empty(t, stderr)
-	require.Contains(t, out, "planned built-in a100", "a root without a render gets the default")
+	require.Contains(t, out, "planned built-in dgx-a100", "a root without a render gets the default")
 }
 
 // Item 8: a directory that holds no render but has files where the overlay
@@ -182,7 +182,7 @@ func TestRenderRefusesANeverRenderedRootWithFiles(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(root, name), []byte(content), 0o644))
 	}
-	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4")
+	code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4-vm")
 	require.Equal(t, exitFailure, code)
 	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
 	require.Contains(t, stderr, root+" holds no render (no .nvml-mock-sysfs/manifest) but already has "+plan.ProfileFile+", "+plan.BinaryFile+" where a render writes: refusing to replace them; --force replaces them")
@@ -191,7 +191,7 @@ func TestRenderRefusesANeverRenderedRootWithFiles(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, content, string(b), "left as it was")
 	}
-	code, _, stderr = runCLI(t, "render", "--root", root, "--profile", "t4", "--force")
+	code, _, stderr = runCLI(t, "render", "--root", root, "--profile", "t4-vm", "--force")
 	require.Equal(t, exitOK, code, stderr)
 }
 

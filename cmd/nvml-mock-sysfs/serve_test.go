@@ -26,7 +26,7 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--no-such-flag"}, "flag provided but not defined: --no-such-flag"},
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "extra-arg"}, "unexpected arguments: extra-arg"},
 		// A typo of a built-in name no resync can mend.
-		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--profile", "h200"}, `profile "h200": not a built-in (a100, h100, gb200, t4)`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--profile", "h200"}, `profile "h200": not a built-in (dgx-a100, hgx-h100, gb200-tray, t4-vm)`},
 	}
 	for _, tc := range tests {
 		stderr := requireOneLineUsageError(t, "serve", tc.args...)

@@ -13,9 +13,10 @@ import (
 
 // runVerify checks the container it runs in (kubectl exec ... verify).
 func runVerify(e *env, args []string) int {
-	fs := newFlags(e, "verify", "[--profile NAME|FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
-	var prof, sysfs, containerRoot, format string
+	fs := newFlags(e, "verify", "[--profile NAME|FILE] [--nvml-profile FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
+	var prof, nvmlProfile, sysfs, containerRoot, format string
 	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default: $"+compat.NVMLProfileEnv+")")
 	fs.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
 	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
 	fs.StringVar(&format, "format", "table", "table or json")
@@ -36,7 +37,10 @@ func runVerify(e *env, args []string) int {
 		}
 		return failLoad(e, "verify", err)
 	}
-	r := verify.Run(m, verify.Live(sysfs, containerRoot))
+	sys := verify.Live(sysfs, containerRoot)
+	sys.LookupEnv = e.lookupEnv
+	sys.NVMLProfile = nvmlProfile
+	r := verify.Run(m, sys)
 	if err := writeReport(e, r, format, "CHECK"); err != nil {
 		return fail(e, "verify: %v", err)
 	}

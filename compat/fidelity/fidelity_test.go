@@ -39,7 +39,7 @@ func renderedGaps() []string {
 // attribute different, every consumer's attribute present, and exactly the
 // known gaps missing.
 func TestRenderedProfiles(t *testing.T) {
-	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		t.Run(name, func(t *testing.T) {
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)

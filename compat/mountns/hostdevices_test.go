@@ -39,7 +39,7 @@ func TestHostDevicesMerge(t *testing.T) {
 	host := hostDevices(t)
 	before, err := exec.Command("lspci", "-D", "-n").Output()
 	require.NoError(t, err)
-	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		t.Run(name, func(t *testing.T) {
 			root, p := render(t, overlay.Options{Profile: name, HostDevices: overlay.HostDevicesMerge, HostSysfs: "/sys"})
 			out := inNamespace(t, root, `for e in /sys/bus/pci/devices/*; do

@@ -118,7 +118,7 @@ func (c profileCase) String() string {
 func allCases(t *testing.T) []profileCase {
 	t.Helper()
 	var out []profileCase
-	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
 			if _, err := overlay.LoadMachine(name, h); err != nil {
 				continue // t4's GPUs sit on the root bus: only flat

@@ -134,7 +134,7 @@ func TestTopologyInNamespace(t *testing.T) {
 // as on real HGX boards, each with its 128 GiB BAR and Gen5 x16 link.
 func TestH100LooksLikeHGX(t *testing.T) {
 	requireNamespace(t)
-	root, p := render(t, overlay.Options{Profile: "h100"})
+	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
 	out := inNamespace(t, root, "lspci -tvnn\necho ==vv==\nlspci -vv -nn -d 10de:2330\necho ==bridges==\nlspci -nn -d 1000:c030\necho ==lstopo==\nlstopo-no-graphics --whole-io")
 	tree, rest, _ := strings.Cut(out, "==vv==\n")
 	vv, rest, _ := strings.Cut(rest, "==bridges==\n")
@@ -177,7 +177,7 @@ func TestH100LooksLikeHGX(t *testing.T) {
 // walked in sysfs; lstopo's XML nests the same bridges.
 func TestHCAsBesideTheirGPUs(t *testing.T) {
 	requireNamespace(t)
-	profiles := []string{"a100", "h100", "gb200"}
+	profiles := []string{"dgx-a100", "hgx-h100", "gb200-tray"}
 	shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
 	for _, name := range append(profiles, shared...) {
 		t.Run(filepath.Base(name), func(t *testing.T) {
@@ -230,7 +230,7 @@ func TestHCAsBesideTheirGPUs(t *testing.T) {
 // namespace, and checks that the host's own DMI file is untouched there.
 func TestMachineTypeFile(t *testing.T) {
 	requireNamespace(t)
-	root, p := render(t, overlay.Options{Profile: "h100"})
+	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
 	require.Equal(t, "DGX H100", p.Machine.ProductName)
 	const dmi = "/sys/class/dmi/id/product_name"
 	host := "absent"

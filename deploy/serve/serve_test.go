@@ -131,7 +131,7 @@ func specIdentity(t *testing.T, file string) string {
 }
 
 func TestUnchangedProfileWritesNothing(t *testing.T) {
-	s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	first := s.waitSyncs(1)
 	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
@@ -169,15 +169,15 @@ func TestUnchangedProfileWritesNothing(t *testing.T) {
 
 func TestConfigMapSwapRerenders(t *testing.T) {
 	t.Run("watch", func(t *testing.T) {
-		cm := newConfigMap(t, builtinText(t, "t4"))
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		// An hour's resync: only the watch can see the swap in time.
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour })
 		s.waitReady(http.StatusOK, 10*time.Second)
-		require.Equal(t, s.digestOf("t4"), s.srv.Status().Digest)
+		require.Equal(t, s.digestOf("t4-vm"), s.srv.Status().Digest)
 		// The machine is shared, and a render under load takes seconds, so
 		// the swap is timed to the start of its render: the watch's part.
 		var noticedMax time.Duration
-		for i, name := range []string{"h100", "t4", "h100"} {
+		for i, name := range []string{"hgx-h100", "t4-vm", "hgx-h100"} {
 			began := time.Now()
 			cm.Swap(builtinText(t, name))
 			want := s.digestOf(name)
@@ -190,27 +190,27 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 			s.waitReady(http.StatusOK, 30*time.Second)
 			eff, err := os.ReadFile(filepath.Join(s.opts.Render.Root, plan.ProfileFile))
 			require.NoError(t, err)
-			require.Contains(t, string(eff), map[string]string{"t4": "Tesla T4", "h100": "H100"}[name])
+			require.Contains(t, string(eff), map[string]string{"t4-vm": "Tesla T4", "hgx-h100": "H100"}[name])
 		}
 		t.Logf("FIGURES 3 ConfigMap swaps, each render began within %s of the swap (debounce %s, resync 1h)", noticedMax.Round(time.Millisecond), DefaultDebounce)
 	})
 	t.Run("no watch: the swap waits for the resync", func(t *testing.T) {
 		// Negative control: without the watch the same swap goes unseen.
-		cm := newConfigMap(t, builtinText(t, "t4"))
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
 		old := s.srv.Status().Digest
-		cm.Swap(builtinText(t, "h100"))
+		cm.Swap(builtinText(t, "hgx-h100"))
 		time.Sleep(3 * time.Second) // longer than the watch is allowed above
 		require.Equal(t, old, s.srv.Status().Digest)
 		require.Equal(t, 1, s.srv.Status().Syncs)
 	})
 	t.Run("no watch: the resync is the safety net", func(t *testing.T) {
-		cm := newConfigMap(t, builtinText(t, "t4"))
+		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
-		cm.Swap(builtinText(t, "h100"))
-		want := s.digestOf("h100")
+		cm.Swap(builtinText(t, "hgx-h100"))
+		want := s.digestOf("hgx-h100")
 		require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond)
 	})
 }
@@ -218,7 +218,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	bad, err := os.ReadFile(badProfile)
 	require.NoError(t, err)
-	cm := newConfigMap(t, builtinText(t, "t4"))
+	cm := newConfigMap(t, builtinText(t, "t4-vm"))
 	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	s.waitSyncs(1)
@@ -252,9 +252,9 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	}
 
 	// Fixed: ready again by itself, on the new profile.
-	cm.Swap(builtinText(t, "h100"))
+	cm.Swap(builtinText(t, "hgx-h100"))
 	readyIn := s.waitReady(http.StatusOK, 30*time.Second)
-	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
+	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
 	recovered := false
 	for _, rec := range s.logs.Records(t, "INFO") {
 		recovered = recovered || rec["msg"] == "recovered"
@@ -275,19 +275,19 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 	require.Contains(t, body, badField)
 	_, err = os.Stat(s.opts.Output)
 	require.ErrorIs(t, err, os.ErrNotExist, "no spec before a good render: the gate")
-	cm.Swap(builtinText(t, "t4"))
+	cm.Swap(builtinText(t, "t4-vm"))
 	s.waitReady(http.StatusOK, 30*time.Second)
 	_, err = os.Stat(s.opts.Output)
 	require.NoError(t, err)
 }
 
 func TestReadyFollowsTheMarker(t *testing.T) {
-	s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { o.Resync = time.Hour })
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = time.Hour })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	// Another render of the same root, of another profile: the tree is no
 	// longer the current profile's, and readyz says so.
 	o := s.opts.Render
-	o.Profile = "h100"
+	o.Profile = "hgx-h100"
 	_, _, err := overlay.Render(o)
 	require.NoError(t, err)
 	code, body := s.probe(ReadyzPath)
@@ -298,7 +298,7 @@ func TestReadyFollowsTheMarker(t *testing.T) {
 }
 
 func TestStopLeavesTheTree(t *testing.T) {
-	s := start(t, newConfigMap(t, builtinText(t, "t4")), nil)
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), nil)
 	s.waitReady(http.StatusOK, 10*time.Second)
 	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
 	began := time.Now()
@@ -368,7 +368,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 	}
 
 	t.Run("watch", func(t *testing.T) {
-		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { setup(o); o.Resync = time.Hour })
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour })
 		s.waitReady(http.StatusOK, 30*time.Second)
 		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
 		// nvml-mock's setup writes its spec again: merged again at once.
@@ -380,7 +380,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 	})
 	t.Run("no watch", func(t *testing.T) {
 		// Negative control: without the watch the rewrite stays unmerged.
-		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) { setup(o); o.Resync = time.Hour; o.NoWatch = true })
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 30*time.Second)
 		rewrite(t, s.opts.MergeInto, original)
 		time.Sleep(3 * time.Second)
@@ -388,7 +388,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 	})
 	t.Run("missing", func(t *testing.T) {
 		// The spec to merge into is not there yet: not ready, until it is.
-		s := start(t, newConfigMap(t, builtinText(t, "t4")), func(o *Options) {
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) {
 			setup(o)
 			require.NoError(t, os.Remove(o.MergeInto))
 			o.Resync = time.Hour
@@ -407,7 +407,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 // a render waits: /healthz fails once it has waited StuckAfter, and a stop
 // abandons it after StopTimeout instead of waiting for the lock.
 func TestStuckRenderAndStopTimeout(t *testing.T) {
-	cm := newConfigMap(t, builtinText(t, "t4"))
+	cm := newConfigMap(t, builtinText(t, "t4-vm"))
 	s := start(t, cm, func(o *Options) {
 		o.Resync = time.Hour
 		o.StuckAfter = 300 * time.Millisecond
@@ -422,18 +422,18 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	}
 
 	unlock := lock()
-	cm.Swap(builtinText(t, "h100"))
+	cm.Swap(builtinText(t, "hgx-h100"))
 	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
 	_, body := s.probe(HealthzPath)
 	require.Contains(t, body, "one sync has run for")
 	unlock()
 	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusOK, 30*time.Second)
 	s.waitReady(http.StatusOK, 30*time.Second)
-	require.Equal(t, s.digestOf("h100"), s.srv.Status().Digest)
+	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
 
 	unlock = lock()
 	syncs := s.srv.Status().Syncs
-	cm.Swap(builtinText(t, "t4"))
+	cm.Swap(builtinText(t, "t4-vm"))
 	time.Sleep(DefaultDebounce + 300*time.Millisecond) // the render waits for the lock
 	began := time.Now()
 	s.stop()
@@ -500,7 +500,7 @@ func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
 func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
 	dir := t.TempDir()
 	root := filepath.Join(dir, "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: "t4", Root: root, Writer: writer.Options{SkipSync: true}})
+	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	srv, err := New(Options{
 		Render: overlay.Options{Root: root, Writer: writer.Options{SkipSync: true}},

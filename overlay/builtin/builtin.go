@@ -14,7 +14,16 @@ import (
 )
 
 // Default is the profile used when none is named: a DGX A100.
-const Default = "a100"
+const Default = "dgx-a100"
+
+// NVMLMockNames are the names of nvml-mock's own profiles (its configs/ and
+// its Helm chart's profiles/). No built-in takes one of them unless it
+// places its GPUs exactly where that profile does, with the same ids: NVML
+// serves nvml-mock's profile, and a sysfs with other bus ids would silently
+// disagree with it.
+func NVMLMockNames() []string {
+	return []string{"a100", "b200", "gb200", "gb300", "h100", "l40s", "t4"}
+}
 
 // Builtin is one shipped profile.
 type Builtin struct {
@@ -26,10 +35,10 @@ type Builtin struct {
 // All lists the built-in profiles.
 func All() []Builtin {
 	return []Builtin{
-		{Name: "a100", Description: "DGX A100: 8x A100-SXM4-40GB behind two cascaded PCIe switches, 6 NVSwitches, 2 NUMA nodes", Profile: a100},
-		{Name: "h100", Description: "HGX H100: 8x H100 80GB HBM3 (SXM5), each behind a PCIe switch on its own root complex, 4 NVSwitches", Profile: h100},
-		{Name: "gb200", Description: "GB200 compute tray: 4x GB200 behind Grace root ports, 2 NUMA nodes", Profile: gb200},
-		{Name: "t4", Description: "cloud VM (like AWS g4dn.12xlarge): 4x T4 on the root bus, no NUMA affinity", Profile: t4},
+		{Name: "dgx-a100", Description: "DGX A100: 8x A100-SXM4-40GB behind two cascaded PCIe switches, 6 NVSwitches, 2 NUMA nodes", Profile: dgxA100},
+		{Name: "hgx-h100", Description: "HGX H100: 8x H100 80GB HBM3 (SXM5), each behind a PCIe switch on its own root complex, 4 NVSwitches", Profile: hgxH100},
+		{Name: "gb200-tray", Description: "GB200 compute tray: 4x GB200 behind Grace root ports, 2 NUMA nodes", Profile: gb200Tray},
+		{Name: "t4-vm", Description: "cloud VM (like AWS g4dn.12xlarge): 4x T4 on the root bus, no NUMA affinity", Profile: t4VM},
 	}
 }
 
@@ -78,7 +87,13 @@ type UnknownError struct {
 }
 
 func (e *UnknownError) Error() string {
-	return fmt.Sprintf("profile %q: not a built-in (%s) and not a file: %v", e.Name, strings.Join(Names(), ", "), e.Err)
+	hint := ""
+	if slices.Contains(NVMLMockNames(), e.Name) {
+		// The name of one of nvml-mock's profiles: render that profile's
+		// own file, the one its NVML serves.
+		hint = fmt.Sprintf("; for nvml-mock's %s, pass its profile file (the config.yaml its NVML reads)", e.Name)
+	}
+	return fmt.Sprintf("profile %q: not a built-in (%s) and not a file%s: %v", e.Name, strings.Join(Names(), ", "), hint, e.Err)
 }
 
 func (e *UnknownError) Unwrap() error { return e.Err }
@@ -141,9 +156,11 @@ func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec)
 	return p
 }
 
-// a100 is a DGX A100: GPUs in pairs per root complex, each behind a
-// PEX88096 switch cascade; NVSwitches behind their own switch.
-func a100() *profile.Profile {
+// dgxA100 is a DGX A100: GPUs in pairs per root complex, each behind a
+// PEX88096 switch cascade; NVSwitches behind their own switch. Its bus ids
+// are nvml-mock's a100's, but its subsystem (10de:134f) is the real board's,
+// not that profile's 10de:1347, so it does not take the name a100.
+func dgxA100() *profile.Profile {
 	return build(0x20b0, boards.DGX, []gpuSpec{
 		{"0000:07:00.0", "pci0000:00", 0}, {"0000:0f:00.0", "pci0000:00", 0},
 		{"0000:47:00.0", "pci0000:40", 0}, {"0000:4e:00.0", "pci0000:40", 0},
@@ -155,9 +172,9 @@ func a100() *profile.Profile {
 	})
 }
 
-// h100 is an HGX H100 with the bus numbers of a real capture: each GPU on its
+// hgxH100 is an HGX H100 with the bus numbers of a real capture: each GPU on its
 // own root complex, three bridges deep, as pci0000:15/15:01.0/16:00.0/17:00.0/18:00.0.
-func h100() *profile.Profile {
+func hgxH100() *profile.Profile {
 	return build(0x2330, boards.HGX, []gpuSpec{
 		{"0000:53:00.0", "pci0000:50", 0}, {"0000:64:00.0", "pci0000:61", 0},
 		{"0000:75:00.0", "pci0000:72", 0}, {"0000:86:00.0", "pci0000:83", 0},
@@ -169,18 +186,18 @@ func h100() *profile.Profile {
 	})
 }
 
-// gb200 is one GB200 compute tray with the bus numbers of a real capture:
+// gb200Tray is one GB200 compute tray with the bus numbers of a real capture:
 // two Grace CPUs, each with two GPUs behind root ports.
-func gb200() *profile.Profile {
+func gb200Tray() *profile.Profile {
 	return build(0x2941, boards.Flat, []gpuSpec{
 		{"0000:29:00.0", "pci0000:00", 0}, {"0000:3f:00.0", "pci0000:00", 0},
 		{"0000:9c:00.0", "pci0000:80", 1}, {"0000:b2:00.0", "pci0000:80", 1},
 	}, nil)
 }
 
-// t4 is a cloud VM: four T4s on the root bus at 00:1b.0-00:1e.0, the last as
+// t4VM is a cloud VM: four T4s on the root bus at 00:1b.0-00:1e.0, the last as
 // in a real capture, with no NUMA affinity as VMs report.
-func t4() *profile.Profile {
+func t4VM() *profile.Profile {
 	return build(0x1eb8, boards.Flat, []gpuSpec{
 		{"0000:00:1b.0", "pci0000:00", -1}, {"0000:00:1c.0", "pci0000:00", -1},
 		{"0000:00:1d.0", "pci0000:00", -1}, {"0000:00:1e.0", "pci0000:00", -1},

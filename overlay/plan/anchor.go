@@ -12,7 +12,7 @@ import (
 // none (a flat VM layout, or numbering too tight for switches) gets a root
 // port and a PCI bridge in some free pair of buses, as real servers have in
 // front of their BMC.
-func addAnchors(t *Tree, builders *[]*rcBuilder, reserved map[pciaddr.Address]bool, reservedBus map[[2]uint16]bool) error {
+func addAnchors(t *Tree, builders *[]*rcBuilder, reserved map[pciaddr.Address]bool, reservedBus map[[2]uint16]string) error {
 	var anchors []*Node
 	for _, b := range *builders {
 		anchors = append(anchors, depth4Bridges(b.root.Children)...)
@@ -116,7 +116,7 @@ func rootComplexOf(n *Node) pciaddr.RootComplex {
 // addAnchorChain adds a root port and a PCI bridge below it, in the first
 // root complex with two free buses outside every other range, or failing
 // that under a new host bridge in an unused domain.
-func addAnchorChain(t *Tree, builders *[]*rcBuilder, reserved map[pciaddr.Address]bool, reservedBus map[[2]uint16]bool) (*Node, error) {
+func addAnchorChain(t *Tree, builders *[]*rcBuilder, reserved map[pciaddr.Address]bool, reservedBus map[[2]uint16]string) (*Node, error) {
 	for _, b := range *builders {
 		bus, ok := b.freeBusPair()
 		if !ok {

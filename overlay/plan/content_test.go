@@ -300,7 +300,7 @@ func TestBridgeWindowsCoverChildren(t *testing.T) {
 // and each entry of the links directory, which must land on the device's
 // own directory.
 func TestLinksResolve(t *testing.T) {
-	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		t.Run(name, func(t *testing.T) {
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)
@@ -343,7 +343,7 @@ func TestLinksResolve(t *testing.T) {
 
 // TestHostDeviceCollision names both devices when a mock BDF is the host's.
 func TestHostDeviceCollision(t *testing.T) {
-	m, err := overlay.LoadMachine("t4", "")
+	m, err := overlay.LoadMachine("t4-vm", "")
 	require.NoError(t, err)
 	host := []plan.HostDevice{{Address: m.Devices[2].Address, Target: "../../../devices/pci0000:00/" + m.Devices[2].Address.String()}}
 	_, err = plan.New(m, plan.Options{HostDevices: host})
@@ -365,7 +365,7 @@ func TestHostDevicesKeepTheirLinks(t *testing.T) {
 		require.NoError(t, err)
 		host[i].Address = a
 	}
-	for _, name := range []string{"a100", "h100", "gb200", "t4"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		t.Run(name, func(t *testing.T) {
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)

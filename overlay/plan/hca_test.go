@@ -65,7 +65,7 @@ func TestGoldenDigestsWithoutNewBlocks(t *testing.T) {
 // TestDigestChangesWithTheNewBlocks is the golden test's negative control:
 // the same profiles with their HCAs or machine type do plan differently.
 func TestDigestChangesWithTheNewBlocks(t *testing.T) {
-	m := machine(t, "h100", "")
+	m := machine(t, "hgx-h100", "")
 	require.NotNil(t, m.HCAs)
 	require.Equal(t, "DGX H100", m.ProductName)
 	with, err := plan.New(m, plan.Options{})
@@ -114,20 +114,20 @@ func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
 		name          string
 		before, after func() *profile.Profile
 	}{
-		{"a GPU on a root complex of its own (built-in h100)", func() *profile.Profile {
-			p, _ := builtin.Get("h100")
+		{"a GPU on a root complex of its own (built-in hgx-h100)", func() *profile.Profile {
+			p, _ := builtin.Get("hgx-h100")
 			return p
 		}, func() *profile.Profile {
-			p, _ := builtin.Get("h100")
+			p, _ := builtin.Get("hgx-h100")
 			p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8), PCI: profile.PCIConfig{BusID: "0000:db:00.0"}})
 			p.PCIeTopology.RootComplexes = append(p.PCIeTopology.RootComplexes, profile.RootComplexConfig{ID: "pci0000:d8", Devices: []string{"0000:db:00.0"}})
 			return p
 		}},
-		{"a pair of GPUs on a switch of their own (built-in a100)", func() *profile.Profile {
-			p, _ := builtin.Get("a100")
+		{"a pair of GPUs on a switch of their own (built-in dgx-a100)", func() *profile.Profile {
+			p, _ := builtin.Get("dgx-a100")
 			return p
 		}, func() *profile.Profile {
-			p, _ := builtin.Get("a100")
+			p, _ := builtin.Get("dgx-a100")
 			for i, bus := range []string{"0000:27:00.0", "0000:2f:00.0"} {
 				p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8 + i), PCI: profile.PCIConfig{BusID: bus}})
 			}
@@ -151,7 +151,7 @@ func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
 // HCAs took: planned again, every HCA moves elsewhere and no bridge range
 // holds a host device's bus.
 func TestHCAsAvoidHostDevices(t *testing.T) {
-	for _, name := range []string{"a100", "h100", "gb200", "../../../shared/testdata/nvml-mock-profiles/h100.yaml"} {
+	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "../../../shared/testdata/nvml-mock-profiles/h100.yaml"} {
 		t.Run(filepath.Base(name), func(t *testing.T) {
 			if _, err := os.Stat(name); strings.Contains(name, "/") && err != nil {
 				t.Skip("../shared is absent")
@@ -180,7 +180,7 @@ func TestHCAsAvoidHostDevices(t *testing.T) {
 func TestHCAFacts(t *testing.T) {
 	for _, layer := range []string{"InfiniBand", "Ethernet"} {
 		t.Run(layer, func(t *testing.T) {
-			p, _ := builtin.Get("h100")
+			p, _ := builtin.Get("hgx-h100")
 			p.InfiniBand.LinkLayer = layer
 			pl := mustPlan(t, normalize(t, p), plan.Options{Host: twoNodeHost()})
 			fs := files(pl)

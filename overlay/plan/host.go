@@ -116,6 +116,8 @@ type HostDevice struct {
 	// Target is the kernel's own link text, e.g.
 	// ../../../devices/pci0000:00/0000:00:1f.2.
 	Target string
+	// Buses is a bridge's secondary..subordinate range; zero otherwise.
+	Buses BusRange
 }
 
 // SysPath is the device's directory relative to sysfs, from its link text.
@@ -150,7 +152,46 @@ func ReadHostDevices(sysfs fs.ReadLinkFS) ([]HostDevice, error) {
 		if _, err := h.SysPath(); err != nil {
 			return nil, err
 		}
+		if r, ok := readBridgeRange(sysfs, h); ok {
+			h.Buses = r
+		}
 		out = append(out, h)
 	}
 	return out, nil
+}
+
+// BusRange is the buses First..Last of a PCI domain that a host bridge
+// owns: its secondary to its subordinate bus.
+type BusRange struct {
+	Domain      uint16
+	First, Last uint8
+	Owner       pciaddr.Address // the host bridge
+}
+
+// readBridgeRange reads a host device's bus range from its config space,
+// where a type 1 (bridge) header keeps the secondary and subordinate bus
+// numbers at 0x19 and 0x1a. Sysfs lets anyone read the first 64 bytes.
+func readBridgeRange(sysfs fs.FS, h HostDevice) (BusRange, bool) {
+	config, err := fs.ReadFile(sysfs, "bus/pci/devices/"+h.Address.String()+"/config")
+	if err != nil || len(config) < 0x1b || config[0x0e]&0x7f != 1 {
+		return BusRange{}, false
+	}
+	sec, sub := config[0x19], config[0x1a]
+	if sec == 0 || sub < sec {
+		return BusRange{}, false // not configured by firmware
+	}
+	return BusRange{Domain: h.Address.Domain, First: sec, Last: sub, Owner: h.Address}, true
+}
+
+// hostBusRanges lists the bus ranges of the host's bridges, which no mock
+// bridge may take a bus of. Bridges listed without their ranges (a test's
+// sysfs) reserve nothing beyond their own devices' buses.
+func hostBusRanges(host []HostDevice) []BusRange {
+	var out []BusRange
+	for _, h := range host {
+		if h.Buses.Last != 0 {
+			out = append(out, h.Buses)
+		}
+	}
+	return out
 }

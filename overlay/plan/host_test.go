@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"io/fs"
 	"testing"
+	"testing/fstest"
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/cpuset"
@@ -25,4 +27,25 @@ func TestCPUMask(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tt.want, cpuMask(set, h.Possible), tt.cpus)
 	}
+}
+
+// TestReadHostDevicesBridgeRange reads a host bridge's secondary and
+// subordinate bus from its config space, as the kernel's sysfs shows it.
+func TestReadHostDevicesBridgeRange(t *testing.T) {
+	bridgeConfig := make([]byte, 64)
+	bridgeConfig[0x0e] = 0x01 // type 1 header
+	bridgeConfig[0x19], bridgeConfig[0x1a] = 0x01, 0x05
+	endpointConfig := make([]byte, 64)
+	sysfs := fstest.MapFS{
+		"bus/pci/devices/0000:00:01.0":                        {Data: []byte("../../../devices/pci0000:00/0000:00:01.0"), Mode: fs.ModeSymlink},
+		"bus/pci/devices/0000:01:00.0":                        {Data: []byte("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"), Mode: fs.ModeSymlink},
+		"devices/pci0000:00/0000:00:01.0/config":              {Data: bridgeConfig},
+		"devices/pci0000:00/0000:00:01.0/0000:01:00.0/config": {Data: endpointConfig},
+	}
+	host, err := ReadHostDevices(sysfs)
+	require.NoError(t, err)
+	require.Len(t, host, 2)
+	require.Equal(t, BusRange{First: 1, Last: 5, Owner: host[0].Address}, host[0].Buses)
+	require.Equal(t, BusRange{}, host[1].Buses, "an endpoint owns no buses")
+	require.Equal(t, []BusRange{host[0].Buses}, hostBusRanges(host))
 }

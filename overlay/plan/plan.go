@@ -146,7 +146,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 			}
 		}
 	}
-	t, err := BuildTree(m, BuildOptions{Reserved: reserved})
+	t, err := BuildTree(m, BuildOptions{Reserved: reserved, ReservedBuses: hostBusRanges(opts.HostDevices)})
 	if err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}

@@ -135,13 +135,13 @@ func TestHierarchyShapes(t *testing.T) {
 		}
 		return out
 	}
-	h100 := depthOf(mustPlan(t, machine(t, "h100", ""), plan.Options{}))
+	h100 := depthOf(mustPlan(t, machine(t, "hgx-h100", ""), plan.Options{}))
 	require.Equal(t, 6, h100["0000:53:00.0"], "root port, switch up, switch down, GPU")
-	a100 := depthOf(mustPlan(t, machine(t, "a100", ""), plan.Options{}))
+	a100 := depthOf(mustPlan(t, machine(t, "dgx-a100", ""), plan.Options{}))
 	require.Equal(t, 8, a100["0000:07:00.0"], "root port and two cascaded switches")
-	flat := depthOf(mustPlan(t, machine(t, "gb200", ""), plan.Options{}))
+	flat := depthOf(mustPlan(t, machine(t, "gb200-tray", ""), plan.Options{}))
 	require.Equal(t, 4, flat["0000:29:00.0"], "behind one root port")
-	vm := depthOf(mustPlan(t, machine(t, "t4", ""), plan.Options{}))
+	vm := depthOf(mustPlan(t, machine(t, "t4-vm", ""), plan.Options{}))
 	require.Equal(t, 3, vm["0000:00:1e.0"], "on the root bus")
 }
 
@@ -175,8 +175,8 @@ func TestSeventyTwoGPUs(t *testing.T) {
 }
 
 func TestDeterministic(t *testing.T) {
-	m := machine(t, "a100", "")
-	a, b := mustPlan(t, m, plan.Options{}), mustPlan(t, machine(t, "a100", ""), plan.Options{})
+	m := machine(t, "dgx-a100", "")
+	a, b := mustPlan(t, m, plan.Options{}), mustPlan(t, machine(t, "dgx-a100", ""), plan.Options{})
 	require.Equal(t, a.Digest(), b.Digest())
 	require.Equal(t, a.Entries, b.Entries)
 	c := mustPlan(t, m, plan.Options{ContainerRoot: "/srv/mock"})
@@ -185,7 +185,7 @@ func TestDeterministic(t *testing.T) {
 
 func TestLoopLink(t *testing.T) {
 	for root, want := range map[string]string{"/opt/nvml-mock": "..", "/nvml": ".", "/srv/a/b": "../.."} {
-		p := mustPlan(t, machine(t, "t4", ""), plan.Options{ContainerRoot: root})
+		p := mustPlan(t, machine(t, "t4-vm", ""), plan.Options{ContainerRoot: root})
 		var got string
 		for _, e := range p.Entries {
 			if e.Path == strings.TrimPrefix(root, "/") {
@@ -195,7 +195,7 @@ func TestLoopLink(t *testing.T) {
 		require.Equal(t, want, got, root)
 	}
 	for _, bad := range []string{"opt/x", "/", "/opt/x/", "/opt/../x", "/sys/x", "/proc", "/bin/x"} {
-		_, err := plan.New(machine(t, "t4", ""), plan.Options{ContainerRoot: bad})
+		_, err := plan.New(machine(t, "t4-vm", ""), plan.Options{ContainerRoot: bad})
 		require.ErrorContains(t, err, "container root", bad)
 	}
 }
@@ -205,7 +205,7 @@ func TestHostDevicesAreAvoided(t *testing.T) {
 		{Address: pciaddr.Address{Bus: 0, Device: 1}, Target: "../../../devices/pci0000:00/0000:00:01.0"},
 		{Address: pciaddr.Address{Bus: 1}, Target: "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"},
 	}
-	p := mustPlan(t, machine(t, "t4", ""), plan.Options{HostDevices: host})
+	p := mustPlan(t, machine(t, "t4-vm", ""), plan.Options{HostDevices: host})
 	var anchors []string
 	for _, n := range p.Tree.Nodes() {
 		if n.Role.IsBridge() {
@@ -220,7 +220,28 @@ func TestHostDevicesAreAvoided(t *testing.T) {
 	require.Equal(t, host[0].Target, targets[plan.LinksDir+"/0000:00:01.0"], "kernel form, resolves into the real /sys/devices")
 	require.Equal(t, "/sys/devices/pci0000:00/0000:00:01.0", targets["sys/devices/pci0000:00/0000:00:01.0"], "the host side follows on to the host's device")
 
+	// A host bridge's whole range is the host's, though no device sits on
+	// buses 02-05 (an empty hot-plug port, a switch with free ports).
+	bridge := host[0]
+	bridge.Buses = plan.BusRange{First: 1, Last: 5, Owner: bridge.Address}
+	p = mustPlan(t, machine(t, "t4-vm", ""), plan.Options{HostDevices: []plan.HostDevice{bridge, host[1]}})
+	anchors = nil
+	for _, n := range p.Tree.Nodes() {
+		if n.Role.IsBridge() {
+			anchors = append(anchors, n.Address.String())
+		}
+	}
+	require.Equal(t, []string{"0000:00:02.0", "0000:06:00.0"}, anchors, "no bus of a host bridge's range")
+
+	// A GPU the profile pins on a bus the host owns cannot be reached.
+	pinned, err := profile.Parse("pinned.yaml", []byte("device_defaults:\n  pci: {device_id: 0x1EB810DE}\ndevices:\n  - pci: {bus_id: \"0000:03:00.0\"}\n"))
+	require.NoError(t, err)
+	onHostBus, err := profile.Normalize("pinned.yaml", pinned, profile.Options{})
+	require.NoError(t, err)
+	_, err = plan.New(onHostBus, plan.Options{HostDevices: []plan.HostDevice{bridge}})
+	require.ErrorContains(t, err, "mock gpu 0000:03:00.0 sits on bus 0000:03, which the host's host bridge 0000:00:01.0 (buses 01-05) owns: no mock bridge can lead there")
+
 	clash := []plan.HostDevice{{Address: pciaddr.Address{Bus: 0, Device: 0x1e}, Target: "../../../devices/pci0000:00/0000:00:1e.0"}}
-	_, err := plan.New(machine(t, "t4", ""), plan.Options{HostDevices: clash})
+	_, err = plan.New(machine(t, "t4-vm", ""), plan.Options{HostDevices: clash})
 	require.ErrorContains(t, err, "mock gpu 0000:00:1e.0 collides with host device 0000:00:1e.0")
 }

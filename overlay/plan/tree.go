@@ -145,6 +145,9 @@ type BuildOptions struct {
 	// Reserved addresses belong to someone else (the host's own devices when
 	// merging): no bridge takes them, and no bridge range swallows their bus.
 	Reserved []pciaddr.Address
+	// ReservedBuses are the host bridges' bus ranges: no mock bridge takes
+	// a bus of them, even one no host device sits on.
+	ReservedBuses []BusRange
 }
 
 // BuildTree arranges the machine's devices into a PCI hierarchy. It gives
@@ -153,10 +156,16 @@ type BuildOptions struct {
 func BuildTree(m *profile.Machine, opts BuildOptions) (*Tree, error) {
 	t := &Tree{Hierarchy: m.Hierarchy}
 	reserved := map[pciaddr.Address]bool{}
-	reservedBus := map[[2]uint16]bool{} // domain, bus
+	// domain, bus -> the host's device or bridge that owns the bus
+	reservedBus := map[[2]uint16]string{}
+	for _, r := range opts.ReservedBuses {
+		for bus := int(r.First); bus <= int(r.Last); bus++ {
+			reservedBus[[2]uint16{r.Domain, uint16(bus)}] = fmt.Sprintf("host bridge %s (buses %02x-%02x)", r.Owner, r.First, r.Last)
+		}
+	}
 	for _, a := range opts.Reserved {
 		reserved[a] = true
-		reservedBus[[2]uint16{a.Domain, uint16(a.Bus)}] = true
+		reservedBus[[2]uint16{a.Domain, uint16(a.Bus)}] = "host device " + a.String()
 	}
 	byRC := map[pciaddr.RootComplex][]*profile.Device{}
 	for i := range m.Devices {
@@ -201,8 +210,8 @@ type rcBuilder struct {
 	limit       uint8 // the last bus this root complex owns
 	hierarchy   boards.Hierarchy
 	reserved    map[pciaddr.Address]bool
-	reservedBus map[[2]uint16]bool
-	usedDev     map[uint8]bool // device numbers taken on the root bus
+	reservedBus map[[2]uint16]string // the host's owner of a bus, if any
+	usedDev     map[uint8]bool       // device numbers taken on the root bus
 	groups      []*group
 	cursor      uint8 // the highest bus in use so far
 }
@@ -216,6 +225,11 @@ type group struct {
 }
 
 func (b *rcBuilder) isReservedBus(bus uint8) bool {
+	return b.hostOwner(bus) != ""
+}
+
+// hostOwner names the host's device or bridge that owns a bus.
+func (b *rcBuilder) hostOwner(bus uint8) string {
 	return b.reservedBus[[2]uint16{b.root.ID.Domain, uint16(bus)}]
 }
 
@@ -248,7 +262,8 @@ func (b *rcBuilder) build(devs []*profile.Device) error {
 			}
 		}
 		if b.isReservedBus(bus) {
-			return fmt.Errorf("bus %04x:%02x of %s holds host devices, so %s cannot sit there", b.root.ID.Domain, bus, d0(byBus[bus]).Address, d0(byBus[bus]).Address)
+			d := d0(byBus[bus])
+			return fmt.Errorf("mock %s %s sits on bus %04x:%02x, which the host's %s owns: no mock bridge can lead there; move the mock device or drop --host-devices merge", d.Kind, d.Address, b.root.ID.Domain, bus, b.hostOwner(bus))
 		}
 		parent, err := b.place(bus)
 		if err != nil {

@@ -203,16 +203,16 @@ func TestBuiltinHierarchies(t *testing.T) {
 		wantH     boards.Hierarchy
 		gpuChain  []plan.Role
 	}{
-		{"h100", "", boards.HGX, hgx},
-		{"a100", "", boards.DGX, dgx},
-		{"gb200", "", boards.Flat, []plan.Role{plan.RootPort}},
-		{"t4", "", boards.Flat, nil},
+		{"hgx-h100", "", boards.HGX, hgx},
+		{"dgx-a100", "", boards.DGX, dgx},
+		{"gb200-tray", "", boards.Flat, []plan.Role{plan.RootPort}},
+		{"t4-vm", "", boards.Flat, nil},
 		// Only two buses lie between each H100's root bus and its GPU: room
 		// for one switch, so DGX falls back to the HGX shape.
-		{"h100", boards.DGX, boards.DGX, hgx},
-		{"h100", boards.Flat, boards.Flat, []plan.Role{plan.RootPort}},
-		{"a100", boards.HGX, boards.HGX, hgx},
-		{"gb200", boards.HGX, boards.HGX, hgx},
+		{"hgx-h100", boards.DGX, boards.DGX, hgx},
+		{"hgx-h100", boards.Flat, boards.Flat, []plan.Role{plan.RootPort}},
+		{"dgx-a100", boards.HGX, boards.HGX, hgx},
+		{"gb200-tray", boards.HGX, boards.HGX, hgx},
 	}
 	for _, tc := range tests {
 		t.Run(fmt.Sprintf("%s/%s", tc.profile, tc.hierarchy), func(t *testing.T) {
@@ -240,11 +240,11 @@ func TestBuiltinHierarchies(t *testing.T) {
 	}
 }
 
-// TestH100MatchesRealBoard checks the built-in h100 against the real HGX
+// TestH100MatchesRealBoard checks the built-in hgx-h100 against the real HGX
 // path pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0: the
 // root port, switch ports and GPU on consecutive buses from the root bus.
 func TestH100MatchesRealBoard(t *testing.T) {
-	m, err := overlay.LoadMachine("h100", "")
+	m, err := overlay.LoadMachine("hgx-h100", "")
 	require.NoError(t, err)
 	tree, err := plan.BuildTree(m, plan.BuildOptions{})
 	require.NoError(t, err)

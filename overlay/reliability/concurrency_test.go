@@ -82,7 +82,7 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 func TestRenderedTreeIsSafe(t *testing.T) {
 	bin := overlaytest.BuildBinary(t)
 	hostDevices, _ := filepath.Glob("/sys/bus/pci/devices/*")
-	for _, p := range []string{"a100", "h100", "gb200", "t4", "h100 --host-devices merge"} {
+	for _, p := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm", "hgx-h100 --host-devices merge"} {
 		t.Run(p, func(t *testing.T) {
 			args := strings.Fields(p)
 			if len(args) > 1 && len(hostDevices) == 0 {

@@ -79,7 +79,7 @@ func killRender(t *testing.T, bin, root, profile string, delay time.Duration) cr
 // or link text, the writer's state directory included.
 func TestCrashSafety(t *testing.T) {
 	bin := overlaytest.BuildBinary(t)
-	profiles := append(flipProfiles(t), "t4")
+	profiles := append(flipProfiles(t), "t4-vm")
 	refs := map[string]map[string]string{}
 	for _, p := range profiles {
 		ref := filepath.Join(t.TempDir(), "ref")

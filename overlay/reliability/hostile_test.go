@@ -105,7 +105,7 @@ func generatedHostile(t *testing.T) []hostileCase {
 func TestHostileProfilesAreRefused(t *testing.T) {
 	bin := overlaytest.BuildBinary(t)
 	root := filepath.Join(t.TempDir(), "root")
-	render(t, bin, root, "t4")
+	render(t, bin, root, "t4-vm")
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 	cases := append(readHostileCorpus(t), generatedHostile(t)...)
 	for _, c := range cases {
@@ -137,7 +137,7 @@ func TestRootFlagIsChecked(t *testing.T) {
 	dir := t.TempDir()
 	for _, root := range []string{"", "relative/root", "./root", "/", "//", dir + "/", dir + "/./root", dir + "/x/../root"} {
 		t.Run(strconv.Quote(root), func(t *testing.T) {
-			r := runBinary(t, bin, "render", "--root", root, "--profile", "t4")
+			r := runBinary(t, bin, "render", "--root", root, "--profile", "t4-vm")
 			require.Equal(t, 2, r.code, "stderr: %s", r.stderr)
 			require.Equal(t, 1, strings.Count(r.stderr, "\n"), r.stderr)
 			require.Contains(t, r.stderr, "--root")

@@ -41,7 +41,7 @@ func rendered(t *testing.T) (root, outside string) {
 	root, outside = filepath.Join(dir, "root"), filepath.Join(dir, "outside")
 	require.NoError(t, os.Mkdir(outside, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "precious"), []byte("keep me\n"), 0o600))
-	_, err := writer.Apply(root, builtinPlan(t, "t4"), writer.Options{})
+	_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
 	require.NoError(t, err)
 	return root, outside
 }
@@ -123,7 +123,7 @@ func TestApplyRefusesPlantedSymlinks(t *testing.T) {
 			tc.plant(t, root, outside)
 			before := digestTree(t, outside)
 			for _, opts := range []writer.Options{{}, {CompareContent: true}} {
-				_, err := writer.Apply(root, builtinPlan(t, "t4"), opts)
+				_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), opts)
 				require.Error(t, err)
 				require.Contains(t, err.Error(), filepath.Join(root, tc.want))
 				require.NotContains(t, err.Error(), "\n")
@@ -177,13 +177,13 @@ func TestApplyReplacesPlantedLinksWithoutFollowing(t *testing.T) {
 			tc.plant(t, root, outside)
 			before := digestTree(t, outside)
 			// gb200 changes the tree, so the render passes through staging.
-			for _, p := range []*plan.Plan{builtinPlan(t, "gb200"), builtinPlan(t, "t4")} {
+			for _, p := range []*plan.Plan{builtinPlan(t, "gb200-tray"), builtinPlan(t, "t4-vm")} {
 				_, err := writer.Apply(root, p, writer.Options{})
 				require.NoError(t, err)
 				require.Equal(t, before, digestTree(t, outside), "something was written outside the root")
 			}
 			tc.check(t, root)
-			requireTreeIs(t, root, builtinPlan(t, "t4"))
+			requireTreeIs(t, root, builtinPlan(t, "t4-vm"))
 		})
 	}
 }
@@ -213,14 +213,14 @@ func TestApplyRefusesSpecialFiles(t *testing.T) {
 			p := filepath.Join(root, tc.rel)
 			require.NoError(t, os.Remove(p))
 			require.NoError(t, unix.Mknod(p, tc.mode, tc.dev))
-			_, err := writer.Apply(root, builtinPlan(t, "t4"), writer.Options{})
+			_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
 			if tc.want != "" {
 				require.ErrorContains(t, err, tc.want)
 				require.ErrorContains(t, err, p)
 				return
 			}
 			require.NoError(t, err)
-			requireTreeIs(t, root, builtinPlan(t, "t4"))
+			requireTreeIs(t, root, builtinPlan(t, "t4-vm"))
 		})
 	}
 }
@@ -231,7 +231,7 @@ func TestApplyModes(t *testing.T) {
 	old := unix.Umask(0o077)
 	defer unix.Umask(old)
 	root := filepath.Join(t.TempDir(), "root")
-	p := builtinPlan(t, "h100")
+	p := builtinPlan(t, "hgx-h100")
 	_, err := writer.Apply(root, p, writer.Options{})
 	require.NoError(t, err)
 	requireModes(t, root)
@@ -279,7 +279,7 @@ func TestPruneKeepsForeignFiles(t *testing.T) {
 	for rel, data := range foreign {
 		require.NoError(t, os.WriteFile(filepath.Join(root, rel), []byte(data), 0o600))
 	}
-	st, err := writer.Apply(root, builtinPlan(t, "gb200"), writer.Options{})
+	st, err := writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{})
 	require.NoError(t, err)
 	for rel, data := range foreign {
 		got, err := os.ReadFile(filepath.Join(root, rel))
@@ -316,7 +316,7 @@ func TestApplyRefusesHostileManifest(t *testing.T) {
 			require.NoError(t, os.WriteFile(mf, append(data, []byte(tc.line+"\n")...), 0o644))
 			before := digestTree(t, outside)
 			// gb200 drops the t4 entries, so prune runs.
-			_, err = writer.Apply(root, builtinPlan(t, "gb200"), writer.Options{})
+			_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{})
 			require.ErrorContains(t, err, tc.want)
 			require.Equal(t, before, digestTree(t, outside))
 		})
@@ -332,12 +332,12 @@ func TestLockSerialisesRenders(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
 	before := digestTree(t, root)
-	_, err = writer.Apply(root, builtinPlan(t, "gb200"), writer.Options{LockTimeout: 100 * time.Millisecond})
+	_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{LockTimeout: 100 * time.Millisecond})
 	require.ErrorContains(t, err, "another render holds the lock on "+root)
 	require.Equal(t, before, digestTree(t, root))
 	require.NoError(t, unix.Close(fd))
 
-	plans := []*plan.Plan{builtinPlan(t, "t4"), builtinPlan(t, "gb200")}
+	plans := []*plan.Plan{builtinPlan(t, "t4-vm"), builtinPlan(t, "gb200-tray")}
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
@@ -368,10 +368,10 @@ func TestLockSerialisesRenders(t *testing.T) {
 func TestLeftoverStagingGoes(t *testing.T) {
 	root, _ := rendered(t)
 	require.NoError(t, os.Mkdir(filepath.Join(root, writer.StateDir, "staging"), 0o700))
-	st, err := writer.Apply(root, builtinPlan(t, "t4"), writer.Options{})
+	st, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
 	require.NoError(t, err)
 	require.Zero(t, st.Written())
-	requireTreeIs(t, root, builtinPlan(t, "t4"))
+	requireTreeIs(t, root, builtinPlan(t, "t4-vm"))
 }
 
 // requireTreeIs checks that root holds exactly the plan, and the state of a

@@ -196,6 +196,9 @@ func (w *apply) run(opts Options) error {
 	if err != nil {
 		return err
 	}
+	if err := w.checkNoOtherRenderer(owned); err != nil {
+		return err
+	}
 	if len(owned) == 0 && !opts.Force {
 		if err := w.refuseForeignFiles(); err != nil {
 			return err
@@ -210,18 +213,29 @@ func (w *apply) run(opts Options) error {
 		planned[e.Path] = e.Kind
 	}
 	var changes []change
+	// Directories this render makes in place of something of another kind
+	// (a host device's link, when a render without --host-devices merge
+	// follows one with it): nothing below them is on disk yet, and looking
+	// would go through what is there now.
+	replaced := map[string]bool{}
 	for _, e := range w.plan.Entries {
+		if replaced[path.Dir(e.Path)] {
+			changes = append(changes, change{entry: e})
+			replaced[e.Path] = e.Kind == plan.Dir
+			continue
+		}
 		c, differs, err := w.compare(e, deep, owned)
 		if err != nil {
 			return err
 		}
+		replaced[e.Path] = c.replace && e.Kind == plan.Dir
 		if differs {
 			changes = append(changes, c)
 		}
 	}
 	var stale []ownedEntry
 	for _, o := range owned {
-		if _, ok := planned[o.path]; !ok {
+		if _, ok := planned[o.path]; !ok && !belowNonDir(o.path, planned) {
 			stale = append(stale, o)
 		}
 	}
@@ -471,6 +485,19 @@ func (w *apply) reportForeign(planned map[string]plan.Kind, owned map[string]own
 	}
 	slices.Sort(w.stats.Foreign)
 	return nil
+}
+
+// belowNonDir reports whether a path lies below one the plan makes a file
+// or a link (a mock directory that --host-devices merge turns into a host
+// device's link): replacing that removes the path with it, and pruning it
+// afterwards would have to go through the new link.
+func belowNonDir(p string, planned map[string]plan.Kind) bool {
+	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
+		if k, ok := planned[d]; ok && k != plan.Dir {
+			return true
+		}
+	}
+	return false
 }
 
 func kindOf(mode uint32) (plan.Kind, bool) {

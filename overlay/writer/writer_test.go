@@ -39,7 +39,7 @@ func apply(t *testing.T, root string, p *plan.Plan) writer.Stats {
 
 func TestApplyWritesThePlan(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	p := planOf(t, "h100", nil)
+	p := planOf(t, "hgx-h100", nil)
 	st := apply(t, root, p)
 	var files, links int
 	for _, e := range p.Entries {
@@ -99,7 +99,7 @@ func TestFirstRenderRefusesForeignFiles(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine\n"), 0o644))
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
-	p := planOf(t, "t4", nil)
+	p := planOf(t, "t4-vm", nil)
 	_, err := writer.Apply(root, p, writer.Options{})
 	require.ErrorContains(t, err, root+" holds no render (no .nvml-mock-sysfs/manifest) but already has "+plan.ProfileFile+" where a render writes")
 	require.ErrorContains(t, err, "--force replaces them")
@@ -109,21 +109,21 @@ func TestFirstRenderRefusesForeignFiles(t *testing.T) {
 
 	_, err = writer.Apply(root, p, writer.Options{Force: true})
 	require.NoError(t, err)
-	_, err = writer.Apply(root, planOf(t, "h100", nil), writer.Options{})
+	_, err = writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
 	require.NoError(t, err, "a rendered root re-renders without --force")
 }
 
 func TestApplyIsDeterministic(t *testing.T) {
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
-	apply(t, a, planOf(t, "a100", nil))
-	apply(t, b, planOf(t, "a100", nil))
+	apply(t, a, planOf(t, "dgx-a100", nil))
+	apply(t, b, planOf(t, "dgx-a100", nil))
 	overlaytest.RequireSameTree(t, overlaytest.Snapshot(t, a, overlaytest.SnapshotOptions{}), overlaytest.Snapshot(t, b, overlaytest.SnapshotOptions{}), "two renders of one profile")
 }
 
 func TestRerenderUnchangedWritesNothing(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	first := apply(t, root, planOf(t, "a100", nil))
-	again := apply(t, root, planOf(t, "a100", nil))
+	first := apply(t, root, planOf(t, "dgx-a100", nil))
+	again := apply(t, root, planOf(t, "dgx-a100", nil))
 	require.Zero(t, again.Written())
 	require.Zero(t, again.DirsCreated)
 	require.Zero(t, again.Removed)
@@ -133,7 +133,7 @@ func TestRerenderUnchangedWritesNothing(t *testing.T) {
 	// With the marker gone, the same render compares content and only
 	// writes the marker back.
 	require.NoError(t, os.Remove(filepath.Join(root, writer.MarkerFile)))
-	st := apply(t, root, planOf(t, "a100", nil))
+	st := apply(t, root, planOf(t, "dgx-a100", nil))
 	require.Zero(t, st.Written())
 	_, err := writer.ReadMarker(os.DirFS(root))
 	require.NoError(t, err)
@@ -141,8 +141,8 @@ func TestRerenderUnchangedWritesNothing(t *testing.T) {
 
 func TestOneGPUChangeRewritesOnlyIt(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	apply(t, root, planOf(t, "h100", nil))
-	st := apply(t, root, planOf(t, "h100", func(p *profile.Profile) {
+	apply(t, root, planOf(t, "hgx-h100", nil))
+	st := apply(t, root, planOf(t, "hgx-h100", func(p *profile.Profile) {
 		p.Devices[3].PCI.SubsystemID = profile.Pack(0x10de, 0x1234)
 	}))
 	// The GPU's subsystem_device, config, modalias and uevent, plus the
@@ -164,10 +164,10 @@ func inode(t *testing.T, p string) uint64 {
 
 func TestRerenderReplacesTreeInPlace(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	apply(t, root, planOf(t, "a100", nil))
+	apply(t, root, planOf(t, "dgx-a100", nil))
 	rootIno, linksIno := inode(t, root), inode(t, filepath.Join(root, plan.LinksDir))
 
-	h100 := planOf(t, "h100", nil)
+	h100 := planOf(t, "hgx-h100", nil)
 	st := apply(t, root, h100)
 	require.NotZero(t, st.Removed)
 	require.Equal(t, rootIno, inode(t, root), "the overlay mount source stays the same directory")
@@ -181,10 +181,10 @@ func TestRerenderReplacesTreeInPlace(t *testing.T) {
 
 func TestForeignEntriesAreKeptAndReported(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
-	apply(t, root, planOf(t, "t4", nil))
+	apply(t, root, planOf(t, "t4-vm", nil))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "README"), []byte("stray"), 0o644))
-	st := apply(t, root, planOf(t, "h100", nil))
+	st := apply(t, root, planOf(t, "hgx-h100", nil))
 	require.Equal(t, []string{"README"}, st.Foreign)
 	data, err := os.ReadFile(filepath.Join(root, "notes.txt"))
 	require.NoError(t, err)
@@ -193,7 +193,7 @@ func TestForeignEntriesAreKeptAndReported(t *testing.T) {
 
 func TestCheckRoot(t *testing.T) {
 	for _, bad := range []string{"", "relative/dir", "/", "/var/lib/nvml-mock/", "/var/../lib"} {
-		_, err := writer.Apply(bad, planOf(t, "t4", nil), writer.Options{})
+		_, err := writer.Apply(bad, planOf(t, "t4-vm", nil), writer.Options{})
 		require.Error(t, err, bad)
 	}
 }
@@ -205,7 +205,7 @@ func TestSourceFiles(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.WriteFile(src, []byte("version one"), 0o755))
 	withBinary := func(fingerprint string) *plan.Plan {
-		p := planOf(t, "t4", nil)
+		p := planOf(t, "t4-vm", nil)
 		p.Entries = append([]plan.Entry{
 			{Path: "bin", Kind: plan.Dir, Mode: 0o755},
 			{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: &plan.FileSource{Path: src, Size: 11, Fingerprint: fingerprint}},
@@ -219,7 +219,7 @@ func TestSourceFiles(t *testing.T) {
 	}
 	st := apply(t, root, withBinary("one"))
 	require.Equal(t, "version one", installed())
-	require.Equal(t, sumData(planOf(t, "t4", nil))+11, st.BytesWritten, "the binary counts by its size")
+	require.Equal(t, sumData(planOf(t, "t4-vm", nil))+11, st.BytesWritten, "the binary counts by its size")
 
 	require.Zero(t, apply(t, root, withBinary("one")).Written(), "same fingerprint, same size: nothing to write")
 

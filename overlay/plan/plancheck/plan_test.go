@@ -108,7 +108,7 @@ func TestCheckPlanFindsBrokenPlans(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, ok := builtinPlan(t, "h100", "")
+			p, ok := builtinPlan(t, "hgx-h100", "")
 			require.True(t, ok)
 			tc.mutate(p)
 			bad := CheckPlan(p, "")
