@@ -190,8 +190,11 @@ func TestDaemonSetPod(t *testing.T) {
 	h := runtime.Start(t, runtime.Options{})
 	m := podtest.DecodeManifests(t, manifestDir)
 	require.Len(t, m.DaemonSets, 1)
-	require.Len(t, m.ConfigMaps, 1)
-	ds, cm := m.DaemonSets[0], m.ConfigMaps[0]
+	// nvml-mock's ConfigMap, which the DaemonSet mounts, as the standalone
+	// example makes it.
+	standalone := podtest.DecodeManifests(t, manifestDir+"/standalone")
+	require.Len(t, standalone.ConfigMaps, 1)
+	ds, cm := m.DaemonSets[0], standalone.ConfigMaps[0]
 	spec := ds.Spec.Template.Spec
 	require.Len(t, cm.Data, 1)
 	var key, text string
@@ -213,7 +216,7 @@ func TestDaemonSetPod(t *testing.T) {
 	require.NoError(t, os.Mkdir(overlay, 0o755)) // DirectoryOrCreate
 	vol := podtest.NewConfigMap(t, filepath.Join(dir, "configmap"), key, []byte(text))
 	k := translate(t, spec,
-		map[string]string{"/var/lib/nvml-mock": overlay, "/var/run/cdi": h.CDIDir},
+		map[string]string{"/var/lib/nvml-mock-sysfs": overlay, "/var/run/cdi": h.CDIDir},
 		map[string]string{cm.Name: vol.Dir},
 		podtest.FreeAddr(t))
 	specFile := filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
@@ -270,11 +273,11 @@ func TestDaemonSetPod(t *testing.T) {
 		require.Contains(t, report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks(), verify.LinksMount)
 	})
 
-	t4, ok := builtin.Get("t4")
+	t4, ok := builtin.Get("t4-vm")
 	require.True(t, ok)
 	t4Text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
-	t4Machine := machine(t, "t4", t4Text)
+	t4Machine := machine(t, "t4-vm", t4Text)
 	var swapIn time.Duration
 	var totals readerTotals
 	before := len(linkscan.Links(links).Entries)
