@@ -395,6 +395,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 
 	// NVML and the served sysfs name the same GPUs, with the same ids.
 	nvml := s.runNVMLList(t, p.File)
+	requireNVMLModel(t, p.File, nvml)
 	for _, name := range []string{servedTree, servedNone} {
 		sysfs := readSysfsGPUs(t, served[name])
 		text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
@@ -404,6 +405,26 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 			row(name).check(t, colNVML, text, ok, why)
 		}
 	}
+}
+
+// requireNVMLModel checks verify's model of nvml-mock's NVML
+// (profile.NVMLGPUs, what its NVML check compares with sysfs) against what
+// the real mock NVML reports for the same file: index, bus id in NVML's
+// form, and the packed device and subsystem ids, in order.
+func requireNVMLModel(t *testing.T, file string, nvml []consumers.NVMLDevice) {
+	t.Helper()
+	p, err := profile.LoadFile(file)
+	require.NoError(t, err)
+	model, err := profile.NVMLGPUs(file, p)
+	require.NoError(t, err)
+	var want, got []string
+	for _, g := range model {
+		want = append(want, fmt.Sprintf("%d %s %08x %08x", g.Index, g.BusID, g.DeviceID, g.SubsystemID))
+	}
+	for _, d := range nvml {
+		got = append(got, fmt.Sprintf("%d %s %08x %08x", d.Index, d.BusID, d.DeviceID, d.SubsystemID))
+	}
+	require.Equal(t, want, got, "verify's model of nvml-mock's NVML (profile.NVMLGPUs) against the real mock NVML for %s", file)
 }
 
 // labelDiff describes how got differs from want outside the ignored keys.
