@@ -191,8 +191,9 @@ type subject struct {
 	suiteProfile
 	m    *profile.Machine
 	gpus []profile.Device
-	// bridges are the bridges the plan puts in the tree.
-	bridges []string
+	// bridges are the bridges the plan puts in the tree, rendered alone
+	// and with the host's devices (which keep bridges off the host's BDFs).
+	bridges, mergedBridges []string
 	// hcas are the HCAs of the profile's infiniband block, as the plan
 	// placed them beside their GPUs, rendered alone and with the host's
 	// devices (which may move an HCA's own root port).
@@ -215,15 +216,10 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
 	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})
 	require.NoError(t, err)
-	x.hcas = pl.Tree.HCAs
-	for _, n := range pl.Tree.Nodes() {
-		if n.Role.IsBridge() {
-			x.bridges = append(x.bridges, n.Address.String())
-		}
-	}
+	x.hcas, x.bridges = pl.Tree.HCAs, bridgesOf(pl)
 	merged, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.merged, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
-	x.mergedHCAs = merged.Tree.HCAs
+	x.mergedHCAs, x.mergedBridges = merged.Tree.HCAs, bridgesOf(merged)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
 	// GFD labels a node whose GPUs differ in class "unknown" (the suite's
 	// own profiles each have one class; an extra profile may not).
@@ -232,6 +228,17 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 		x.mode = compat.GFDMode(classes[0])
 	}
 	return x
+}
+
+// bridgesOf lists the BDFs of the bridges a plan puts in the tree.
+func bridgesOf(pl *plan.Plan) []string {
+	var out []string
+	for _, n := range pl.Tree.Nodes() {
+		if n.Role.IsBridge() {
+			out = append(out, n.Address.String())
+		}
+	}
+	return out
 }
 
 // products counts the distinct GPU products (device ids) of a profile.
@@ -368,27 +375,23 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 
 	// ghw: every GPU and bridge; the node's own devices only when merged.
 	for _, name := range []string{servedTree, servedNone, servedMerged} {
-		devices, hcas := s.nodeGHW, x.hcas
+		devices, hcas, bridges := s.nodeGHW, x.hcas, x.bridges
 		switch name {
 		case servedTree:
 			devices = s.runGHW(t, served[name])
 		case servedMerged:
-			devices, hcas = s.runGHW(t, overlaytest.Served{Root: x.merged}), x.mergedHCAs
+			devices, hcas, bridges = s.runGHW(t, overlaytest.Served{Root: x.merged}), x.mergedHCAs, x.mergedBridges
 		}
-		f := ghwFinds(x, hcas, devices, s.nodeGHW)
-		text := fmt.Sprintf("GPUs %d/%d, %sbridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.hcaText(hcas), f.bridges, len(x.bridges), f.host, len(s.nodeGHW))
+		f := ghwFinds(x, bridges, hcas, devices, s.nodeGHW)
+		text := fmt.Sprintf("GPUs %d/%d, %sbridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.hcaText(hcas), f.bridges, len(bridges), f.host, len(s.nodeGHW))
 		switch name {
 		case servedTree:
 			row(name).check(t, colGHW, text, len(f.problems) == 0 && f.host == 0, strings.Join(f.problems, "; "))
 		case servedNone:
 			row(name).check(t, colGHW, text, f.gpus == 0 && f.hcas == 0 && f.bridges == 0, "mock devices without the tree")
 		case servedMerged:
-			// A mock bridge planned onto a BDF the node uses is listed as
-			// the node's device (the planner's collision, not a reader's):
-			// shown, not failed here.
-			if n := len(f.bridgesTaken); n > 0 {
-				text += fmt.Sprintf(" (%d bridge BDFs taken by the node's: %s)", n, strings.Join(f.bridgesTaken, " "))
-			}
+			// Every bridge of the merged plan is listed as a bridge: the
+			// planner keeps them off the node's BDFs.
 			row(name).check(t, colGHW, text, len(f.problems) == 0 && f.host == len(s.nodeGHW), strings.Join(f.problems, "; "))
 		}
 	}
@@ -563,16 +566,13 @@ type ghwFound struct {
 	// a downstream port of their GPU's own switch, the rest from a root
 	// port of their own.
 	hcas, underSwitch int
-	// bridgesTaken are mock bridges whose BDF ghw lists as one of the
-	// node's own devices.
-	bridgesTaken []string
-	problems     []string
+	problems          []string
 }
 
 // ghwFinds counts the profile's GPUs (vendor 10de, their class), the HCAs
 // of the plan served (findHCAs), its bridges and the node's own devices (with their own vendor and class)
 // among what ghw listed.
-func ghwFinds(x *subject, hcas []plan.HCA, devices []consumers.GHWDevice, node []consumers.GHWDevice) ghwFound {
+func ghwFinds(x *subject, bridges []string, hcas []plan.HCA, devices []consumers.GHWDevice, node []consumers.GHWDevice) ghwFound {
 	var f ghwFound
 	byAddr := map[string]consumers.GHWDevice{}
 	for _, d := range devices {
@@ -595,13 +595,11 @@ func ghwFinds(x *subject, hcas []plan.HCA, devices []consumers.GHWDevice, node [
 		}
 	}
 	f.findHCAs(hcas, byAddr)
-	for _, b := range x.bridges {
+	for _, b := range bridges {
 		d, ok := byAddr[b]
 		switch {
 		case ok && d.Class == "06":
 			f.bridges++
-		case ok && d == nodeByAddr[b]:
-			f.bridgesTaken = append(f.bridgesTaken, b)
 		default:
 			f.problems = append(f.problems, "bridge "+b+" not listed as class 06")
 		}
