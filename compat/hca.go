@@ -139,7 +139,7 @@ func (c *checker) hostDevices() []pciaddr.Address {
 	var out []pciaddr.Address
 	for _, e := range entries {
 		target, err := os.Readlink(dir + "/" + e.Name())
-		if err != nil || !strings.HasPrefix(target, "../../../devices/") {
+		if err != nil || !plan.IsKernelLinkText(target) {
 			continue
 		}
 		if a, err := pciaddr.Parse(e.Name()); err == nil {

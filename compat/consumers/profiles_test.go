@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -73,10 +71,6 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 	return out
 }
 
-// mockNVMLDriverVersion is the driver version a derived profile gives the
-// mock NVML, which refuses a profile without one: nvml-mock's own.
-const mockNVMLDriverVersion = "550.163.01"
-
 // builtinFile writes a built-in as a profile file the mock NVML accepts:
 // its effective profile, with every value explicit.
 func builtinFile(t *testing.T, name string) string {
@@ -92,38 +86,12 @@ func builtinFile(t *testing.T, name string) string {
 	return servable(t, name, "", data)
 }
 
-// servable returns a profile file that both the renderer and the mock NVML
-// read: file itself when it names a format version and a driver version,
-// which nvml-mock requires and this tool ignores, else a copy of data that
-// adds them.
+// servable is consumers.ServableProfile in a test's temporary directory.
 func servable(t *testing.T, name, file string, data []byte) string {
 	t.Helper()
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("profile %s: %v", name, err)
-	}
-	system, _ := doc["system"].(map[string]any)
-	if file != "" && doc["version"] != nil && system["driver_version"] != nil {
-		return file
-	}
-	if system == nil {
-		system = map[string]any{}
-	}
-	if system["driver_version"] == nil {
-		system["driver_version"] = mockNVMLDriverVersion
-	}
-	doc["system"] = system
-	if doc["version"] == nil {
-		doc["version"] = "1.0"
-	}
-	out, err := yaml.Marshal(doc)
+	out, err := consumers.ServableProfile(t.TempDir(), name, file, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	header := "# " + name + " with the format and driver versions nvml-mock's NVML requires.\n"
-	derived := filepath.Join(t.TempDir(), filepath.Base(name)+".yaml")
-	if err := os.WriteFile(derived, append([]byte(header), out...), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return derived
+	return out
 }

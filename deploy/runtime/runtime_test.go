@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -25,8 +26,13 @@ import (
 // three root complexes, NUMA -1 and 1, two NVSwitches, and what nvml-mock's
 // NVML needs, so GFD and the DRA driver read the same machine through the
 // mock NVML that the tree shows them.
+//
+// profileEnv names another profile file to run the suite with instead (a
+// held-out one): it is made servable for the mock NVML as the consumer
+// suite makes its extra profiles.
 const (
 	unseenProfile = "../../compat/consumers/testdata/profiles/two-domains.yaml"
+	profileEnv    = "NVML_MOCK_SYSFS_RUNTIME_PROFILE"
 	// device is our CDI device, as `cdi` writes it by default.
 	device = deploy.DefaultKind + "=" + deploy.DeviceName
 	// verifyImage holds the static binary alone.
@@ -45,6 +51,9 @@ type served struct {
 	spec    string
 	profile string // absolute
 	machine *profile.Machine
+	// containerRoot is where the render puts the overlay in containers,
+	// when not the default.
+	containerRoot string
 }
 
 func (s *served) cli(t *testing.T, args ...string) string {
@@ -58,14 +67,20 @@ func serve(t *testing.T, h *runtime.Harness) *served {
 	t.Helper()
 	s := &served{h: h, bin: overlaytest.BuildBinary(t)}
 	var err error
-	s.profile, err = filepath.Abs(unseenProfile)
+	file, err := filepath.Abs(cmp.Or(os.Getenv(profileEnv), unseenProfile))
+	require.NoError(t, err)
+	data, err := os.ReadFile(file)
+	require.NoError(t, err, "%s", profileEnv)
+	s.profile, err = consumers.ServableProfile(t.TempDir(), filepath.Base(file), file, data)
 	require.NoError(t, err)
 	p, err := profile.LoadFile(s.profile)
 	require.NoError(t, err)
 	s.machine, err = profile.Normalize(s.profile, p, profile.Options{})
 	require.NoError(t, err)
 	s.root = filepath.Join(t.TempDir(), "overlay")
-	s.cli(t, "render", "--root", s.root, "--profile", s.profile)
+	// As the deploy path renders: the node's own PCI devices stay listed,
+	// which verify checks.
+	s.cli(t, "render", "--root", s.root, "--profile", s.profile, "--host-devices", "merge")
 	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
 	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
 	h.Import(t, binaryImage(t, verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
@@ -103,10 +118,14 @@ func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
 // verifyContainer is a CRI container that runs verify, with the profile
 // mounted for the case it gets no overlay.
 func (s *served) verifyContainer(name string) runtime.Container {
+	args := []string{"verify", "--format", "json"}
+	if s.containerRoot != "" {
+		args = append(args, "--container-root", s.containerRoot)
+	}
 	return runtime.Container{
 		Name:   name,
 		Image:  verifyImage,
-		Args:   []string{"verify", "--format", "json"},
+		Args:   args,
 		Mounts: []runtime.Mount{{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true}},
 	}
 }
@@ -260,7 +279,9 @@ func testNRI(t *testing.T, s *served) {
 
 	t.Run("nvml-mock-nri", func(t *testing.T) {
 		bin := consumers.NeedBinary(t, consumers.NvmlMockNRI())
-		s.h.StartNRIPlugin(t, "10-nvml-mock", exec.Command(bin,
+		// Configured as docs/deploy.md's switch-over says: its shims
+		// without libpcimocksys, the second PCI mock verify refuses.
+		plugin := exec.Command(bin,
 			"--socket-path", s.h.NRISocket,
 			"--plugin-index", "10",
 			"--health-addr", "",
@@ -269,17 +290,35 @@ func testNRI(t *testing.T, s *served) {
 			"--cdi-spec-host-path", s.spec,
 			"--overlay-host-path", s.root,
 			"--overlay-mount-path", plan.DefaultContainerRoot,
-		))
+		)
+		plugin.Env = append(os.Environ(), "NVML_MOCK_LD_PRELOAD_SHIMS="+strings.Join(nvmlMockShimsWithoutPCI(), ","))
+		s.h.StartNRIPlugin(t, "10-nvml-mock", plugin)
+		// The pod as docs/deploy.md has it: MOCK_PCI_ROOT empty (the plugin
+		// keeps a container's own value), and MOCK_NVML_CONFIG naming the
+		// profile its NVML serves, which verify checks sysfs against.
+		pairedVerify := func() runtime.Container {
+			c := s.verifyContainer("verify")
+			c.Env = append(c.Env, "MOCK_PCI_ROOT=", "MOCK_NVML_CONFIG="+profileInImage)
+			return c
+		}
 		t.Run("annotated pod", func(t *testing.T) {
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
 				"nvml-mock.nvidia.com/devices": "true",
-			}}, s.verifyContainer("verify"))
+			}}, pairedVerify())
 			s.requireAllGreen(t, code, r)
+		})
+		// Negative control: the plugin's defaults, a pod that leaves them.
+		t.Run("its defaults are a second PCI mock", func(t *testing.T) {
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-defaults", Annotations: map[string]string{
+				"nvml-mock.nvidia.com/devices": "true",
+			}}, s.verifyContainer("verify"))
+			require.Equal(t, 1, code)
+			require.Contains(t, r.FailedChecks(), verify.OtherMocks)
 		})
 		// Without the annotation it still mounts the overlay, but not the
 		// links directory: consumers see the node's own PCI devices.
 		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
-			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-plain"}, s.verifyContainer("verify"))
+			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-plain"}, pairedVerify())
 			require.Equal(t, 1, code)
 			failed := r.FailedChecks()
 			require.Contains(t, failed, verify.LinksMount)
@@ -301,6 +340,17 @@ func testNRI(t *testing.T, s *served) {
 			t.Logf("nvml-mock-nri's environment:\n%s", res.Stdout)
 		})
 	})
+}
+
+// nvmlMockShimsWithoutPCI are nvml-mock-nri's default LD_PRELOAD shims
+// (pkg/nri/nvmlmock defaultShims) less libpcimocksys: docs/deploy.md's
+// NVML_MOCK_LD_PRELOAD_SHIMS for the switch-over.
+func nvmlMockShimsWithoutPCI() []string {
+	return []string{
+		"driver/usr/local/lib/libibmockumad.so.1",
+		"driver/usr/local/lib/libibmockverbs.so.1",
+		"driver/usr/local/lib/libibmocksys.so.1",
+	}
 }
 
 // deviceInjector is containerd's NRI device-injector, connecting to h.

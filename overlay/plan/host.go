@@ -120,6 +120,12 @@ type HostDevice struct {
 	Buses BusRange
 }
 
+// IsKernelLinkText reports whether a links-directory entry's text is the
+// kernel's own form (../../../devices/...), which in a rendered tree only
+// the node's devices merged by --host-devices merge have: mock devices'
+// links climb into the overlay or start from their anchor.
+func IsKernelLinkText(target string) bool { return strings.HasPrefix(target, "../../../devices/") }
+
 // SysPath is the device's directory relative to sysfs, from its link text.
 func (h HostDevice) SysPath() (string, error) {
 	p := path.Clean(path.Join("bus/pci/devices", h.Target))
