@@ -165,16 +165,31 @@ func IsBDF(name string) bool {
 	return err == nil && a.String() == name
 }
 
+// LastBus is the last bus rc owns: a root complex owns its root bus and
+// every bus up to the next root complex of its domain, or to ff when none
+// follows, as the kernel assigns a host bridge's bus range. rcs need not be
+// sorted; rc need not be in it.
+//
+// This is the one place the bus range is computed: the planner, the
+// profile and import checks, and plancheck all ask it.
+func LastBus(rcs []RootComplex, rc RootComplex) uint8 {
+	last := uint8(0xff)
+	for _, o := range rcs {
+		if o.Domain == rc.Domain && o.Bus > rc.Bus {
+			last = min(last, o.Bus-1)
+		}
+	}
+	return last
+}
+
 // Covering finds the root complex whose bus range holds a: the one of a's
 // domain with the highest root bus at or below a's bus, as the kernel
 // finds a device's host bridge.
 func Covering(rcs []RootComplex, a Address) (RootComplex, bool) {
-	var best RootComplex
-	found := false
 	for _, rc := range rcs {
-		if rc.Domain == a.Domain && rc.Bus <= a.Bus && (!found || rc.Bus > best.Bus) {
-			best, found = rc, true
+		if rc.Domain == a.Domain && rc.Bus <= a.Bus && a.Bus <= LastBus(rcs, rc) {
+			return rc, true
 		}
 	}
-	return best, found
+	return RootComplex{}, false
 }

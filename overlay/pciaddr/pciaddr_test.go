@@ -96,3 +96,24 @@ func TestCovering(t *testing.T) {
 		})
 	}
 }
+
+func TestLastBus(t *testing.T) {
+	t.Parallel()
+	// Unsorted on purpose: callers pass profile order.
+	rcs := []RootComplex{{Domain: 0, Bus: 0x80}, {Domain: 1, Bus: 0x10}, {Domain: 0, Bus: 0x00}, {Domain: 0, Bus: 0x40}}
+	tests := []struct {
+		rc   RootComplex
+		want uint8
+	}{
+		{RootComplex{Domain: 0, Bus: 0x00}, 0x3f},
+		{RootComplex{Domain: 0, Bus: 0x40}, 0x7f},
+		{RootComplex{Domain: 0, Bus: 0x80}, 0xff},
+		{RootComplex{Domain: 1, Bus: 0x10}, 0xff},
+		{RootComplex{Domain: 0, Bus: 0x20}, 0x3f}, // not in rcs: up to the next one
+	}
+	for _, tc := range tests {
+		t.Run(tc.rc.String(), func(t *testing.T) {
+			require.Equal(t, tc.want, LastBus(rcs, tc.rc))
+		})
+	}
+}

@@ -1,0 +1,41 @@
+package sysfs
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestLinkSpeedRoundTrip(t *testing.T) {
+	t.Parallel()
+	for gen := 1; gen <= MaxLinkGen; gen++ {
+		got, ok := LinkGen(LinkSpeed(gen))
+		require.True(t, ok, "gen %d", gen)
+		require.Equal(t, gen, got)
+	}
+	require.Equal(t, "16.0 GT/s PCIe", LinkSpeed(4))
+	require.Equal(t, "Unknown", LinkSpeed(0))
+	require.Equal(t, "Unknown", LinkSpeed(MaxLinkGen+1))
+	_, ok := LinkGen("Unknown")
+	require.False(t, ok)
+}
+
+func TestLinkWidths(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "1, 2, 4, 8, 12, 16 or 32", LinkWidthsText())
+	require.True(t, ValidLinkWidth(16))
+	require.False(t, ValidLinkWidth(3))
+}
+
+func TestLinksDepth(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, LinksDepth, strings.Count(KernelLinksDir, "/"), "LinksDepth counts KernelLinksDir's directories")
+	require.Equal(t, "../../", Up(2))
+}
+
+func TestModalias(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "pci:v000010DEd000020B0sv000010DEsd0000134Fbc03sc02i00",
+		Modalias(0x10de, 0x20b0, 0x10de, 0x134f, 0x030200))
+}
