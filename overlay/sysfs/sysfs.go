@@ -40,19 +40,22 @@ const LinksDepth = 4
 // Up is n "../" steps: the relative climb a sysfs link makes.
 func Up(n int) string { return strings.Repeat("../", n) }
 
-// linkSpeeds is the kernel's spelling of each PCIe generation's speed
-// (drivers/pci/probe.c, pci_speed_string), index = generation - 1.
-var linkSpeeds = [...]string{
-	"2.5 GT/s PCIe",
-	"5.0 GT/s PCIe",
-	"8.0 GT/s PCIe",
-	"16.0 GT/s PCIe",
-	"32.0 GT/s PCIe",
-	"64.0 GT/s PCIe",
-}
-
 // MaxLinkGen is the newest PCIe generation the kernel names.
-const MaxLinkGen = len(linkSpeeds)
+const MaxLinkGen = 6
+
+// linkSpeeds is the kernel's spelling of each PCIe generation's speed
+// (drivers/pci/probe.c, pci_speed_string), index = generation - 1. A
+// function, not a variable: the package keeps no globals.
+func linkSpeeds() [MaxLinkGen]string {
+	return [MaxLinkGen]string{
+		"2.5 GT/s PCIe",
+		"5.0 GT/s PCIe",
+		"8.0 GT/s PCIe",
+		"16.0 GT/s PCIe",
+		"32.0 GT/s PCIe",
+		"64.0 GT/s PCIe",
+	}
+}
 
 // LinkSpeed is the kernel's current_link_speed/max_link_speed text for a
 // PCIe generation (1 = 2.5 GT/s ... 6 = 64 GT/s), "Unknown" for any other,
@@ -61,26 +64,28 @@ func LinkSpeed(gen int) string {
 	if gen < 1 || gen > MaxLinkGen {
 		return "Unknown"
 	}
-	return linkSpeeds[gen-1]
+	return linkSpeeds()[gen-1]
 }
 
 // LinkGen reads the kernel's spelling of a link speed back as a generation.
 func LinkGen(speed string) (int, bool) {
-	i := slices.Index(linkSpeeds[:], speed)
+	speeds := linkSpeeds()
+	i := slices.Index(speeds[:], speed)
 	return i + 1, i >= 0
 }
 
-// linkWidths are the widths a PCIe link can negotiate (x1 ... x32).
-var linkWidths = [...]int{1, 2, 4, 8, 12, 16, 32}
+// LinkWidths are the widths a PCIe link can negotiate (x1 ... x32).
+func LinkWidths() []int { return []int{1, 2, 4, 8, 12, 16, 32} }
 
 // ValidLinkWidth reports whether w is a width a PCIe link can have.
-func ValidLinkWidth(w int) bool { return slices.Contains(linkWidths[:], w) }
+func ValidLinkWidth(w int) bool { return slices.Contains(LinkWidths(), w) }
 
 // LinkWidthsText lists the valid widths for an error message:
 // "1, 2, 4, 8, 12, 16 or 32".
 func LinkWidthsText() string {
-	s := fmt.Sprint(linkWidths[:len(linkWidths)-1])
-	return strings.ReplaceAll(strings.Trim(s, "[]"), " ", ", ") + fmt.Sprintf(" or %d", linkWidths[len(linkWidths)-1])
+	ws := LinkWidths()
+	s := fmt.Sprint(ws[:len(ws)-1])
+	return strings.ReplaceAll(strings.Trim(s, "[]"), " ", ", ") + fmt.Sprintf(" or %d", ws[len(ws)-1])
 }
 
 // Modalias is the modalias file's text (without the newline) for a PCI
