@@ -173,14 +173,11 @@ func BuildTree(m *profile.Machine, opts BuildOptions) (*Tree, error) {
 		byRC[d.RootComplex] = append(byRC[d.RootComplex], d)
 	}
 	var builders []*rcBuilder
-	for i, rc := range m.RootComplexes {
-		limit := uint8(0xff)
-		if i+1 < len(m.RootComplexes) && m.RootComplexes[i+1].ID.Domain == rc.ID.Domain {
-			limit = m.RootComplexes[i+1].ID.Bus - 1
-		}
+	ids := m.RootComplexIDs()
+	for _, rc := range m.RootComplexes {
 		b := &rcBuilder{
 			root:        TreeRoot{ID: rc.ID, NUMANode: rc.NUMANode},
-			limit:       limit,
+			limit:       pciaddr.LastBus(ids, rc.ID),
 			hierarchy:   m.Hierarchy,
 			reserved:    reserved,
 			reservedBus: reservedBus,

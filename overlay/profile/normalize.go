@@ -92,6 +92,16 @@ func (m *Machine) GPUs() []Device {
 	return out
 }
 
+// RootComplexIDs lists the machine's host bridges, in order, for the bus
+// range questions pciaddr.LastBus and pciaddr.Covering answer.
+func (m *Machine) RootComplexIDs() []pciaddr.RootComplex {
+	ids := make([]pciaddr.RootComplex, len(m.RootComplexes))
+	for i, rc := range m.RootComplexes {
+		ids[i] = rc.ID
+	}
+	return ids
+}
+
 // Limits on what one profile may ask for, far above any real node.
 const (
 	MaxDevices       = 16384
@@ -464,6 +474,7 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 		}
 	}
 	slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+	ids := m.RootComplexIDs()
 	for i := range m.Devices {
 		d := &m.Devices[i]
 		if _, ok := placed[d.Address]; ok {
@@ -471,11 +482,11 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 		}
 		// A device the topology leaves out goes under the root complex whose
 		// bus range holds it, as the kernel would find it.
-		rc, ok := covering(m.RootComplexes, d.Address)
+		rc, ok := pciaddr.Covering(ids, d.Address)
 		if !ok {
 			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
 		}
-		d.RootComplex = rc.ID
+		d.RootComplex = rc
 		placed[d.Address] = seen[d.Address]
 	}
 	numa := map[pciaddr.RootComplex]int{}
@@ -485,15 +496,16 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 	for i := range m.Devices {
 		d := &m.Devices[i]
 		d.NUMANode = numa[d.RootComplex]
-		if err := n.checkBus(m, d, placed[d.Address]); err != nil {
+		if err := n.checkBus(m.Hierarchy, ids, d, placed[d.Address]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkBus refuses a device whose bus no real hierarchy could give it.
-func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
+// checkBus refuses a device whose bus no real hierarchy could give it; rcs
+// are the machine's root complexes.
+func (n *normalizer) checkBus(h boards.Hierarchy, rcs []pciaddr.RootComplex, d *Device, field string) error {
 	rc := d.RootComplex
 	value := d.Address.String()
 	switch {
@@ -501,38 +513,15 @@ func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
 		return n.fail(field, value, "domain %04x differs from its root complex %s", d.Address.Domain, rc)
 	case d.Address.Bus < rc.Bus:
 		return n.fail(field, value, "bus %02x is below the root bus %02x of %s: devices sit on or after their root bus", d.Address.Bus, rc.Bus, rc)
-	case d.Address.Bus == rc.Bus && m.Hierarchy != boards.Flat:
+	case d.Address.Bus == rc.Bus && h != boards.Flat:
 		return n.fail(field, value, "bus %02x is the root bus of %s: only a flat (VM) hierarchy puts a device on the root bus; use a later bus or pcie_topology.hierarchy: flat", d.Address.Bus, rc)
 	}
-	if next, ok := nextRootComplex(m.RootComplexes, rc); ok && d.Address.Bus >= next.Bus {
-		return n.fail(field, value, "bus %02x lies in the range of %s, not of %s (which owns buses %02x-%02x)", d.Address.Bus, next, rc, rc.Bus, next.Bus-1)
+	if last := pciaddr.LastBus(rcs, rc); d.Address.Bus > last {
+		// Past rc's last bus starts the next root complex of the domain.
+		next := pciaddr.RootComplex{Domain: rc.Domain, Bus: last + 1}
+		return n.fail(field, value, "bus %02x lies in the range of %s, not of %s (which owns buses %02x-%02x)", d.Address.Bus, next, rc, rc.Bus, last)
 	}
 	return nil
-}
-
-// covering finds the root complex whose bus range holds a.
-func covering(rcs []RootComplex, a pciaddr.Address) (RootComplex, bool) {
-	ids := make([]pciaddr.RootComplex, len(rcs))
-	for i, rc := range rcs {
-		ids[i] = rc.ID
-	}
-	id, found := pciaddr.Covering(ids, a)
-	for _, rc := range rcs {
-		if found && rc.ID == id {
-			return rc, true
-		}
-	}
-	return RootComplex{}, false
-}
-
-// nextRootComplex finds the root complex after rc in the same domain.
-func nextRootComplex(rcs []RootComplex, rc pciaddr.RootComplex) (pciaddr.RootComplex, bool) {
-	for _, o := range rcs {
-		if o.ID.Domain == rc.Domain && o.ID.Bus > rc.Bus {
-			return o.ID, true // rcs is sorted
-		}
-	}
-	return pciaddr.RootComplex{}, false
 }
 
 func firstString(a, b string) string {
