@@ -49,7 +49,8 @@ type Node struct {
 	Children    []*Node
 	// Secondary and Subordinate are a bridge's bus range.
 	Secondary, Subordinate uint8
-	// Anchor is the depth-4 bridge an endpoint's link starts from.
+	// Anchor is the bridge at depth sysfs.LinksDepth (below sys/) an
+	// endpoint's link starts from.
 	Anchor *Node
 	// Filled in by the planner once the tree is fixed.
 	sysPath string // devices/pciDDDD:BB/.../BDF, relative to sys/
@@ -134,11 +135,6 @@ const (
 	pairReach = 0x10
 	maxPorts  = 32 // device numbers on a switch's internal bus
 )
-
-// anchorDepth is where an anchor's directory sits below sys/:
-// devices/pciDDDD:BB/<root port>/<anchor>. Four ".." from it reach sys/, the
-// same count that takes bus/pci/devices/<entry> lexically to sys/.
-const anchorDepth = 4
 
 // BuildOptions constrain the tree.
 type BuildOptions struct {
