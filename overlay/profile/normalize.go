@@ -7,6 +7,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Kind says what a rendered endpoint is.
@@ -36,7 +37,7 @@ const (
 	ClassEthernet      uint32 = 0x020000
 )
 
-// Link is a PCIe link's generation (1 = 2.5 GT/s ... 6 = 64 GT/s) and width.
+// Link is a PCIe link's generation (sysfs.LinkSpeed names each) and width.
 type Link struct {
 	MaxGen       int
 	CurrentGen   int
@@ -369,20 +370,20 @@ func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, device 
 		}
 		return *v, nil
 	}
-	validGen := func(g int) bool { return g >= 1 && g <= 6 }
-	validWidth := func(w int) bool { return slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, w) }
+	gens := fmt.Sprintf("a PCIe generation 1..%d", sysfs.MaxLinkGen)
+	widths := "a link width of " + sysfs.LinkWidthsText()
 	var l Link
 	var err error
-	if l.MaxGen, err = pick("max_link_gen", pc.MaxLinkGen, def.MaxLinkGen, gen, validGen, "a PCIe generation 1..6"); err != nil {
+	if l.MaxGen, err = pick("max_link_gen", pc.MaxLinkGen, def.MaxLinkGen, gen, sysfs.ValidLinkGen, gens); err != nil {
 		return l, err
 	}
-	if l.CurrentGen, err = pick("current_link_gen", pc.CurrentLinkGen, def.CurrentLinkGen, l.MaxGen, validGen, "a PCIe generation 1..6"); err != nil {
+	if l.CurrentGen, err = pick("current_link_gen", pc.CurrentLinkGen, def.CurrentLinkGen, l.MaxGen, sysfs.ValidLinkGen, gens); err != nil {
 		return l, err
 	}
-	if l.MaxWidth, err = pick("max_link_width", pc.MaxLinkWidth, def.MaxLinkWidth, width, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+	if l.MaxWidth, err = pick("max_link_width", pc.MaxLinkWidth, def.MaxLinkWidth, width, sysfs.ValidLinkWidth, widths); err != nil {
 		return l, err
 	}
-	if l.CurrentWidth, err = pick("current_link_width", pc.CurrentLinkWidth, def.CurrentLinkWidth, l.MaxWidth, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+	if l.CurrentWidth, err = pick("current_link_width", pc.CurrentLinkWidth, def.CurrentLinkWidth, l.MaxWidth, sysfs.ValidLinkWidth, widths); err != nil {
 		return l, err
 	}
 	return l, nil

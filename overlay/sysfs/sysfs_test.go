@@ -19,6 +19,10 @@ func TestLinkSpeedRoundTrip(t *testing.T) {
 	require.Equal(t, "Unknown", LinkSpeed(MaxLinkGen+1))
 	_, ok := LinkGen("Unknown")
 	require.False(t, ok)
+	require.True(t, ValidLinkGen(1))
+	require.True(t, ValidLinkGen(MaxLinkGen))
+	require.False(t, ValidLinkGen(0))
+	require.False(t, ValidLinkGen(MaxLinkGen+1))
 }
 
 func TestLinkWidths(t *testing.T) {
