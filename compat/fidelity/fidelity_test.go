@@ -17,6 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 func byAttribute(rows []fidelity.Row) map[string]fidelity.Row {
@@ -83,7 +84,7 @@ func realGPU() fstest.MapFS {
 		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" +
 		"0x00000000e0000000 0x00000000e007ffff 0x0000000000046200\n"
 	return fstest.MapFS{
-		"bus/pci/devices/0000:18:00.0":                link("../../../" + dir),
+		sysfs.LinksDir + "/0000:18:00.0":              link("../../../" + dir),
 		"bus/pci/drivers/nvidia/bind":                 file(""),
 		"kernel/iommu_groups/30/devices/0000:18:00.0": link("../../../../" + dir),
 		dir + "/vendor":                               file("0x10de\n"),
@@ -136,7 +137,7 @@ const gpuDir = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:1
 
 func TestRealGPUIsPresentThroughout(t *testing.T) {
 	for _, exp := range []*fidelity.Expect{nil, h100Expect()} {
-		rows := fidelity.Check(realGPU(), "bus/pci/devices/0000:18:00.0", exp)
+		rows := fidelity.Check(realGPU(), sysfs.LinksDir+"/0000:18:00.0", exp)
 		for _, r := range rows {
 			require.Equal(t, fidelity.Present, r.Status, "%+v", r)
 		}
@@ -193,7 +194,7 @@ func TestCheckFindsDifferences(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := realGPU()
 			tc.mutate(m)
-			rows := fidelity.Check(m, "bus/pci/devices/0000:18:00.0", h100Expect())
+			rows := fidelity.Check(m, sysfs.LinksDir+"/0000:18:00.0", h100Expect())
 			for _, r := range rows {
 				if r.Attribute == tc.attribute {
 					require.Equal(t, tc.status, r.Status, "%+v", r)
@@ -232,14 +233,14 @@ func TestFailing(t *testing.T) {
 // against this machine's real kernel: every attribute the list gives every
 // PCI function is there, and nothing the kernel wrote reads as different.
 func TestHostKernelAgrees(t *testing.T) {
-	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
-		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
+		t.Skipf("this machine shows no PCI devices in %s (%v)", sysfs.KernelLinksDir, err)
 	}
-	sysfs := os.DirFS("/sys")
+	kernel := os.DirFS(sysfs.Mount)
 	for _, e := range entries {
 		t.Run(e.Name(), func(t *testing.T) {
-			for _, r := range fidelity.Check(sysfs, "bus/pci/devices/"+e.Name(), nil) {
+			for _, r := range fidelity.Check(kernel, sysfs.LinksDir+"/"+e.Name(), nil) {
 				require.NotEqual(t, fidelity.Different, r.Status, "%+v", r)
 				if r.Scope == fidelity.Every {
 					require.Equal(t, fidelity.Present, r.Status, "the kernel shows %s for every function: %+v", r.Attribute, r)
