@@ -62,17 +62,19 @@ func TestRenderedProfiles(t *testing.T) {
 // realGPU writes a GPU directory as a real HGX H100 node shows it, from the
 // facts in REAL-HARDWARE.md, with its driver, group and subsystem.
 func realGPU() fstest.MapFS {
-	cfg := make([]byte, 4096)
-	binary.LittleEndian.PutUint16(cfg[0:], 0x10de)
-	binary.LittleEndian.PutUint16(cfg[2:], 0x2330)
-	binary.LittleEndian.PutUint16(cfg[4:], 0x0547)
-	binary.LittleEndian.PutUint16(cfg[6:], 0x0010)
-	cfg[8], cfg[9], cfg[0x0a], cfg[0x0b] = 0xa1, 0x00, 0x02, 0x03
-	cfg[0x34] = 0x40
+	cfg := make([]byte, sysfs.ConfigSize)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigVendorID:], 0x10de)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigDeviceID:], 0x2330)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigCommand:], 0x0547)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigStatus:], 0x0010)
+	cfg[sysfs.ConfigRevision] = 0xa1
+	cfg[sysfs.ConfigClass], cfg[sysfs.ConfigClass+1], cfg[sysfs.ConfigClass+2] = 0x00, 0x02, 0x03
+	// PM at 0x40, MSI at 0x48, PCI Express at 0x60, as an H100 lists them.
+	cfg[sysfs.ConfigCapPointer] = 0x40
 	cfg[0x40], cfg[0x41] = 0x01, 0x48
 	cfg[0x48], cfg[0x49] = 0x05, 0x60
 	cfg[0x60], cfg[0x61] = 0x10, 0x00
-	binary.LittleEndian.PutUint32(cfg[0x60+0x0c:], 5|16<<4)
+	binary.LittleEndian.PutUint32(cfg[0x60+sysfs.PCIeLinkCap:], 5|16<<4)
 	const dir = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
 	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	link := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s), Mode: fs.ModeSymlink} }
