@@ -95,7 +95,7 @@ func (c *checker) hierarchy(reserved []pciaddr.Address) {
 	for _, a := range slices.SortedFunc(maps.Keys(w.missing), pciaddr.Address.Compare) {
 		switch n := w.missing[a]; {
 		case n > 0:
-			c.fail("%s: a profile device or HCA with %d endpoints too few", a, n)
+			c.fail("%s: the profile's devices and HCAs want %d more endpoints here", a, n)
 		case n < 0:
 			c.fail("%s: an endpoint the profile does not list", a)
 		}
@@ -169,7 +169,7 @@ func (w *walk) endpoint(n *plan.Node) {
 	case an == nil:
 		w.fail("%s: no anchor", a)
 	case !an.Role.IsBridge():
-		w.fail("%s: anchor %s is a %s, not a bridge", a, an.Address, an.Role)
+		w.fail("%s: anchor %s (%s) is not a bridge", a, an.Address, an.Role)
 	case an.Depth() != sysfs.LinksDepth:
 		w.fail("%s: anchor %s is %d levels below sys/, not %d", a, an.Address, an.Depth(), sysfs.LinksDepth)
 	}
