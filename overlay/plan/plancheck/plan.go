@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
