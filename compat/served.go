@@ -7,16 +7,13 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // ServedLinks is the consumer name of the host-side check that the links
 // resolve where a served container mounts the overlay.
 const ServedLinks = "links at the container root"
-
-// maxLinkHops bounds the symlinks followed while resolving one entry, as
-// the kernel's own limit (40) does.
-const maxLinkHops = 40
 
 // CheckServedLinks checks, from the host, what a served container will see:
 // with the overlay root mounted at containerRoot and its links directory at
@@ -79,16 +76,10 @@ func (ns servedNamespace) host(p string) (string, bool) {
 // spliced in, and ".." climbs from where the walk really is. It stops, and
 // returns the path reached, when the walk leaves the mounts.
 func (ns servedNamespace) resolve(p string) (string, error) {
-	todo := strings.Split(strings.TrimPrefix(p, "/"), "/")
+	w := plancheck.NewWalk(strings.TrimPrefix(p, "/"))
 	cur := "/"
-	hops := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
+	for c, more := w.Next(); more; c, more = w.Next() {
+		if c == ".." {
 			cur = path.Dir(cur)
 			continue
 		}
@@ -98,7 +89,7 @@ func (ns servedNamespace) resolve(p string) (string, error) {
 			cur = next
 			if !ns.above(cur) {
 				// Left the mounts: the rest is another file system's.
-				return path.Join(append([]string{cur}, todo...)...), nil
+				return path.Join(append([]string{cur}, w.Rest()...)...), nil
 			}
 			continue
 		}
@@ -110,17 +101,16 @@ func (ns servedNamespace) resolve(p string) (string, error) {
 			cur = next
 			continue
 		}
-		if hops++; hops > maxLinkHops {
-			return "", fmt.Errorf("%s: more than %d links", p, maxLinkHops)
-		}
 		target, err := os.Readlink(h)
 		if err != nil {
 			return "", err
 		}
+		if !w.Follow(target) {
+			return "", fmt.Errorf("%s: more than %d links", p, plancheck.MaxFollows)
+		}
 		if path.IsAbs(target) {
 			cur = "/"
 		}
-		todo = append(strings.Split(target, "/"), todo...)
 	}
 	return cur, nil
 }

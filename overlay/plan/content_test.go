@@ -19,6 +19,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -147,59 +148,10 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 		require.Equal(t, n.Device.Link, n.Link, "%s: the profile's pcie block", where)
 	}
 
+	// Config space against the node and its files: plancheck decodes it.
+	require.Empty(t, plancheck.Tree(fs).CheckConfig(n), where)
 	cfg := []byte(get("config"))
-	checkConfig(t, cfg, n, get)
 	checkBARs(t, cfg, n, parseResource(t, get("resource")))
-}
-
-func checkConfig(t *testing.T, cfg []byte, n *plan.Node, get func(string) string) {
-	t.Helper()
-	where := n.Address.String()
-	require.Len(t, cfg, plan.ConfigSize, "%s: a PCIe function exposes 4 KiB", where)
-	le16 := func(off int) uint16 { return binary.LittleEndian.Uint16(cfg[off:]) }
-	le32 := func(off int) uint32 { return binary.LittleEndian.Uint32(cfg[off:]) }
-	id := n.Identity
-	require.Equal(t, id.Vendor, le16(0x00), where)
-	require.Equal(t, id.Device, le16(0x02), where)
-	require.Equal(t, uint16(0x0547), le16(0x04), "%s: command as on a real H100", where)
-	require.Equal(t, uint16(0x0010), le16(0x06), "%s: status: capability list", where)
-	require.Equal(t, id.Revision, cfg[0x08], where)
-	require.Equal(t, id.Class, uint32(cfg[0x0b])<<16|uint32(cfg[0x0a])<<8|uint32(cfg[0x09]), where)
-	irq, err := strconv.Atoi(strings.TrimSpace(get("irq")))
-	require.NoError(t, err)
-	require.Equal(t, byte(irq), cfg[0x3c], "%s: interrupt line is the irq file", where)
-	header := cfg[0x0e] &^ 0x80
-	if n.Role.IsBridge() {
-		require.Equal(t, byte(1), header, "%s: a bridge has header type 1", where)
-		require.Equal(t, []byte{n.Address.Bus, n.Secondary, n.Subordinate}, cfg[0x18:0x1b], "%s: primary, secondary, subordinate", where)
-		require.Equal(t, fmt.Sprintf("%d\n", n.Secondary), get("secondary_bus_number"), where)
-		require.Equal(t, fmt.Sprintf("%d\n", n.Subordinate), get("subordinate_bus_number"), where)
-	} else {
-		require.Equal(t, byte(0), header, where)
-		require.Equal(t, id.SubsystemVendor, le16(0x2c), where)
-		require.Equal(t, id.SubsystemDevice, le16(0x2e), where)
-	}
-
-	// The capability list: PM at 0x40, MSI at 0x48, PCIe at 0x60, then the end.
-	var caps [][2]int
-	seen := map[int]bool{}
-	for off := int(cfg[0x34]); off != 0; off = int(cfg[off+1]) {
-		require.False(t, seen[off], "%s: capability loop at %#x", where, off)
-		seen[off] = true
-		require.GreaterOrEqual(t, off, 0x40, where)
-		caps = append(caps, [2]int{off, int(cfg[off])})
-	}
-	require.Equal(t, [][2]int{{0x40, 0x01}, {0x48, 0x05}, {0x60, 0x10}}, caps, where)
-
-	pcie := 0x60
-	wantType := map[plan.Role]uint16{plan.Endpoint: 0, plan.RootPort: 4, plan.SwitchUp: 5, plan.SwitchDown: 6, plan.PCIBridge: 7}[n.Role]
-	require.Equal(t, wantType, (le16(pcie+2)>>4)&0xf, "%s: PCIe device/port type", where)
-	lnkCap := le32(pcie + 0x0c)
-	lnkSta := le16(pcie + 0x12)
-	require.Equal(t, speed(int(lnkCap&0xf))+"\n", get("max_link_speed"), "%s: LnkCap speed", where)
-	require.Equal(t, fmt.Sprintf("%d\n", (lnkCap>>4)&0x3f), get("max_link_width"), "%s: LnkCap width", where)
-	require.Equal(t, speed(int(lnkSta&0xf))+"\n", get("current_link_speed"), "%s: LnkSta speed", where)
-	require.Equal(t, fmt.Sprintf("%d\n", (lnkSta>>4)&0x3f), get("current_link_width"), "%s: LnkSta width", where)
 }
 
 // checkBARs compares the BARs in config space with the resource file, and
@@ -372,11 +324,9 @@ func TestHostDevicesKeepTheirLinks(t *testing.T) {
 			p, err := plan.New(m, plan.Options{HostDevices: host, HostSysfs: "/host/sys"})
 			require.NoError(t, err)
 			fs := files(p)
-			var reserved []pciaddr.Address
-			for _, h := range host {
-				reserved = append(reserved, h.Address)
-			}
-			checkTree(t, m, p.Tree, reserved)
+			// The whole plan, its tree with the host's devices reserved,
+			// and links into /host/sys/devices allowed.
+			require.Empty(t, plancheck.CheckPlan(p, "/host/sys/devices"))
 			for _, h := range host {
 				e := fs[plan.LinksDir+"/"+h.Address.String()]
 				require.Equal(t, plan.Symlink, e.Kind)

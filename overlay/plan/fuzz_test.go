@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -70,13 +72,15 @@ func fuzzProfile(flags byte, rcs, devs []byte) *profile.Profile {
 }
 
 // FuzzPlanInvariants plans fuzzed machines: a refusal must be one clear
-// line, and every plan must keep the invariants consumers rely on (see
-// plancheck.CheckPlan): links resolve inside the overlay, entries are
-// lower-case BDFs, endpoint texts clean to devices/pci.../<bdf>, bridge
-// ranges hold their children, every address is used once, and each HCA sits
-// beside its GPU. Seeds: testdata/fuzz/FuzzPlanInvariants.
+// line, and every plan must keep every invariant plancheck.CheckPlan knows:
+// its tree's (CheckTree: buses, ranges, addresses, anchors, HCAs), its
+// entries', its links' and its config space's (CheckConfig). An odd last
+// byte of rcs also plans the machine beside a host device on that bus, as
+// --host-devices merge brings, so that the checks of reserved addresses
+// and buses meet fuzzed layouts too. Seeds: testdata/fuzz/FuzzPlanInvariants.
 func FuzzPlanInvariants(f *testing.F) {
 	f.Add(byte(0), []byte{}, []byte{0x00, 0x18, 0x00})
+	f.Add(byte(0x26), []byte{0x00, 0x00, 0x02}, []byte{0x00, 0x18, 0x00, 0x00, 0x19, 0x00})
 	f.Fuzz(func(t *testing.T, flags byte, rcs, devs []byte) {
 		p := fuzzProfile(flags, rcs, devs)
 		m, err := profile.Normalize("fuzz", p, profile.Options{})
@@ -87,5 +91,23 @@ func FuzzPlanInvariants(f *testing.F) {
 			return
 		}
 		require.Empty(t, plancheck.CheckMachine(m))
+		if len(rcs)%2 == 1 {
+			checkBesideHostDevice(t, m, rcs[len(rcs)-1])
+		}
 	})
+}
+
+// checkBesideHostDevice plans m beside a host device at 0000:bus:00.0, in
+// the kernel's form, and checks the plan with links into the host's own
+// devices allowed.
+func checkBesideHostDevice(t *testing.T, m *profile.Machine, bus byte) {
+	t.Helper()
+	a := pciaddr.Address{Bus: bus}
+	host := plan.HostDevice{Address: a, Target: fmt.Sprintf("../../../devices/pci0000:%02x/%s", bus, a)}
+	p, err := plan.New(m, plan.Options{HostDevices: []plan.HostDevice{host}})
+	if err != nil {
+		require.NotContains(t, err.Error(), "\n", "the planner's refusal spans lines")
+		return
+	}
+	require.Empty(t, plancheck.CheckPlan(p, plan.DefaultHostSysfs+"/devices"))
 }

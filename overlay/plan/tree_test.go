@@ -15,6 +15,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -61,110 +62,6 @@ func sharedMachines(t *testing.T) []machineCase {
 	return out
 }
 
-// checkTree asserts what a real PCI hierarchy guarantees: every device on a
-// bus that its parent bridge's range contains, nested and disjoint ranges,
-// every profile device exactly once at its own address, and an anchor four
-// levels below sys/ for every endpoint.
-func checkTree(t *testing.T, m *profile.Machine, tree *plan.Tree, reserved []pciaddr.Address) {
-	t.Helper()
-	limits := rcLimits(tree)
-	seen := map[pciaddr.Address]bool{}
-	var endpoints []pciaddr.Address
-	for _, rc := range tree.RootComplexes {
-		var check func(n *plan.Node, parent *plan.Node)
-		check = func(n *plan.Node, parent *plan.Node) {
-			where := n.Address.String()
-			require.False(t, seen[n.Address], "%s appears twice", where)
-			seen[n.Address] = true
-			require.NotContains(t, reserved, n.Address, "%s is a host device's address", where)
-			require.Equal(t, rc.ID.Domain, n.Address.Domain, "%s: domain of its root complex %s", where, rc.ID)
-			require.Equal(t, rc.ID, n.RootComplex, where)
-			require.LessOrEqual(t, n.Address.Bus, limits[rc.ID], "%s: past the buses of %s", where, rc.ID)
-			if parent == nil {
-				require.Equal(t, rc.ID.Bus, n.Address.Bus, "%s: directly under %s, so on its root bus", where, rc.ID)
-			} else {
-				require.True(t, parent.Role.IsBridge(), where)
-				require.Equal(t, parent.Secondary, n.Address.Bus, "%s: on its parent bridge %s's secondary bus", where, parent.Address)
-			}
-			for a := parent; a != nil; a = a.Parent {
-				require.True(t, a.Secondary <= n.Address.Bus && n.Address.Bus <= a.Subordinate,
-					"%s: bus outside ancestor %s's range %02x-%02x", where, a.Address, a.Secondary, a.Subordinate)
-			}
-			if n.Role.IsBridge() {
-				for _, r := range reserved {
-					require.False(t, r.Domain == n.Address.Domain && n.Secondary <= r.Bus && r.Bus <= n.Subordinate,
-						"%s: range %02x-%02x swallows host device %s's bus", where, n.Secondary, n.Subordinate, r)
-				}
-				require.Greater(t, n.Secondary, n.Address.Bus, "%s: secondary bus after its own", where)
-				require.LessOrEqual(t, n.Secondary, n.Subordinate, where)
-				if parent != nil {
-					require.LessOrEqual(t, n.Subordinate, parent.Subordinate, "%s: range inside its parent's", where)
-				}
-				checkDisjoint(t, n.Children)
-			} else {
-				require.NotNil(t, n.Device, where)
-				require.Equal(t, n.Device.Address, n.Address, where)
-				require.NotNil(t, n.Anchor, "%s: no anchor", where)
-				require.True(t, n.Anchor.Role.IsBridge(), "%s: anchor %s is not a bridge", where, n.Anchor.Address)
-				require.Equal(t, 4, n.Anchor.Depth(), "%s: anchor %s not 4 levels below sys/", where, n.Anchor.Address)
-				for a := n.Parent; a != nil; a = a.Parent {
-					if a.Depth() == 4 {
-						require.Same(t, a, n.Anchor, "%s: its own depth-4 ancestor is the natural anchor", where)
-					}
-				}
-				endpoints = append(endpoints, n.Address)
-			}
-			for _, c := range n.Children {
-				check(c, n)
-			}
-		}
-		checkDisjoint(t, rc.Children)
-		for _, n := range rc.Children {
-			check(n, nil)
-		}
-	}
-	var want []pciaddr.Address
-	for _, d := range m.Devices {
-		want = append(want, d.Address)
-	}
-	for _, h := range tree.HCAs {
-		want = append(want, h.Node.Address)
-	}
-	slices.SortFunc(want, pciaddr.Address.Compare)
-	slices.SortFunc(endpoints, pciaddr.Address.Compare)
-	require.Equal(t, want, endpoints, "every profile device and HCA exactly once")
-}
-
-// rcLimits gives each root complex the last bus it owns: up to the next
-// root complex of its domain.
-func rcLimits(tree *plan.Tree) map[pciaddr.RootComplex]uint8 {
-	out := map[pciaddr.RootComplex]uint8{}
-	for _, rc := range tree.RootComplexes {
-		limit := uint8(0xff)
-		for _, o := range tree.RootComplexes {
-			if o.ID.Domain == rc.ID.Domain && o.ID.Bus > rc.ID.Bus && o.ID.Bus-1 < limit {
-				limit = o.ID.Bus - 1
-			}
-		}
-		out[rc.ID] = limit
-	}
-	return out
-}
-
-// checkDisjoint asserts that sibling bridges claim distinct buses, and that
-// no sibling endpoint sits on a bus a bridge beside it claims.
-func checkDisjoint(t *testing.T, siblings []*plan.Node) {
-	t.Helper()
-	for i, a := range siblings {
-		for _, b := range siblings[i+1:] {
-			if a.Role.IsBridge() && b.Role.IsBridge() {
-				require.True(t, a.Subordinate < b.Secondary || b.Subordinate < a.Secondary,
-					"%s (%02x-%02x) and %s (%02x-%02x) overlap", a.Address, a.Secondary, a.Subordinate, b.Address, b.Secondary, b.Subordinate)
-			}
-		}
-	}
-}
-
 func TestTreeInvariants(t *testing.T) {
 	for _, c := range allMachines(t) {
 		t.Run(c.name, func(t *testing.T) { checkTreeOf(t, c.m) })
@@ -182,7 +79,7 @@ func TestTreeInvariants(t *testing.T) {
 func checkTreeOf(t *testing.T, m *profile.Machine) {
 	tree, err := plan.BuildTree(m, plan.BuildOptions{})
 	require.NoError(t, err)
-	checkTree(t, m, tree, nil)
+	require.Empty(t, plancheck.CheckTree(m, tree, nil))
 }
 
 // chain lists the roles of an endpoint's ancestors, outermost first.
@@ -264,7 +161,7 @@ func TestH100MatchesRealBoard(t *testing.T) {
 // TestTreeRandomProfiles builds trees for many generated profiles, with
 // buses packed tightly and sparsely, several domains and root complexes,
 // GPUs on root buses and host devices in the way, and checks the same
-// invariants. A fixed seed keeps it repeatable.
+// invariants (plancheck.CheckTree). A fixed seed keeps it repeatable.
 func TestTreeRandomProfiles(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 2024))
 	built := 0
@@ -277,7 +174,7 @@ func TestTreeRandomProfiles(t *testing.T) {
 		}
 		tree, err := plan.BuildTree(m, plan.BuildOptions{Reserved: reserved})
 		require.NoError(t, err, "random-%d (%s): %v", i, h, describeProfile(p))
-		checkTree(t, m, tree, reserved)
+		require.Empty(t, plancheck.CheckTree(m, tree, reserved), "random-%d (%s)", i, h)
 		built++
 	}
 	require.Greater(t, built, 200, "the generator should mostly write valid profiles")

@@ -2,47 +2,16 @@ package plancheck
 
 import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-// addresses checks that every function has an address of its own, apart
-// from the host's devices and their buses.
-func (c *planChecker) addresses() {
-	seen := map[pciaddr.Address]bool{}
-	host := map[pciaddr.Address]bool{}
-	hostBus := map[[2]uint16]pciaddr.Address{}
-	for _, h := range c.p.HostDevices {
-		host[h.Address] = true
-		hostBus[[2]uint16{h.Address.Domain, uint16(h.Address.Bus)}] = h.Address
-	}
-	for _, n := range c.p.Tree.Nodes() {
-		a := n.Address
-		if seen[a] {
-			c.fail("%s: two functions at one address", a)
-		}
-		seen[a] = true
-		if host[a] {
-			c.fail("%s: a mock %s at a host device's address", a, n.Role)
-		}
-		if !n.Role.IsBridge() {
-			continue
-		}
-		for x := int(n.Secondary); x <= int(n.Subordinate); x++ {
-			if h, ok := hostBus[[2]uint16{a.Domain, uint16(x)}]; ok {
-				c.fail("%s: buses %02x-%02x hold host device %s", a, n.Secondary, n.Subordinate, h)
-			}
-		}
-	}
-}
-
 // hcas checks the machine's HCAs against their GPUs.
-func (c *planChecker) hcas() {
-	spec := c.p.Machine.HCAs
+func (c *checker) hcas() {
+	spec := c.m.HCAs
 	count := map[*plan.Node]int{}
 	listed := map[*plan.Node]bool{}
-	for _, h := range c.p.Tree.HCAs {
+	for _, h := range c.t.HCAs {
 		n, g := h.Node, h.GPU
 		listed[n] = true
 		count[g]++
@@ -83,9 +52,9 @@ func (c *planChecker) hcas() {
 			c.fail("%s: an HCA behind a %s", a, p.Role)
 		}
 	}
-	for _, n := range c.p.Tree.Nodes() {
-		if n.Role != plan.Endpoint {
-			continue
+	for _, n := range c.t.Nodes() {
+		if n.Role != plan.Endpoint || n.Device == nil {
+			continue // the tree's own check names an endpoint with no device
 		}
 		switch {
 		case n.Device.Kind == profile.HCA && !listed[n]:

@@ -1,5 +1,11 @@
-// Package plancheck resolves paths in an overlay held in memory the way the
-// kernel resolves them on disk: physically, following every symlink where
+// Package plancheck is the one checker of plan invariants: CheckTree for a
+// planned PCI tree, CheckPlan for a whole plan (its tree, entries, links
+// and config space, CheckConfig), CheckMachine for what render would
+// plan. The planner's tests and fuzzers all check through it, so an
+// invariant is written once.
+//
+// It resolves paths in an overlay held in memory the way the kernel
+// resolves them on disk: physically, following every symlink where
 // it is met, so that ".." after a link climbs from the link's target. The
 // overlay root plays "/", which the loop link <root>/opt/nvml-mock -> ..
 // makes exact: a container sees the overlay at /opt/nvml-mock and its links
@@ -19,9 +25,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
-
-// maxFollows is the kernel's limit on symlinks followed in one lookup.
-const maxFollows = 40
 
 // Tree is an overlay by path, relative to its root.
 type Tree map[string]plan.Entry
@@ -55,16 +58,10 @@ func (e *EscapeError) Error() string {
 // an *EscapeError when the walk leaves the overlay.
 func (t Tree) Resolve(p string) (string, error) {
 	cur := "" // the root
-	todo := strings.Split(p, "/")
+	w := NewWalk(p)
 	link := ""
-	follows := 0
-	for len(todo) > 0 {
-		c := todo[0]
-		todo = todo[1:]
-		switch c {
-		case "", ".":
-			continue
-		case "..":
+	for c, more := w.Next(); more; c, more = w.Next() {
+		if c == ".." {
 			if cur == "" {
 				return "", &EscapeError{Link: link, Target: t[link].Target}
 			}
@@ -75,23 +72,21 @@ func (t Tree) Resolve(p string) (string, error) {
 		if cur != "" {
 			next = cur + "/" + c
 		}
-		e, ok := t[next]
-		if !ok {
+		e, found := t[next]
+		if !found {
 			return "", fmt.Errorf("resolve %s: %s: %w", p, next, fs.ErrNotExist)
 		}
 		switch e.Kind {
 		case plan.Symlink:
-			follows++
-			if follows > maxFollows {
-				return "", fmt.Errorf("resolve %s: more than %d links", p, maxFollows)
+			if !w.Follow(e.Target) {
+				return "", fmt.Errorf("resolve %s: more than %d links", p, MaxFollows)
 			}
 			if path.IsAbs(e.Target) || e.Target == "" {
 				return "", &EscapeError{Link: next, Target: e.Target}
 			}
 			link = next
-			todo = append(strings.Split(e.Target, "/"), todo...)
 		case plan.File:
-			if len(todo) > 0 {
+			if len(w.Rest()) > 0 {
 				return "", fmt.Errorf("resolve %s: %s is a file, not a directory", p, next)
 			}
 			cur = next
