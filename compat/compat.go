@@ -18,10 +18,11 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // KernelSysfs is where consumers read by default.
-const KernelSysfs = "/sys"
+const KernelSysfs = sysfs.Mount
 
 // Consumer names, as the matrix shows them.
 const (
@@ -191,7 +192,7 @@ func (c *checker) nvpci() (nvpci.Interface, *warnings) {
 	w := &warnings{}
 	opts := []nvpci.Option{nvpci.WithLogger(w)}
 	if c.sysfs != KernelSysfs {
-		opts = append(opts, nvpci.WithPCIDevicesRoot(c.sysfs+"/bus/pci/devices"))
+		opts = append(opts, nvpci.WithPCIDevicesRoot(c.sysfs+"/"+sysfs.LinksDir))
 	}
 	return nvpci.New(opts...), w
 }

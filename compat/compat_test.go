@@ -14,6 +14,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 func render(t *testing.T, prof string) (string, *plan.Plan) {
@@ -276,8 +277,8 @@ func TestHCAsAroundHostDevices(t *testing.T) {
 	dev := filepath.Join(host, "devices/pci0000:00/0000:00:1c.0/0000:54:00.0")
 	require.NoError(t, os.MkdirAll(dev, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(dev, "vendor"), []byte("0x8086\n"), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Join(host, "bus/pci/devices"), 0o755))
-	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, "bus/pci/devices/0000:54:00.0")))
+	require.NoError(t, os.MkdirAll(filepath.Join(host, sysfs.LinksDir), 0o755))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, sysfs.LinksDir, "0000:54:00.0")))
 	root := filepath.Join(t.TempDir(), "overlay")
 	p, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Consumer names of the rows about the HCAs of the infiniband block.
@@ -131,7 +132,7 @@ func (c *checker) networkControllers(lib nvpci.Interface, want map[string]*plan.
 // devices merged by --host-devices merge have: the render placed the HCAs
 // around them.
 func (c *checker) hostDevices() []pciaddr.Address {
-	dir := c.sysfs + "/bus/pci/devices"
+	dir := c.sysfs + "/" + sysfs.LinksDir
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // reference keeps the two link forms side by side in memory and asks the
@@ -27,7 +28,7 @@ func (c *checker) reference() {
 		return &fstest.MapFile{Data: []byte(target), Mode: fs.ModeSymlink}
 	}
 	ask := func(target string) (deviceattribute.DeviceAttribute, error) {
-		fsys := fstest.MapFS{"bus/pci/devices/" + gpu: link(target)}
+		fsys := fstest.MapFS{sysfs.LinksDir + "/" + gpu: link(target)}
 		return deviceattribute.GetPCIeRootAttributeByPCIBusID(gpu, deviceattribute.WithFS(fsys))
 	}
 	plain := plan.EscapedTarget(plan.DefaultContainerRoot, gpuPath)

@@ -6,7 +6,9 @@ import (
 	"path"
 	"strings"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // ServedLinks is the consumer name of the host-side check that the links
@@ -22,19 +24,19 @@ const ServedLinks = "links at the container root"
 // entry that leaves the mounts for the kernel's /sys/devices is a host
 // device (render --host-devices merge) and is the kernel's to resolve.
 func CheckServedLinks(root, containerRoot string) Result {
-	linksDir := path.Join(root, "sys/bus/pci/devices")
+	linksDir := path.Join(root, plan.LinksDir)
 	entries, err := os.ReadDir(linksDir)
 	if err != nil {
 		return Result{Consumer: ServedLinks, Device: "*", Detail: err.Error()}
 	}
 	ns := servedNamespace{mounts: [][2]string{
-		{"/sys/bus/pci/devices", linksDir},
+		{sysfs.KernelLinksDir, linksDir},
 		{containerRoot, root},
 	}}
 	devices := path.Join(containerRoot, "sys/devices") + "/"
 	var bad []string
 	for _, e := range entries {
-		at := "/sys/bus/pci/devices/" + e.Name()
+		at := sysfs.KernelLinksDir + "/" + e.Name()
 		got, err := ns.resolve(at)
 		switch {
 		case err != nil:

@@ -28,6 +28,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // SysfsMagic is the statfs type of the kernel's sysfs (SYSFS_MAGIC).
@@ -83,9 +84,9 @@ func (s System) getenv(key string) (string, bool) {
 }
 
 // Live is the running system, seen from this process.
-func Live(sysfs, containerRoot string) System {
+func Live(sysRoot, containerRoot string) System {
 	return System{
-		Sysfs:         sysfs,
+		Sysfs:         sysRoot,
 		ContainerRoot: containerRoot,
 		Statfs: func(p string) (int64, error) {
 			var st unix.Statfs_t
@@ -124,7 +125,7 @@ func Run(m *profile.Machine, sys System) *compat.Report {
 	v.netInterfaces()
 	v.dmi()
 	mounts, err := v.mounts()
-	v.mountCheck(LinksMount, path.Join(sys.Sysfs, linksDir), "/"+plan.LinksDir, mounts, err)
+	v.mountCheck(LinksMount, path.Join(sys.Sysfs, sysfs.LinksDir), "/"+plan.LinksDir, mounts, err)
 	v.mountCheck(OverlayMount, sys.ContainerRoot, "", mounts, err)
 	return v.report
 }
@@ -140,16 +141,14 @@ func (v *verifier) add(name, subject string, ok bool, format string, args ...any
 	v.report.Results = append(v.report.Results, compat.Result{Consumer: name, Device: subject, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
-const linksDir = "bus/pci/devices"
-
 // links opens every entry of the links directory, as go-nvlib and NFD do
 // (one unreadable entry aborts go-nvlib's whole scan), and checks that the
 // NVIDIA functions of display class (0x03) are exactly the profile's GPUs.
 // Other vendors' display devices, such as a server's BMC VGA listed by
 // --host-devices merge, are the node's own and confuse no GPU consumer.
 func (v *verifier) links() {
-	where := path.Join(v.sys.Sysfs, linksDir)
-	entries, err := fs.ReadDir(v.fsys, linksDir)
+	where := path.Join(v.sys.Sysfs, sysfs.LinksDir)
+	entries, err := fs.ReadDir(v.fsys, sysfs.LinksDir)
 	if err != nil {
 		v.add(LinksResolve, where, false, "%v", err)
 		v.add(DisplayDevices, where, false, "cannot list %s", where)
@@ -158,7 +157,7 @@ func (v *verifier) links() {
 	var broken []string
 	display := map[string]string{}
 	for _, e := range entries {
-		p := linksDir + "/" + e.Name()
+		p := sysfs.LinksDir + "/" + e.Name()
 		st, err := fs.Stat(v.fsys, p)
 		if err != nil || !st.IsDir() {
 			broken = append(broken, fmt.Sprintf("%s (%v)", e.Name(), errOrKind(err, st)))
@@ -400,7 +399,7 @@ func (v *verifier) otherMocks() {
 // that leads to that very directory. A device missing there, or shadowed
 // by a mock device at its address, has vanished for ghw, NFD and lspci.
 func (v *verifier) nodeDevices() {
-	where := path.Join(v.sys.Sysfs, linksDir)
+	where := path.Join(v.sys.Sysfs, sysfs.LinksDir)
 	roots, err := fs.Glob(v.fsys, "devices/pci[0-9a-f]*")
 	if err != nil || len(roots) == 0 {
 		v.add(NodeDevices, where, false, "no host bridges under %s (%v)", path.Join(v.sys.Sysfs, "devices"), err)
@@ -413,7 +412,7 @@ func (v *verifier) nodeDevices() {
 	var missing, shadowed []string
 	for _, dir := range node {
 		bdf := path.Base(dir)
-		link := linksDir + "/" + bdf
+		link := sysfs.LinksDir + "/" + bdf
 		if _, err := fs.Lstat(v.fsys, link); err != nil {
 			missing = append(missing, bdf)
 			continue

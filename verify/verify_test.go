@@ -15,6 +15,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 const ext4Magic = 0xef53
@@ -174,7 +175,7 @@ func TestRun(t *testing.T) {
 			// go-nvlib aborts its whole scan on one unreadable entry.
 			name: "a link that resolves nowhere",
 			mutate: func(t *testing.T, f *fakeContainer) {
-				require.NoError(t, os.Symlink("../../../devices/pci0000:99/0000:99:00.0", filepath.Join(f.sysfs, "bus/pci/devices/0000:99:00.0")))
+				require.NoError(t, os.Symlink("../../../devices/pci0000:99/0000:99:00.0", filepath.Join(f.sysfs, sysfs.LinksDir, "0000:99:00.0")))
 			},
 			failing: []string{LinksResolve, "nvpci.GetAllDevices", "nvpci.GetGPUs"},
 		},
@@ -234,7 +235,7 @@ func TestRun(t *testing.T) {
 			mutate: func(t *testing.T, f *fakeContainer) {
 				f.addDevice(t, "0000:00:1f.3", "0x8086", "0x0c0500")
 				require.NoError(t, os.MkdirAll(filepath.Join(f.sysfs, "devices/pci0000:00/0000:00:1f.2"), 0o755))
-				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1f.3", filepath.Join(f.sysfs, "bus/pci/devices/0000:00:1f.2")))
+				require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1f.3", filepath.Join(f.sysfs, sysfs.LinksDir, "0000:00:1f.2")))
 			},
 			failing: []string{NodeDevices},
 		},
@@ -289,7 +290,7 @@ func TestEvidence(t *testing.T) {
 	require.Contains(t, byName[LinksMount].Detail, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
 	require.Regexp(t, `^1 of the node's \d+ PCI devices are not listed: 0000:00:1f.2 \(render with --host-devices merge\)$`, byName[NodeDevices].Detail)
 	require.Equal(t, "LD_PRELOAD=/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1 loads nvml-mock's libpcimocksys: two PCI mocks would disagree; drop libpcimocksys from nvml-mock-nri's --ld-preload-shims and set MOCK_PCI_ROOT= empty (docs/deploy.md)", byName[OtherMocks].Detail)
-	entries, err := os.ReadDir(filepath.Join(f.sysfs, "bus/pci/devices"))
+	entries, err := os.ReadDir(filepath.Join(f.sysfs, sysfs.LinksDir))
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Detail)
 }
@@ -317,7 +318,7 @@ func (f *fakeContainer) addDevice(t *testing.T, bdf, vendor, class string) {
 	for name, v := range map[string]string{"class": class, "vendor": vendor, "device": "0x1111"} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(v+"\n"), 0o644))
 	}
-	require.NoError(t, os.Symlink("../../../devices/pci0000:00/"+bdf, filepath.Join(f.sysfs, "bus/pci/devices", bdf)))
+	require.NoError(t, os.Symlink("../../../devices/pci0000:00/"+bdf, filepath.Join(f.sysfs, sysfs.LinksDir, bdf)))
 }
 
 // TestNVMLAgreement: the GPUs nvml-mock's NVML reports for the profile it

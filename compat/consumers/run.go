@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Invocation is one run of a consumer: its command line (Args[0] is the
@@ -191,7 +192,7 @@ func ParseDRADevices(stdout []byte) ([]DRADevice, error) {
 // NFDHostPCIDevices is where nfd-worker, built with the /host- prefix as
 // upstream ships it, reads the PCI devices: a served container must get the
 // links directory there too.
-const NFDHostPCIDevices = "/host-sys/bus/pci/devices"
+const NFDHostPCIDevices = "/host-sys/" + sysfs.LinksDir
 
 // NFDWorkerRun is one run of node-feature-discovery's worker with only its
 // PCI source, publishing nothing.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Status is what Check found for one attribute.
@@ -354,50 +355,43 @@ func ByteSize(n uint64, style SizeStyle) string {
 	return fmt.Sprint(n)
 }
 
-// Capability ids.
-const (
-	capPM   = 0x01
-	capMSI  = 0x05
-	capPCIe = 0x10
-	capMSIX = 0x11
-)
-
 func checkConfig(p *probe) (Status, string) {
 	s, err := p.read("config")
 	if err != nil {
 		return bad("%v", err)
 	}
 	c := []byte(s)
-	if len(c) < 256 {
-		return bad("%d bytes; the kernel shows at least 256 (4096 for PCIe)", len(c))
+	if len(c) < sysfs.ConfigSizePCI {
+		return bad("%d bytes; the kernel shows at least %d (%d for PCIe)", len(c), sysfs.ConfigSizePCI, sysfs.ConfigSize)
 	}
 	le16 := func(off int) uint16 { return binary.LittleEndian.Uint16(c[off:]) }
 	var problems []string
 	for _, f := range []struct {
 		name string
 		off  int
-	}{{"vendor", 0}, {"device", 2}} {
+	}{{"vendor", sysfs.ConfigVendorID}, {"device", sysfs.ConfigDeviceID}} {
 		if v, err := p.value(f.name); err == nil && v != fmt.Sprintf("0x%04x", le16(f.off)) {
 			problems = append(problems, fmt.Sprintf("%s 0x%04x differs from the %s file %s", f.name, le16(f.off), f.name, v))
 		}
 	}
-	class := uint32(c[0x0b])<<16 | uint32(c[0x0a])<<8 | uint32(c[0x09])
+	// The class code's three bytes: programming interface, sub-class, base.
+	class := uint32(c[sysfs.ConfigClass+2])<<16 | uint32(c[sysfs.ConfigClass+1])<<8 | uint32(c[sysfs.ConfigClass])
 	if v, err := p.value("class"); err == nil && v != fmt.Sprintf("0x%06x", class) {
 		problems = append(problems, fmt.Sprintf("class 0x%06x differs from the class file %s", class, v))
 	}
-	if c[0x0e]&0x7f != 0 {
-		problems = append(problems, fmt.Sprintf("header type %d, want 0 for a GPU", c[0x0e]&0x7f))
+	if header := c[sysfs.ConfigHeaderType] & sysfs.HeaderTypeMask; header != sysfs.HeaderTypeEndpoint {
+		problems = append(problems, fmt.Sprintf("header type %d, want %d for a GPU", header, sysfs.HeaderTypeEndpoint))
 	}
 	caps, pcie := capabilities(c)
 	if p.exp != nil {
 		switch {
-		case len(c) != 4096:
-			problems = append(problems, fmt.Sprintf("%d bytes, a PCIe function shows 4096", len(c)))
+		case len(c) != sysfs.ConfigSize:
+			problems = append(problems, fmt.Sprintf("%d bytes, a PCIe function shows %d", len(c), sysfs.ConfigSize))
 		case pcie == 0:
 			problems = append(problems, "no PCI Express capability")
 		default:
-			lnkCap := binary.LittleEndian.Uint32(c[pcie+0x0c:])
-			gen, width := int(lnkCap&0xf), int(lnkCap>>4)&0x3f
+			lnkCap := binary.LittleEndian.Uint32(c[pcie+sysfs.PCIeLinkCap:])
+			gen, width := sysfs.LinkSpeedGen(lnkCap), sysfs.LinkWidth(lnkCap)
 			if gen != p.exp.Link.MaxGen || width != p.exp.Link.MaxWidth {
 				problems = append(problems, fmt.Sprintf("LnkCap Gen%d x%d, profile says Gen%d x%d", gen, width, p.exp.Link.MaxGen, p.exp.Link.MaxWidth))
 			}
@@ -413,20 +407,20 @@ func checkConfig(p *probe) (Status, string) {
 // capabilities walks the capability list and returns it as "PM@40 ..." and
 // the offset of the PCI Express capability (0 if none).
 func capabilities(c []byte) (string, int) {
-	if binary.LittleEndian.Uint16(c[0x06:])&0x10 == 0 {
+	if binary.LittleEndian.Uint16(c[sysfs.ConfigStatus:])&sysfs.StatusCapList == 0 {
 		return "none", 0
 	}
-	names := map[byte]string{capPM: "PM", capMSI: "MSI", capPCIe: "PCIe", capMSIX: "MSI-X", 0x09: "vendor", 0x0d: "SSVID"}
+	names := map[byte]string{sysfs.CapPM: "PM", sysfs.CapMSI: "MSI", sysfs.CapPCIe: "PCIe", sysfs.CapMSIX: "MSI-X", sysfs.CapVendor: "vendor", sysfs.CapSSVID: "SSVID"}
 	var parts []string
 	pcie := 0
 	seen := map[int]bool{}
-	for off := int(c[0x34]) &^ 3; off >= 0x40 && off < 0x100 && !seen[off]; off = int(c[off+1]) &^ 3 {
+	for off := int(c[sysfs.ConfigCapPointer]) &^ 3; off >= sysfs.ConfigHeaderSize && off < sysfs.ConfigSizePCI && !seen[off]; off = int(c[off+1]) &^ 3 {
 		seen[off] = true
 		name, known := names[c[off]]
 		if !known {
 			name = fmt.Sprintf("%#02x", c[off])
 		}
-		if c[off] == capPCIe {
+		if c[off] == sysfs.CapPCIe {
 			pcie = off
 		}
 		parts = append(parts, fmt.Sprintf("%s@%02x", name, off))
@@ -440,14 +434,19 @@ func checkModalias(p *probe) (Status, string) {
 		return st, d
 	}
 	var ids [5]uint64
-	for i, f := range []string{"vendor", "device", "subsystem_vendor", "subsystem_device", "class"} {
-		s, err := p.value(f)
+	for i, f := range []struct {
+		name string
+		bits int
+	}{{"vendor", 16}, {"device", 16}, {"subsystem_vendor", 16}, {"subsystem_device", 16}, {"class", 24}} {
+		s, err := p.value(f.name)
+		if err == nil {
+			ids[i], err = strconv.ParseUint(s, 0, f.bits)
+		}
 		if err != nil {
 			return ok("%s", v) // the id files' own rows report them
 		}
-		ids[i], _ = strconv.ParseUint(s, 0, 32)
 	}
-	want := fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X", ids[0], ids[1], ids[2], ids[3], ids[4]>>16, (ids[4]>>8)&0xff, ids[4]&0xff)
+	want := sysfs.Modalias(uint16(ids[0]), uint16(ids[1]), uint16(ids[2]), uint16(ids[3]), uint32(ids[4]))
 	if v != want {
 		return bad("%s, the id files make %s", v, want)
 	}
@@ -593,21 +592,15 @@ func checkIOMMUGroup(p *probe) (Status, string) {
 	return ok("-> %s", t)
 }
 
-// linkGen reads the kernel's spelling of a link speed as a generation.
-func linkGen(speed string) (int, bool) {
-	gen, known := map[string]int{"2.5 GT/s PCIe": 1, "5.0 GT/s PCIe": 2, "8.0 GT/s PCIe": 3, "16.0 GT/s PCIe": 4, "32.0 GT/s PCIe": 5, "64.0 GT/s PCIe": 6}[speed]
-	return gen, known
-}
-
 func checkLinkSpeed(name string, current bool) func(p *probe) (Status, string) {
 	return func(p *probe) (Status, string) {
 		v, err := p.value(name)
 		if err != nil {
 			return bad("%v", err)
 		}
-		gen, known := linkGen(v)
+		gen, known := sysfs.LinkGen(v)
 		if !known {
-			return bad("%q is not a speed the kernel writes, such as 32.0 GT/s PCIe", clip(v))
+			return bad("%q is not a speed the kernel writes, such as %s", clip(v), sysfs.LinkSpeed(5))
 		}
 		if p.exp != nil {
 			want := p.exp.Link.MaxGen
@@ -622,9 +615,19 @@ func checkLinkSpeed(name string, current bool) func(p *probe) (Status, string) {
 	}
 }
 
+// linkWidthPattern matches the widths a PCIe link can have:
+// ^(1|2|4|8|12|16|32)$.
+func linkWidthPattern() string {
+	var ws []string
+	for _, w := range sysfs.LinkWidths() {
+		ws = append(ws, strconv.Itoa(w))
+	}
+	return "^(" + strings.Join(ws, "|") + ")$"
+}
+
 func checkLinkWidth(name string, current bool) func(p *probe) (Status, string) {
 	return func(p *probe) (Status, string) {
-		v, st, d := p.matching(name, `^(1|2|4|8|12|16|32)$`)
+		v, st, d := p.matching(name, linkWidthPattern())
 		if st != Present {
 			return st, d
 		}

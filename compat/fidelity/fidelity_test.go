@@ -17,6 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 func byAttribute(rows []fidelity.Row) map[string]fidelity.Row {
@@ -61,17 +62,19 @@ func TestRenderedProfiles(t *testing.T) {
 // realGPU writes a GPU directory as a real HGX H100 node shows it, from the
 // facts in REAL-HARDWARE.md, with its driver, group and subsystem.
 func realGPU() fstest.MapFS {
-	cfg := make([]byte, 4096)
-	binary.LittleEndian.PutUint16(cfg[0:], 0x10de)
-	binary.LittleEndian.PutUint16(cfg[2:], 0x2330)
-	binary.LittleEndian.PutUint16(cfg[4:], 0x0547)
-	binary.LittleEndian.PutUint16(cfg[6:], 0x0010)
-	cfg[8], cfg[9], cfg[0x0a], cfg[0x0b] = 0xa1, 0x00, 0x02, 0x03
-	cfg[0x34] = 0x40
+	cfg := make([]byte, sysfs.ConfigSize)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigVendorID:], 0x10de)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigDeviceID:], 0x2330)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigCommand:], 0x0547)
+	binary.LittleEndian.PutUint16(cfg[sysfs.ConfigStatus:], 0x0010)
+	cfg[sysfs.ConfigRevision] = 0xa1
+	cfg[sysfs.ConfigClass], cfg[sysfs.ConfigClass+1], cfg[sysfs.ConfigClass+2] = 0x00, 0x02, 0x03
+	// PM at 0x40, MSI at 0x48, PCI Express at 0x60, as an H100 lists them.
+	cfg[sysfs.ConfigCapPointer] = 0x40
 	cfg[0x40], cfg[0x41] = 0x01, 0x48
 	cfg[0x48], cfg[0x49] = 0x05, 0x60
 	cfg[0x60], cfg[0x61] = 0x10, 0x00
-	binary.LittleEndian.PutUint32(cfg[0x60+0x0c:], 5|16<<4)
+	binary.LittleEndian.PutUint32(cfg[0x60+sysfs.PCIeLinkCap:], 5|16<<4)
 	const dir = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:18:00.0"
 	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
 	link := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s), Mode: fs.ModeSymlink} }
@@ -83,7 +86,7 @@ func realGPU() fstest.MapFS {
 		"0x0000000000000000 0x0000000000000000 0x0000000000000000\n" +
 		"0x00000000e0000000 0x00000000e007ffff 0x0000000000046200\n"
 	return fstest.MapFS{
-		"bus/pci/devices/0000:18:00.0":                link("../../../" + dir),
+		sysfs.LinksDir + "/0000:18:00.0":              link("../../../" + dir),
 		"bus/pci/drivers/nvidia/bind":                 file(""),
 		"kernel/iommu_groups/30/devices/0000:18:00.0": link("../../../../" + dir),
 		dir + "/vendor":                               file("0x10de\n"),
@@ -136,7 +139,7 @@ const gpuDir = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:00.0/0000:1
 
 func TestRealGPUIsPresentThroughout(t *testing.T) {
 	for _, exp := range []*fidelity.Expect{nil, h100Expect()} {
-		rows := fidelity.Check(realGPU(), "bus/pci/devices/0000:18:00.0", exp)
+		rows := fidelity.Check(realGPU(), sysfs.LinksDir+"/0000:18:00.0", exp)
 		for _, r := range rows {
 			require.Equal(t, fidelity.Present, r.Status, "%+v", r)
 		}
@@ -193,7 +196,7 @@ func TestCheckFindsDifferences(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := realGPU()
 			tc.mutate(m)
-			rows := fidelity.Check(m, "bus/pci/devices/0000:18:00.0", h100Expect())
+			rows := fidelity.Check(m, sysfs.LinksDir+"/0000:18:00.0", h100Expect())
 			for _, r := range rows {
 				if r.Attribute == tc.attribute {
 					require.Equal(t, tc.status, r.Status, "%+v", r)
@@ -232,14 +235,14 @@ func TestFailing(t *testing.T) {
 // against this machine's real kernel: every attribute the list gives every
 // PCI function is there, and nothing the kernel wrote reads as different.
 func TestHostKernelAgrees(t *testing.T) {
-	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
-		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
+		t.Skipf("this machine shows no PCI devices in %s (%v)", sysfs.KernelLinksDir, err)
 	}
-	sysfs := os.DirFS("/sys")
+	kernel := os.DirFS(sysfs.Mount)
 	for _, e := range entries {
 		t.Run(e.Name(), func(t *testing.T) {
-			for _, r := range fidelity.Check(sysfs, "bus/pci/devices/"+e.Name(), nil) {
+			for _, r := range fidelity.Check(kernel, sysfs.LinksDir+"/"+e.Name(), nil) {
 				require.NotEqual(t, fidelity.Different, r.Status, "%+v", r)
 				if r.Scope == fidelity.Every {
 					require.Equal(t, fidelity.Present, r.Status, "the kernel shows %s for every function: %+v", r.Attribute, r)

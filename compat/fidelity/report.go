@@ -4,10 +4,12 @@ import (
 	"io/fs"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// LinksDir is where Check finds devices in a sysfs tree.
-const LinksDir = "bus/pci/devices"
+// LinksDir is sysfs.LinksDir, where Check finds devices in a sysfs tree. It
+// stays only until cmd asks sysfs itself.
+const LinksDir = sysfs.LinksDir
 
 // Report is the finding for every device checked.
 type Report struct {
@@ -17,11 +19,11 @@ type Report struct {
 
 // CheckMachine checks every GPU and NVSwitch of a machine, as the profile
 // describes them, in a sysfs tree (os.DirFS of /sys or <root>/sys).
-func CheckMachine(sysfs fs.FS, m *profile.Machine) []Row {
+func CheckMachine(sys fs.FS, m *profile.Machine) []Row {
 	var rows []Row
 	compiled := patterns{}
 	for _, d := range m.Devices {
-		rows = append(rows, check(sysfs, LinksDir+"/"+d.Address.String(), ExpectFor(d), compiled)...)
+		rows = append(rows, check(sys, sysfs.LinksDir+"/"+d.Address.String(), ExpectFor(d), compiled)...)
 	}
 	return rows
 }

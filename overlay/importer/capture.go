@@ -20,6 +20,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // MaxCaptureSize bounds the capture read: a real 8-GPU capture is about
@@ -209,10 +210,10 @@ func parseGPU(source string, i int, x xmlGPU) (GPU, error) {
 		return g, err
 	}
 	p.bar1(x.BAR1.Total)
-	g.MaxLinkGen = p.link("pci.pci_gpu_link_info.pcie_gen.max_link_gen", x.PCI.Link.Gen.Max, validGen)
-	g.CurrentLinkGen = p.link("pci.pci_gpu_link_info.pcie_gen.current_link_gen", x.PCI.Link.Gen.Current, validGen)
-	g.MaxLinkWidth = p.link("pci.pci_gpu_link_info.link_widths.max_link_width", x.PCI.Link.Widths.Max, validWidth)
-	g.CurrentLinkWidth = p.link("pci.pci_gpu_link_info.link_widths.current_link_width", x.PCI.Link.Widths.Current, validWidth)
+	g.MaxLinkGen = p.link("pci.pci_gpu_link_info.pcie_gen.max_link_gen", x.PCI.Link.Gen.Max, sysfs.ValidLinkGen)
+	g.CurrentLinkGen = p.link("pci.pci_gpu_link_info.pcie_gen.current_link_gen", x.PCI.Link.Gen.Current, sysfs.ValidLinkGen)
+	g.MaxLinkWidth = p.link("pci.pci_gpu_link_info.link_widths.max_link_width", x.PCI.Link.Widths.Max, sysfs.ValidLinkWidth)
+	g.CurrentLinkWidth = p.link("pci.pci_gpu_link_info.link_widths.current_link_width", x.PCI.Link.Widths.Current, sysfs.ValidLinkWidth)
 	return g, nil
 }
 
@@ -267,16 +268,6 @@ func (p *gpuParser) link(field, s string, valid func(int) bool) *int {
 		return nil
 	}
 	return &v
-}
-
-func validGen(g int) bool { return g >= 1 && g <= 6 }
-
-func validWidth(w int) bool {
-	switch w {
-	case 1, 2, 4, 8, 12, 16, 32:
-		return true
-	}
-	return false
 }
 
 // notAvailable reports the ways nvidia-smi says it has no value.

@@ -167,12 +167,13 @@ func (c *Capture) hierarchy(gpus []GPU, opts Options) (boards.Hierarchy, error) 
 	if opts.Hierarchy != "" {
 		return opts.Hierarchy, nil
 	}
+	ids := specIDs(opts.Explicit)
 	onRoot := func(g GPU) bool {
-		if len(opts.Explicit) == 0 {
+		if len(ids) == 0 {
 			return g.Address.Bus == 0
 		}
-		rc, ok := covering(opts.Explicit, g.Address)
-		return ok && rc.ID.Bus == g.Address.Bus
+		rc, ok := pciaddr.Covering(ids, g.Address)
+		return ok && rc.Bus == g.Address.Bus
 	}
 	if slices.ContainsFunc(gpus, onRoot) {
 		return boards.Flat, nil
@@ -261,30 +262,26 @@ func (c *Capture) explicitRootComplexes(gpus []GPU, opts Options) ([]profile.Roo
 		index[s.ID] = len(rcs)
 		rcs = append(rcs, profile.RootComplexConfig{ID: s.ID.String(), NUMANode: &numa, Devices: []string{}})
 	}
+	ids := specIDs(specs)
 	for _, g := range gpus {
-		rc, ok := covering(specs, g.Address)
+		rc, ok := pciaddr.Covering(ids, g.Address)
 		if !ok {
 			return nil, &Error{Source: c.Source, Field: "gpu " + g.BusID, Value: g.Address.String(),
 				Err: fmt.Errorf("no --root-complex of domain %04x has a root bus at or below bus %02x", g.Address.Domain, g.Address.Bus)}
 		}
-		r := &rcs[index[rc.ID]]
+		r := &rcs[index[rc]]
 		r.Devices = append(r.Devices, busID(g.Address))
 	}
 	return rcs, nil
 }
 
-// covering finds the host bridge whose bus range holds a.
-func covering(specs []RootComplexSpec, a pciaddr.Address) (RootComplexSpec, bool) {
+// specIDs lists the host bridges of --root-complex, for pciaddr.Covering.
+func specIDs(specs []RootComplexSpec) []pciaddr.RootComplex {
 	ids := make([]pciaddr.RootComplex, len(specs))
 	for i, s := range specs {
 		ids[i] = s.ID
 	}
-	id, found := pciaddr.Covering(ids, a)
-	i := slices.IndexFunc(specs, func(s RootComplexSpec) bool { return s.ID == id })
-	if !found || i < 0 {
-		return RootComplexSpec{}, false
-	}
-	return specs[i], true
+	return ids
 }
 
 // hoistDefaults moves what every device shares into device_defaults, so

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // addAnchors gives every endpoint the depth-4 bridge its link starts from.
@@ -57,7 +58,7 @@ func depth4Bridges(top []*Node) []*Node {
 	var out []*Node
 	for _, n := range top {
 		walk(n, func(n *Node) {
-			if n.Role.IsBridge() && depth(n) == anchorDepth {
+			if n.Role.IsBridge() && depth(n) == sysfs.LinksDepth {
 				out = append(out, n)
 			}
 		})
@@ -90,7 +91,7 @@ func newAnchorPicker(anchors []*Node) anchorPicker {
 
 func (p anchorPicker) pick(n *Node) *Node {
 	for a := n.Parent; a != nil; a = a.Parent {
-		if depth(a) == anchorDepth {
+		if depth(a) == sysfs.LinksDepth {
 			return a
 		}
 	}

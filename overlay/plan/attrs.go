@@ -7,32 +7,12 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
-
-// linkSpeed is the kernel's spelling of a PCIe generation's speed.
-func linkSpeed(gen int) string {
-	switch gen {
-	case 1:
-		return "2.5 GT/s PCIe"
-	case 2:
-		return "5.0 GT/s PCIe"
-	case 3:
-		return "8.0 GT/s PCIe"
-	case 4:
-		return "16.0 GT/s PCIe"
-	case 5:
-		return "32.0 GT/s PCIe"
-	case 6:
-		return "64.0 GT/s PCIe"
-	}
-	return "Unknown"
-}
 
 // modalias is what udev and go-nvlib's VFIO lookup match drivers against.
 func modalias(id Identity) string {
-	return fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X",
-		id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice,
-		byte(id.Class>>16), byte(id.Class>>8), byte(id.Class))
+	return sysfs.Modalias(id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice, id.Class)
 }
 
 // resourceFile renders the resource file: "start end flags" per line, as

@@ -1,21 +1,21 @@
 package plan
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+)
 
 // ConfigSize is the size of the config file of a PCIe function: the kernel
 // exposes the whole 4 KiB extended space.
-const ConfigSize = 4096
+const ConfigSize = sysfs.ConfigSize
 
 // Capability layout, as on a real H100: PM at 0x40, MSI at 0x48, the PCI
 // Express capability at 0x60.
 const (
-	capPM   = 0x40
+	capPM   = sysfs.ConfigHeaderSize
 	capMSI  = 0x48
 	capPCIe = 0x60
-
-	capIDPM   = 0x01
-	capIDMSI  = 0x05
-	capIDPCIe = 0x10
 )
 
 // PCI Express device/port types (PCIe capability register bits 7:4).
@@ -27,141 +27,166 @@ const (
 	pciePCIBridge  = 0x7
 )
 
-const (
-	cmdDefault  = 0x0547 // I/O, memory, bus master, parity, SERR, INTx disable
-	statusCaps  = 0x0010 // capability list present
-	headerType0 = 0x00
-	headerType1 = 0x01
-	multiFunc   = 0x80
-)
+const cmdDefault = 0x0547 // I/O, memory, bus master, parity, SERR, INTx disable
+
+// configRegs is a config space being written, register by register, in
+// the little-endian order PCI keeps.
+type configRegs []byte
+
+func (c configRegs) put16(off int, v uint16) { binary.LittleEndian.PutUint16(c[off:], v) }
+func (c configRegs) put32(off int, v uint32) { binary.LittleEndian.PutUint32(c[off:], v) }
 
 // configSpace renders a node's config space, consistent with its other
 // files: ids, class, revision, BARs, bus numbers, IRQ and link.
 func configSpace(n *Node, irq int, multiFunction bool) []byte {
-	c := make([]byte, ConfigSize)
-	le16 := func(off int, v uint16) { binary.LittleEndian.PutUint16(c[off:], v) }
-	le32 := func(off int, v uint32) { binary.LittleEndian.PutUint32(c[off:], v) }
-	id := n.Identity
-	le16(0x00, id.Vendor)
-	le16(0x02, id.Device)
-	le16(0x04, cmdDefault)
-	le16(0x06, statusCaps)
-	c[0x08] = id.Revision
-	c[0x09] = byte(id.Class)
-	c[0x0a] = byte(id.Class >> 8)
-	c[0x0b] = byte(id.Class >> 16)
-	c[0x34] = capPM
-	c[0x3c] = byte(irq)
-	c[0x3d] = 1 // INTA
-	var header byte = headerType0
+	c := configRegs(make([]byte, ConfigSize))
+	c.header(n, irq, multiFunction)
 	if n.Role.IsBridge() {
-		header = headerType1
-	}
-	if multiFunction {
-		header |= multiFunc
-	}
-	c[0x0e] = header
-
-	if n.Role.IsBridge() {
-		parentBus := n.Address.Bus
-		c[0x18], c[0x19], c[0x1a] = parentBus, n.Secondary, n.Subordinate
-		c[0x1c], c[0x1d] = 0xf0, 0x00 // no I/O window
-		le16(0x20, 0xfff0)            // no memory window unless set below
-		le16(0x22, 0x0000)
-		le16(0x24, 0xfff1) // no prefetchable window unless set below
-		le16(0x26, 0x0001)
-		for _, b := range n.bars {
-			switch b.index {
-			case windowMemIndex:
-				le16(0x20, uint16(b.start>>16)&0xfff0)
-				le16(0x22, uint16(b.end()>>16)&0xfff0)
-			case windowPrefIndex:
-				le16(0x24, uint16(b.start>>16)&0xfff0|1)
-				le16(0x26, uint16(b.end()>>16)&0xfff0|1)
-				le32(0x28, uint32(b.start>>32))
-				le32(0x2c, uint32(b.end()>>32))
-			}
-		}
-		le16(0x3e, 0x0002) // bridge control: SERR# enable
+		c.bridgeHeader(n)
 	} else {
-		for _, b := range n.bars {
-			switch {
-			case b.index == romIndex:
-				le32(0x30, uint32(b.start)) // enable bit clear, as the kernel leaves it
-			case b.index < romIndex:
-				low := uint32(b.start) &^ 0xf
-				if b.is64() {
-					low |= 0x4
-				}
-				if b.prefetch() {
-					low |= 0x8
-				}
-				le32(0x10+4*b.index, low)
-				if b.is64() {
-					le32(0x10+4*(b.index+1), uint32(b.start>>32))
-				}
-			}
-		}
-		le16(0x2c, id.SubsystemVendor)
-		le16(0x2e, id.SubsystemDevice)
+		c.endpointHeader(n)
 	}
-
-	// Power management, version 3, in D0.
-	c[capPM], c[capPM+1] = capIDPM, capMSI
-	le16(capPM+2, 0x0003)
-	le16(capPM+4, 0x0008) // No_Soft_Reset
-	// MSI: 64-bit, per-vector masking; fills 0x48-0x5f.
-	c[capMSI], c[capMSI+1] = capIDMSI, capPCIe
-	le16(capMSI+2, 0x0180)
-	writePCIeCap(c[capPCIe:], n)
+	c.capabilities(n)
 	return c
 }
 
-// writePCIeCap fills the PCI Express capability (version 2), whose link
-// registers carry the speeds and widths the sysfs files show.
-func writePCIeCap(c []byte, n *Node) {
-	le16 := func(off int, v uint16) { binary.LittleEndian.PutUint16(c[off:], v) }
-	le32 := func(off int, v uint32) { binary.LittleEndian.PutUint32(c[off:], v) }
-	c[0], c[1] = capIDPCIe, 0 // last capability
-	var portType uint16
-	slot := false
-	switch n.Role {
-	case RootPort:
-		portType, slot = pcieRootPort, true
-	case SwitchUp:
-		portType = pcieUpstream
-	case SwitchDown:
-		portType, slot = pcieDownstream, true
-	case PCIBridge:
-		portType = pciePCIBridge
-	default:
-		portType = pcieEndpoint
+// header writes the registers type 0 and type 1 headers share.
+func (c configRegs) header(n *Node, irq int, multiFunction bool) {
+	id := n.Identity
+	c.put16(sysfs.ConfigVendorID, id.Vendor)
+	c.put16(sysfs.ConfigDeviceID, id.Device)
+	c.put16(sysfs.ConfigCommand, cmdDefault)
+	c.put16(sysfs.ConfigStatus, sysfs.StatusCapList)
+	c[sysfs.ConfigRevision] = id.Revision
+	// The class code's three bytes: programming interface, sub-class, base.
+	c[sysfs.ConfigClass] = byte(id.Class)
+	c[sysfs.ConfigClass+1] = byte(id.Class >> 8)
+	c[sysfs.ConfigClass+2] = byte(id.Class >> 16)
+	c[sysfs.ConfigCapPointer] = capPM
+	c[sysfs.ConfigIRQLine] = byte(irq)
+	c[sysfs.ConfigIRQPin] = 1 // INTA
+	var header byte = sysfs.HeaderTypeEndpoint
+	if n.Role.IsBridge() {
+		header = sysfs.HeaderTypeBridge
 	}
+	if multiFunction {
+		header |= sysfs.HeaderMultiFunction
+	}
+	c[sysfs.ConfigHeaderType] = header
+}
+
+// bridgeHeader writes a type 1 header's bus numbers and windows: closed
+// unless the node forwards a memory range.
+func (c configRegs) bridgeHeader(n *Node) {
+	c[sysfs.ConfigPrimaryBus] = n.Address.Bus
+	c[sysfs.ConfigSecondaryBus] = n.Secondary
+	c[sysfs.ConfigSubordinateBus] = n.Subordinate
+	c[sysfs.ConfigIOBase], c[sysfs.ConfigIOLimit] = 0xf0, 0x00 // no I/O window
+	c.put16(sysfs.ConfigMemoryBase, 0xfff0)                    // no memory window unless set below
+	c.put16(sysfs.ConfigMemoryLimit, 0x0000)
+	c.put16(sysfs.ConfigPrefMemoryBase, 0xfff1) // no prefetchable window unless set below
+	c.put16(sysfs.ConfigPrefMemoryLimit, 0x0001)
+	for _, b := range n.bars {
+		switch b.index {
+		case windowMemIndex:
+			c.put16(sysfs.ConfigMemoryBase, uint16(b.start>>16)&0xfff0)
+			c.put16(sysfs.ConfigMemoryLimit, uint16(b.end()>>16)&0xfff0)
+		case windowPrefIndex:
+			c.put16(sysfs.ConfigPrefMemoryBase, uint16(b.start>>16)&0xfff0|1)
+			c.put16(sysfs.ConfigPrefMemoryLimit, uint16(b.end()>>16)&0xfff0|1)
+			c.put32(sysfs.ConfigPrefBaseUpper32, uint32(b.start>>32))
+			c.put32(sysfs.ConfigPrefLimitUpper32, uint32(b.end()>>32))
+		}
+	}
+	c.put16(sysfs.ConfigBridgeControl, 0x0002) // SERR# enable
+}
+
+// endpointHeader writes a type 0 header's BARs, ROM and subsystem ids.
+func (c configRegs) endpointHeader(n *Node) {
+	for _, b := range n.bars {
+		switch {
+		case b.index == romIndex:
+			c.put32(sysfs.ConfigROM, uint32(b.start)) // enable bit clear, as the kernel leaves it
+		case b.index < romIndex:
+			low := uint32(b.start) &^ 0xf
+			if b.is64() {
+				low |= 0x4
+			}
+			if b.prefetch() {
+				low |= 0x8
+			}
+			c.put32(sysfs.ConfigBAR0+4*b.index, low)
+			if b.is64() {
+				c.put32(sysfs.ConfigBAR0+4*(b.index+1), uint32(b.start>>32))
+			}
+		}
+	}
+	c.put16(sysfs.ConfigSubsystemVID, n.Identity.SubsystemVendor)
+	c.put16(sysfs.ConfigSubsystemID, n.Identity.SubsystemDevice)
+}
+
+// capabilities writes the list ConfigCapPointer starts: power management,
+// MSI, then PCI Express.
+func (c configRegs) capabilities(n *Node) {
+	// Power management, version 3, in D0.
+	c[capPM], c[capPM+1] = sysfs.CapPM, capMSI
+	c.put16(capPM+2, 0x0003)
+	c.put16(capPM+4, 0x0008) // No_Soft_Reset
+	// MSI: 64-bit, per-vector masking; fills 0x48-0x5f.
+	c[capMSI], c[capMSI+1] = sysfs.CapMSI, capPCIe
+	c.put16(capMSI+2, 0x0180)
+	c[capPCIe:].pcieCap(n)
+}
+
+// pcieType is the device/port type the PCI Express capability declares for
+// a role, and whether that port has a slot.
+func pcieType(r Role) (portType uint16, slot bool) {
+	switch r {
+	case RootPort:
+		return pcieRootPort, true
+	case SwitchUp:
+		return pcieUpstream, false
+	case SwitchDown:
+		return pcieDownstream, true
+	case PCIBridge:
+		return pciePCIBridge, false
+	}
+	return pcieEndpoint, false
+}
+
+// pcieCap fills the PCI Express capability (version 2), whose link
+// registers carry the speeds and widths the sysfs files show. c starts at
+// the capability.
+func (c configRegs) pcieCap(n *Node) {
+	c[0], c[1] = sysfs.CapPCIe, 0 // last capability
+	portType, slot := pcieType(n.Role)
 	caps := 0x0002 | portType<<4
 	if slot {
 		caps |= 0x0100
 	}
-	le16(0x02, caps)
-	le32(0x04, 0x00008021) // DevCap: 256-byte payload, extended tags, role-based errors
-	le16(0x08, 0x2110)     // DevCtl: 512-byte reads, extended tags, relaxed ordering
+	c.put16(sysfs.PCIeCapabilities, caps)
+	c.put32(sysfs.PCIeDevCap, 0x00008021) // 256-byte payload, extended tags, role-based errors
+	c.put16(sysfs.PCIeDevCtl, 0x2110)     // 512-byte reads, extended tags, relaxed ordering
 	l := n.Link
+	// Ports below which a link trains report the data link layer's state.
+	reportsDLL := n.Role == RootPort || n.Role == SwitchDown
 	portNumber := uint32(n.Address.Device)
-	lnkCap := uint32(l.MaxGen) | uint32(l.MaxWidth)<<4 | portNumber<<24
-	if n.Role == RootPort || n.Role == SwitchDown {
+	lnkCap := sysfs.LinkFields(l.MaxGen, l.MaxWidth) | portNumber<<24
+	if reportsDLL {
 		lnkCap |= 1 << 20 // data link layer active reporting
 	}
-	le32(0x0c, lnkCap)
-	le16(0x10, 0x0040) // LnkCtl: common clock
-	lnkSta := uint16(l.CurrentGen) | uint16(l.CurrentWidth)<<4 | 0x1000
-	if n.Role == RootPort || n.Role == SwitchDown {
+	c.put32(sysfs.PCIeLinkCap, lnkCap)
+	c.put16(sysfs.PCIeLinkCtl, 0x0040) // common clock
+	lnkSta := uint16(sysfs.LinkFields(l.CurrentGen, l.CurrentWidth)) | 0x1000
+	if reportsDLL {
 		lnkSta |= 0x2000 // data link layer active
 	}
-	le16(0x12, lnkSta)
+	c.put16(sysfs.PCIeLinkStatus, lnkSta)
 	if slot {
-		le32(0x14, uint32(n.ordinal+1)<<19) // physical slot number
-		le16(0x1a, 0x0040)                  // presence detected
+		c.put32(sysfs.PCIeSlotCap, uint32(n.ordinal+1)<<19) // physical slot number
+		c.put16(sysfs.PCIeSlotStatus, 0x0040)               // presence detected
 	}
-	le32(0x24, 0x0000001f)                 // DevCap2: completion timeouts
-	le32(0x2c, uint32((1<<l.MaxGen)-1)<<1) // LnkCap2: supported speeds up to the max
-	le16(0x30, uint16(l.MaxGen))           // LnkCtl2: target speed
+	c.put32(sysfs.PCIeDevCap2, 0x0000001f)                  // completion timeouts
+	c.put32(sysfs.PCIeLinkCap2, uint32((1<<l.MaxGen)-1)<<1) // supported speeds up to the max
+	c.put16(sysfs.PCIeLinkCtl2, uint16(l.MaxGen))           // target speed
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Format writes the tree one node per line, indented by depth, with each
@@ -36,7 +38,7 @@ func (n *Node) describe() string {
 	id := fmt.Sprintf("%s [%04x:%04x] %s", n.Address, n.Identity.Vendor, n.Identity.Device, n.Role)
 	if n.Role.IsBridge() {
 		s := fmt.Sprintf("%s, buses %02x-%02x", id, n.Secondary, n.Subordinate)
-		if n.Depth() == anchorDepth {
+		if n.Depth() == sysfs.LinksDepth {
 			s += ", anchor"
 		}
 		return s

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/cpuset"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // HostCPUs is what local_cpus and local_cpulist need of the host: a device
@@ -36,9 +37,9 @@ func (h HostCPUs) cpusOf(node int) cpuset.CPUSet {
 }
 
 // ReadHostCPUs reads the host's CPUs and NUMA nodes from a sysfs tree.
-func ReadHostCPUs(sysfs fs.FS) (HostCPUs, error) {
+func ReadHostCPUs(sys fs.FS) (HostCPUs, error) {
 	read := func(name string) (cpuset.CPUSet, error) {
-		b, err := fs.ReadFile(sysfs, name)
+		b, err := fs.ReadFile(sys, name)
 		if err != nil {
 			return cpuset.CPUSet{}, err
 		}
@@ -60,7 +61,7 @@ func ReadHostCPUs(sysfs fs.FS) (HostCPUs, error) {
 	if list := possible.List(); len(list) > 0 {
 		h.Possible = list[len(list)-1] + 1
 	}
-	nodes, err := fs.Glob(sysfs, "devices/system/node/node[0-9]*")
+	nodes, err := fs.Glob(sys, "devices/system/node/node[0-9]*")
 	if err != nil {
 		return HostCPUs{}, fmt.Errorf("read host NUMA nodes: %w", err)
 	}
@@ -128,7 +129,7 @@ func IsKernelLinkText(target string) bool { return strings.HasPrefix(target, "..
 
 // SysPath is the device's directory relative to sysfs, from its link text.
 func (h HostDevice) SysPath() (string, error) {
-	p := path.Clean(path.Join("bus/pci/devices", h.Target))
+	p := path.Clean(path.Join(sysfs.LinksDir, h.Target))
 	if !strings.HasPrefix(p, "devices/") || path.Base(p) != h.Address.String() {
 		return "", fmt.Errorf("host device %s: link %q does not lead into /sys/devices", h.Address, h.Target)
 	}
@@ -136,8 +137,8 @@ func (h HostDevice) SysPath() (string, error) {
 }
 
 // ReadHostDevices lists the host's PCI devices from a sysfs tree.
-func ReadHostDevices(sysfs fs.ReadLinkFS) ([]HostDevice, error) {
-	entries, err := fs.ReadDir(sysfs, "bus/pci/devices")
+func ReadHostDevices(sys fs.ReadLinkFS) ([]HostDevice, error) {
+	entries, err := fs.ReadDir(sys, sysfs.LinksDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -148,9 +149,9 @@ func ReadHostDevices(sysfs fs.ReadLinkFS) ([]HostDevice, error) {
 	for _, e := range entries {
 		a, err := pciaddr.Parse(e.Name())
 		if err != nil || a.String() != e.Name() {
-			return nil, fmt.Errorf("read host PCI devices: unexpected entry %q in bus/pci/devices", e.Name())
+			return nil, fmt.Errorf("read host PCI devices: unexpected entry %q in %s", e.Name(), sysfs.LinksDir)
 		}
-		target, err := sysfs.ReadLink("bus/pci/devices/" + e.Name())
+		target, err := sys.ReadLink(sysfs.LinksDir + "/" + e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("read host PCI device %s: %w", e.Name(), err)
 		}
@@ -158,7 +159,7 @@ func ReadHostDevices(sysfs fs.ReadLinkFS) ([]HostDevice, error) {
 		if _, err := h.SysPath(); err != nil {
 			return nil, err
 		}
-		if r, ok := readBridgeRange(sysfs, h); ok {
+		if r, ok := readBridgeRange(sys, h); ok {
 			h.Buses = r
 		}
 		out = append(out, h)
@@ -176,13 +177,13 @@ type BusRange struct {
 
 // readBridgeRange reads a host device's bus range from its config space,
 // where a type 1 (bridge) header keeps the secondary and subordinate bus
-// numbers at 0x19 and 0x1a. Sysfs lets anyone read the first 64 bytes.
-func readBridgeRange(sysfs fs.FS, h HostDevice) (BusRange, bool) {
-	config, err := fs.ReadFile(sysfs, "bus/pci/devices/"+h.Address.String()+"/config")
-	if err != nil || len(config) < 0x1b || config[0x0e]&0x7f != 1 {
+// numbers. Sysfs lets anyone read the first 64 bytes.
+func readBridgeRange(sys fs.FS, h HostDevice) (BusRange, bool) {
+	config, err := fs.ReadFile(sys, sysfs.LinksDir+"/"+h.Address.String()+"/config")
+	if err != nil || len(config) <= sysfs.ConfigSubordinateBus || config[sysfs.ConfigHeaderType]&0x7f != 1 {
 		return BusRange{}, false
 	}
-	sec, sub := config[0x19], config[0x1a]
+	sec, sub := config[sysfs.ConfigSecondaryBus], config[sysfs.ConfigSubordinateBus]
 	if sec == 0 || sub < sec {
 		return BusRange{}, false // not configured by firmware
 	}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/cpuset"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 func TestCPUMask(t *testing.T) {
@@ -32,17 +34,17 @@ func TestCPUMask(t *testing.T) {
 // TestReadHostDevicesBridgeRange reads a host bridge's secondary and
 // subordinate bus from its config space, as the kernel's sysfs shows it.
 func TestReadHostDevicesBridgeRange(t *testing.T) {
-	bridgeConfig := make([]byte, 64)
-	bridgeConfig[0x0e] = 0x01 // type 1 header
-	bridgeConfig[0x19], bridgeConfig[0x1a] = 0x01, 0x05
-	endpointConfig := make([]byte, 64)
-	sysfs := fstest.MapFS{
-		"bus/pci/devices/0000:00:01.0":                        {Data: []byte("../../../devices/pci0000:00/0000:00:01.0"), Mode: fs.ModeSymlink},
-		"bus/pci/devices/0000:01:00.0":                        {Data: []byte("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"), Mode: fs.ModeSymlink},
+	bridgeConfig := make([]byte, sysfs.ConfigHeaderSize)
+	bridgeConfig[sysfs.ConfigHeaderType] = sysfs.HeaderTypeBridge
+	bridgeConfig[sysfs.ConfigSecondaryBus], bridgeConfig[sysfs.ConfigSubordinateBus] = 0x01, 0x05
+	endpointConfig := make([]byte, sysfs.ConfigHeaderSize)
+	sys := fstest.MapFS{
+		sysfs.LinksDir + "/0000:00:01.0":                      {Data: []byte("../../../devices/pci0000:00/0000:00:01.0"), Mode: fs.ModeSymlink},
+		sysfs.LinksDir + "/0000:01:00.0":                      {Data: []byte("../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0"), Mode: fs.ModeSymlink},
 		"devices/pci0000:00/0000:00:01.0/config":              {Data: bridgeConfig},
 		"devices/pci0000:00/0000:00:01.0/0000:01:00.0/config": {Data: endpointConfig},
 	}
-	host, err := ReadHostDevices(sysfs)
+	host, err := ReadHostDevices(sys)
 	require.NoError(t, err)
 	require.Len(t, host, 2)
 	require.Equal(t, BusRange{First: 1, Last: 5, Owner: host[0].Address}, host[0].Buses)

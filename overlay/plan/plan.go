@@ -31,12 +31,14 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Paths inside the overlay root.
 const (
-	// LinksDir is the directory bind-mounted at /sys/bus/pci/devices.
-	LinksDir = "sys/bus/pci/devices"
+	// LinksDir is the directory bind-mounted at sysfs.KernelLinksDir: the
+	// overlay's sys/ is a sysfs root, so the links sit where the kernel's do.
+	LinksDir = "sys/" + sysfs.LinksDir
 	// ProfileFile is the effective profile, which verify checks against.
 	// It is JSON, which profile loaders read as the YAML it also is.
 	ProfileFile = "effective-profile.json"
@@ -52,10 +54,10 @@ const (
 	DefaultHostSysfs = "/sys"
 )
 
-// LinksDepth is how deep the links directory sits below any root it is
-// mounted under (sys/bus/pci/devices, /sys/bus/pci/devices): a bridge's
-// link climbs exactly this many levels to reach the container root.
-const LinksDepth = 4
+// LinksDepth is sysfs.LinksDepth, the climb of a bridge's link to the
+// container root. It stays only until deploy asks sysfs itself; use
+// sysfs.LinksDepth.
+const LinksDepth = sysfs.LinksDepth
 
 // Kind is what an entry is on disk.
 type Kind uint8
@@ -348,8 +350,9 @@ func multiFunctionDevices(t *Tree) map[[3]uint16]bool {
 	return multi
 }
 
-// up climbs from a directory depth levels below sys/ to sys/.
-func up(depth int) string { return strings.Repeat("../", depth) }
+// upToSys climbs from dir, a directory of the overlay's sys/ tree
+// ("sys/..."), back to sys/.
+func upToSys(dir string) string { return sysfs.Up(strings.Count(dir, "/")) }
 
 func (b *builder) node(n *Node, multiFunction bool) {
 	dir := "sys/" + n.SysPath()
@@ -376,8 +379,8 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "uevent", uevent(n, driver))
 	b.text(dir, "local_cpus", cpuMask(cpus, b.opts.Host.Possible)+"\n")
 	b.text(dir, "local_cpulist", cpus.String()+"\n")
-	b.text(dir, "current_link_speed", linkSpeed(n.Link.CurrentGen)+"\n")
-	b.text(dir, "max_link_speed", linkSpeed(n.Link.MaxGen)+"\n")
+	b.text(dir, "current_link_speed", sysfs.LinkSpeed(n.Link.CurrentGen)+"\n")
+	b.text(dir, "max_link_speed", sysfs.LinkSpeed(n.Link.MaxGen)+"\n")
 	b.decimal(dir, "current_link_width", n.Link.CurrentWidth)
 	b.decimal(dir, "max_link_width", n.Link.MaxWidth)
 	if n.Role.IsBridge() {
@@ -390,22 +393,21 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "msi_bus", "1\n")
 	b.text(dir, "ari_enabled", "0\n")
 	b.text(dir, "driver_override", "(null)\n")
-	depth := n.Depth()
-	b.inTree = append(b.inTree, link(dir+"/subsystem", up(depth)+"bus/pci"))
+	b.inTree = append(b.inTree, link(dir+"/subsystem", upToSys(dir)+"bus/pci"))
 	if driver != "" {
 		ddir := "sys/bus/pci/drivers/" + driver
 		b.dir(ddir)
 		b.inTree = append(b.inTree,
-			link(dir+"/driver", up(depth)+"bus/pci/drivers/"+driver),
-			link(ddir+"/"+bdf, up(4)+n.SysPath()))
+			link(dir+"/driver", upToSys(dir)+"bus/pci/drivers/"+driver),
+			link(ddir+"/"+bdf, upToSys(ddir)+n.SysPath()))
 	}
 	group := strconv.Itoa(n.ordinal)
 	gdir := "sys/kernel/iommu_groups/" + group
 	b.text(gdir, "type", "DMA\n")
 	b.dir(gdir + "/devices")
 	b.inTree = append(b.inTree,
-		link(dir+"/iommu_group", up(depth)+"kernel/iommu_groups/"+group),
-		link(gdir+"/devices/"+bdf, up(4)+n.SysPath()))
+		link(dir+"/iommu_group", upToSys(dir)+"kernel/iommu_groups/"+group),
+		link(gdir+"/devices/"+bdf, upToSys(gdir+"/devices")+n.SysPath()))
 
 	entry := LinksDir + "/" + bdf
 	if n.Role.IsBridge() {
@@ -419,13 +421,13 @@ func (b *builder) node(n *Node, multiFunction bool) {
 // container root. deviceattribute's pcieRoot rejects it, so only bridges,
 // whose pcieRoot nobody asks, use it.
 func EscapedTarget(containerRoot, sysPath string) string {
-	return up(LinksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
+	return sysfs.Up(sysfs.LinksDepth) + strings.TrimPrefix(containerRoot, "/") + "/sys/" + sysPath
 }
 
 // AnchoredTarget is the two-step link text: through the anchor's entry, up to
 // sys/, down to the device.
 func AnchoredTarget(anchor pciaddr.Address, sysPath string) string {
-	return anchor.String() + "/" + up(anchorDepth) + sysPath
+	return anchor.String() + "/" + sysfs.Up(sysfs.LinksDepth) + sysPath
 }
 
 // hostDevices lists the node's own devices with the kernel's link text, which

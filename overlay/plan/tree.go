@@ -49,7 +49,8 @@ type Node struct {
 	Children    []*Node
 	// Secondary and Subordinate are a bridge's bus range.
 	Secondary, Subordinate uint8
-	// Anchor is the depth-4 bridge an endpoint's link starts from.
+	// Anchor is the bridge at depth sysfs.LinksDepth (below sys/) an
+	// endpoint's link starts from.
 	Anchor *Node
 	// Filled in by the planner once the tree is fixed.
 	sysPath string // devices/pciDDDD:BB/.../BDF, relative to sys/
@@ -135,11 +136,6 @@ const (
 	maxPorts  = 32 // device numbers on a switch's internal bus
 )
 
-// anchorDepth is where an anchor's directory sits below sys/:
-// devices/pciDDDD:BB/<root port>/<anchor>. Four ".." from it reach sys/, the
-// same count that takes bus/pci/devices/<entry> lexically to sys/.
-const anchorDepth = 4
-
 // BuildOptions constrain the tree.
 type BuildOptions struct {
 	// Reserved addresses belong to someone else (the host's own devices when
@@ -173,14 +169,11 @@ func BuildTree(m *profile.Machine, opts BuildOptions) (*Tree, error) {
 		byRC[d.RootComplex] = append(byRC[d.RootComplex], d)
 	}
 	var builders []*rcBuilder
-	for i, rc := range m.RootComplexes {
-		limit := uint8(0xff)
-		if i+1 < len(m.RootComplexes) && m.RootComplexes[i+1].ID.Domain == rc.ID.Domain {
-			limit = m.RootComplexes[i+1].ID.Bus - 1
-		}
+	ids := m.RootComplexIDs()
+	for _, rc := range m.RootComplexes {
 		b := &rcBuilder{
 			root:        TreeRoot{ID: rc.ID, NUMANode: rc.NUMANode},
-			limit:       limit,
+			limit:       pciaddr.LastBus(ids, rc.ID),
 			hierarchy:   m.Hierarchy,
 			reserved:    reserved,
 			reservedBus: reservedBus,
@@ -263,7 +256,9 @@ func (b *rcBuilder) build(devs []*profile.Device) error {
 		}
 		if b.isReservedBus(bus) {
 			d := d0(byBus[bus])
-			return fmt.Errorf("mock %s %s sits on bus %04x:%02x, which the host's %s owns: no mock bridge can lead there; move the mock device or drop --host-devices merge", d.Kind, d.Address, b.root.ID.Domain, bus, b.hostOwner(bus))
+			// Name the root complex first, as place's errors do: the bus
+			// alone does not say which host bridge the planner was filling.
+			return fmt.Errorf("%s: mock %s %s sits on bus %04x:%02x, which the host's %s owns: no mock bridge can lead there; move the mock device or drop --host-devices merge", b.root.ID, d.Kind, d.Address, b.root.ID.Domain, bus, b.hostOwner(bus))
 		}
 		parent, err := b.place(bus)
 		if err != nil {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Kind says what a rendered endpoint is.
@@ -36,7 +37,7 @@ const (
 	ClassEthernet      uint32 = 0x020000
 )
 
-// Link is a PCIe link's generation (1 = 2.5 GT/s ... 6 = 64 GT/s) and width.
+// Link is a PCIe link's generation (sysfs.LinkSpeed names each) and width.
 type Link struct {
 	MaxGen       int
 	CurrentGen   int
@@ -90,6 +91,16 @@ func (m *Machine) GPUs() []Device {
 		}
 	}
 	return out
+}
+
+// RootComplexIDs lists the machine's host bridges, in order, for the bus
+// range questions pciaddr.LastBus and pciaddr.Covering answer.
+func (m *Machine) RootComplexIDs() []pciaddr.RootComplex {
+	ids := make([]pciaddr.RootComplex, len(m.RootComplexes))
+	for i, rc := range m.RootComplexes {
+		ids[i] = rc.ID
+	}
+	return ids
 }
 
 // Limits on what one profile may ask for, far above any real node.
@@ -359,20 +370,20 @@ func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, device 
 		}
 		return *v, nil
 	}
-	validGen := func(g int) bool { return g >= 1 && g <= 6 }
-	validWidth := func(w int) bool { return slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, w) }
+	gens := fmt.Sprintf("a PCIe generation 1..%d", sysfs.MaxLinkGen)
+	widths := "a link width of " + sysfs.LinkWidthsText()
 	var l Link
 	var err error
-	if l.MaxGen, err = pick("max_link_gen", pc.MaxLinkGen, def.MaxLinkGen, gen, validGen, "a PCIe generation 1..6"); err != nil {
+	if l.MaxGen, err = pick("max_link_gen", pc.MaxLinkGen, def.MaxLinkGen, gen, sysfs.ValidLinkGen, gens); err != nil {
 		return l, err
 	}
-	if l.CurrentGen, err = pick("current_link_gen", pc.CurrentLinkGen, def.CurrentLinkGen, l.MaxGen, validGen, "a PCIe generation 1..6"); err != nil {
+	if l.CurrentGen, err = pick("current_link_gen", pc.CurrentLinkGen, def.CurrentLinkGen, l.MaxGen, sysfs.ValidLinkGen, gens); err != nil {
 		return l, err
 	}
-	if l.MaxWidth, err = pick("max_link_width", pc.MaxLinkWidth, def.MaxLinkWidth, width, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+	if l.MaxWidth, err = pick("max_link_width", pc.MaxLinkWidth, def.MaxLinkWidth, width, sysfs.ValidLinkWidth, widths); err != nil {
 		return l, err
 	}
-	if l.CurrentWidth, err = pick("current_link_width", pc.CurrentLinkWidth, def.CurrentLinkWidth, l.MaxWidth, validWidth, "a link width of 1, 2, 4, 8, 12, 16 or 32"); err != nil {
+	if l.CurrentWidth, err = pick("current_link_width", pc.CurrentLinkWidth, def.CurrentLinkWidth, l.MaxWidth, sysfs.ValidLinkWidth, widths); err != nil {
 		return l, err
 	}
 	return l, nil
@@ -464,6 +475,7 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 		}
 	}
 	slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+	ids := m.RootComplexIDs()
 	for i := range m.Devices {
 		d := &m.Devices[i]
 		if _, ok := placed[d.Address]; ok {
@@ -471,11 +483,11 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 		}
 		// A device the topology leaves out goes under the root complex whose
 		// bus range holds it, as the kernel would find it.
-		rc, ok := covering(m.RootComplexes, d.Address)
+		rc, ok := pciaddr.Covering(ids, d.Address)
 		if !ok {
 			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
 		}
-		d.RootComplex = rc.ID
+		d.RootComplex = rc
 		placed[d.Address] = seen[d.Address]
 	}
 	numa := map[pciaddr.RootComplex]int{}
@@ -485,15 +497,16 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 	for i := range m.Devices {
 		d := &m.Devices[i]
 		d.NUMANode = numa[d.RootComplex]
-		if err := n.checkBus(m, d, placed[d.Address]); err != nil {
+		if err := n.checkBus(m.Hierarchy, ids, d, placed[d.Address]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// checkBus refuses a device whose bus no real hierarchy could give it.
-func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
+// checkBus refuses a device whose bus no real hierarchy could give it; rcs
+// are the machine's root complexes.
+func (n *normalizer) checkBus(h boards.Hierarchy, rcs []pciaddr.RootComplex, d *Device, field string) error {
 	rc := d.RootComplex
 	value := d.Address.String()
 	switch {
@@ -501,38 +514,15 @@ func (n *normalizer) checkBus(m *Machine, d *Device, field string) error {
 		return n.fail(field, value, "domain %04x differs from its root complex %s", d.Address.Domain, rc)
 	case d.Address.Bus < rc.Bus:
 		return n.fail(field, value, "bus %02x is below the root bus %02x of %s: devices sit on or after their root bus", d.Address.Bus, rc.Bus, rc)
-	case d.Address.Bus == rc.Bus && m.Hierarchy != boards.Flat:
+	case d.Address.Bus == rc.Bus && h != boards.Flat:
 		return n.fail(field, value, "bus %02x is the root bus of %s: only a flat (VM) hierarchy puts a device on the root bus; use a later bus or pcie_topology.hierarchy: flat", d.Address.Bus, rc)
 	}
-	if next, ok := nextRootComplex(m.RootComplexes, rc); ok && d.Address.Bus >= next.Bus {
-		return n.fail(field, value, "bus %02x lies in the range of %s, not of %s (which owns buses %02x-%02x)", d.Address.Bus, next, rc, rc.Bus, next.Bus-1)
+	if last := pciaddr.LastBus(rcs, rc); d.Address.Bus > last {
+		// Past rc's last bus starts the next root complex of the domain.
+		next := pciaddr.RootComplex{Domain: rc.Domain, Bus: last + 1}
+		return n.fail(field, value, "bus %02x lies in the range of %s, not of %s (which owns buses %02x-%02x)", d.Address.Bus, next, rc, rc.Bus, last)
 	}
 	return nil
-}
-
-// covering finds the root complex whose bus range holds a.
-func covering(rcs []RootComplex, a pciaddr.Address) (RootComplex, bool) {
-	ids := make([]pciaddr.RootComplex, len(rcs))
-	for i, rc := range rcs {
-		ids[i] = rc.ID
-	}
-	id, found := pciaddr.Covering(ids, a)
-	for _, rc := range rcs {
-		if found && rc.ID == id {
-			return rc, true
-		}
-	}
-	return RootComplex{}, false
-}
-
-// nextRootComplex finds the root complex after rc in the same domain.
-func nextRootComplex(rcs []RootComplex, rc pciaddr.RootComplex) (pciaddr.RootComplex, bool) {
-	for _, o := range rcs {
-		if o.ID.Domain == rc.Domain && o.ID.Bus > rc.Bus {
-			return o.ID, true // rcs is sorted
-		}
-	}
-	return pciaddr.RootComplex{}, false
 }
 
 func firstString(a, b string) string {

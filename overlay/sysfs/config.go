@@ -36,3 +36,56 @@ const (
 	// ConfigHeaderSize is the standard header; capabilities follow it.
 	ConfigHeaderSize = 0x40
 )
+
+// Sizes of the config file: a conventional PCI function shows 256 bytes, a
+// PCIe function its whole 4 KiB extended space.
+const (
+	ConfigSizePCI = 256
+	ConfigSize    = 4096
+)
+
+// Values of the header registers.
+const (
+	StatusCapList       = 0x0010 // Status: a capability list starts at ConfigCapPointer
+	HeaderTypeMask      = 0x7f   // ConfigHeaderType without the multi-function bit
+	HeaderTypeEndpoint  = 0x00   // type 0
+	HeaderTypeBridge    = 0x01   // type 1, a PCI-to-PCI bridge
+	HeaderMultiFunction = 0x80
+)
+
+// Capability ids (PCI Code and ID Assignment, section 2): each capability
+// starts with its id, then the offset of the next one.
+const (
+	CapPM     = 0x01
+	CapMSI    = 0x05
+	CapVendor = 0x09
+	CapSSVID  = 0x0d
+	CapPCIe   = 0x10
+	CapMSIX   = 0x11
+)
+
+// Registers of the PCI Express capability, as offsets from its start
+// (PCIe Base 4.0, section 7.5.3).
+const (
+	PCIeCapabilities = 0x02 // 16 bits: device/port type in bits 7:4, slot implemented bit 8
+	PCIeDevCap       = 0x04 // 32 bits
+	PCIeDevCtl       = 0x08 // 16 bits
+	PCIeLinkCap      = 0x0c // 32 bits: max speed 3:0, max width 9:4, port number 31:24
+	PCIeLinkCtl      = 0x10 // 16 bits
+	PCIeLinkStatus   = 0x12 // 16 bits: current speed 3:0, width 9:4
+	PCIeSlotCap      = 0x14 // 32 bits: physical slot number 31:19
+	PCIeSlotStatus   = 0x1a // 16 bits
+	PCIeDevCap2      = 0x24 // 32 bits
+	PCIeLinkCap2     = 0x2c // 32 bits: supported speeds vector 7:1
+	PCIeLinkCtl2     = 0x30 // 16 bits: target speed 3:0
+)
+
+// LinkSpeedGen and LinkWidth read a link register (PCIeLinkCap or
+// PCIeLinkStatus): the generation in bits 3:0, the width in bits 9:4.
+func LinkSpeedGen(reg uint32) int { return int(reg & 0xf) }
+
+// LinkWidth is the width field of a link register; see LinkSpeedGen.
+func LinkWidth(reg uint32) int { return int(reg>>4) & 0x3f }
+
+// LinkFields packs a generation and width as a link register holds them.
+func LinkFields(gen, width int) uint32 { return uint32(gen)&0xf | (uint32(width)&0x3f)<<4 }

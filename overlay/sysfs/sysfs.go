@@ -43,6 +43,10 @@ func Up(n int) string { return strings.Repeat("../", n) }
 // MaxLinkGen is the newest PCIe generation the kernel names.
 const MaxLinkGen = 6
 
+// ValidLinkGen reports whether gen is a PCIe generation the kernel names
+// (1 ... MaxLinkGen).
+func ValidLinkGen(gen int) bool { return gen >= 1 && gen <= MaxLinkGen }
+
 // linkSpeeds is the kernel's spelling of each PCIe generation's speed
 // (drivers/pci/probe.c, pci_speed_string), index = generation - 1. A
 // function, not a variable: the package keeps no globals.

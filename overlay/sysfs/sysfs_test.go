@@ -19,6 +19,10 @@ func TestLinkSpeedRoundTrip(t *testing.T) {
 	require.Equal(t, "Unknown", LinkSpeed(MaxLinkGen+1))
 	_, ok := LinkGen("Unknown")
 	require.False(t, ok)
+	require.True(t, ValidLinkGen(1))
+	require.True(t, ValidLinkGen(MaxLinkGen))
+	require.False(t, ValidLinkGen(0))
+	require.False(t, ValidLinkGen(MaxLinkGen+1))
 }
 
 func TestLinkWidths(t *testing.T) {
@@ -38,4 +42,16 @@ func TestModalias(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "pci:v000010DEd000020B0sv000010DEsd0000134Fbc03sc02i00",
 		Modalias(0x10de, 0x20b0, 0x10de, 0x134f, 0x030200))
+}
+
+func TestLinkFields(t *testing.T) {
+	t.Parallel()
+	for _, w := range LinkWidths() {
+		for gen := 1; gen <= MaxLinkGen; gen++ {
+			reg := LinkFields(gen, w) | 0xab<<24 // a port number above the fields
+			require.Equal(t, gen, LinkSpeedGen(reg))
+			require.Equal(t, w, LinkWidth(reg))
+		}
+	}
+	require.Equal(t, uint32(0x105), LinkFields(5, 16), "Gen5 x16 as an H100's LnkCap holds it")
 }
