@@ -11,23 +11,17 @@ import (
 const ConfigSize = sysfs.ConfigSize
 
 // Capability layout, as on a real H100: PM at 0x40, MSI at 0x48, the PCI
-// Express capability at 0x60.
+// Express capability at 0x60. Exported so that plancheck checks the layout
+// the planner promises rather than a copy of it.
 const (
-	capPM   = sysfs.ConfigHeaderSize
-	capMSI  = 0x48
-	capPCIe = 0x60
+	CapPMAt   = sysfs.ConfigHeaderSize
+	CapMSIAt  = 0x48
+	CapPCIeAt = 0x60
 )
 
-// PCI Express device/port types (PCIe capability register bits 7:4).
-const (
-	pcieEndpoint   = 0x0
-	pcieRootPort   = 0x4
-	pcieUpstream   = 0x5
-	pcieDownstream = 0x6
-	pciePCIBridge  = 0x7
-)
-
-const cmdDefault = 0x0547 // I/O, memory, bus master, parity, SERR, INTx disable
+// Command is the command register of every planned function, a real
+// H100's: I/O, memory, bus master, parity, SERR, INTx disable.
+const Command = 0x0547
 
 // configRegs is a config space being written, register by register, in
 // the little-endian order PCI keeps.
@@ -55,14 +49,14 @@ func (c configRegs) header(n *Node, irq int, multiFunction bool) {
 	id := n.Identity
 	c.put16(sysfs.ConfigVendorID, id.Vendor)
 	c.put16(sysfs.ConfigDeviceID, id.Device)
-	c.put16(sysfs.ConfigCommand, cmdDefault)
+	c.put16(sysfs.ConfigCommand, Command)
 	c.put16(sysfs.ConfigStatus, sysfs.StatusCapList)
 	c[sysfs.ConfigRevision] = id.Revision
 	// The class code's three bytes: programming interface, sub-class, base.
 	c[sysfs.ConfigClass] = byte(id.Class)
 	c[sysfs.ConfigClass+1] = byte(id.Class >> 8)
 	c[sysfs.ConfigClass+2] = byte(id.Class >> 16)
-	c[sysfs.ConfigCapPointer] = capPM
+	c[sysfs.ConfigCapPointer] = CapPMAt
 	c[sysfs.ConfigIRQLine] = byte(irq)
 	c[sysfs.ConfigIRQPin] = 1 // INTA
 	var header byte = sysfs.HeaderTypeEndpoint
@@ -129,29 +123,29 @@ func (c configRegs) endpointHeader(n *Node) {
 // MSI, then PCI Express.
 func (c configRegs) capabilities(n *Node) {
 	// Power management, version 3, in D0.
-	c[capPM], c[capPM+1] = sysfs.CapPM, capMSI
-	c.put16(capPM+2, 0x0003)
-	c.put16(capPM+4, 0x0008) // No_Soft_Reset
+	c[CapPMAt], c[CapPMAt+1] = sysfs.CapPM, CapMSIAt
+	c.put16(CapPMAt+2, 0x0003)
+	c.put16(CapPMAt+4, 0x0008) // No_Soft_Reset
 	// MSI: 64-bit, per-vector masking; fills 0x48-0x5f.
-	c[capMSI], c[capMSI+1] = sysfs.CapMSI, capPCIe
-	c.put16(capMSI+2, 0x0180)
-	c[capPCIe:].pcieCap(n)
+	c[CapMSIAt], c[CapMSIAt+1] = sysfs.CapMSI, CapPCIeAt
+	c.put16(CapMSIAt+2, 0x0180)
+	c[CapPCIeAt:].pcieCap(n)
 }
 
-// pcieType is the device/port type the PCI Express capability declares for
-// a role, and whether that port has a slot.
-func pcieType(r Role) (portType uint16, slot bool) {
+// PCIePortType is the device/port type the PCI Express capability declares
+// for a role, and whether that port has a slot.
+func PCIePortType(r Role) (portType uint16, slot bool) {
 	switch r {
 	case RootPort:
-		return pcieRootPort, true
+		return sysfs.PCIeRootPort, true
 	case SwitchUp:
-		return pcieUpstream, false
+		return sysfs.PCIeUpstreamPort, false
 	case SwitchDown:
-		return pcieDownstream, true
+		return sysfs.PCIeDownstreamPort, true
 	case PCIBridge:
-		return pciePCIBridge, false
+		return sysfs.PCIeToPCIBridge, false
 	}
-	return pcieEndpoint, false
+	return sysfs.PCIeEndpoint, false
 }
 
 // pcieCap fills the PCI Express capability (version 2), whose link
@@ -159,7 +153,7 @@ func pcieType(r Role) (portType uint16, slot bool) {
 // the capability.
 func (c configRegs) pcieCap(n *Node) {
 	c[0], c[1] = sysfs.CapPCIe, 0 // last capability
-	portType, slot := pcieType(n.Role)
+	portType, slot := PCIePortType(n.Role)
 	caps := 0x0002 | portType<<4
 	if slot {
 		caps |= 0x0100

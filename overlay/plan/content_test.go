@@ -21,6 +21,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // twoNodeHost is a host with CPUs 0-3 on node 0 and 4-7 on node 1.
@@ -80,11 +81,6 @@ func parseResource(t *testing.T, s string) []resourceLine {
 
 func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
 
-// speed is the kernel's spelling of a generation's link speed.
-func speed(gen int) string {
-	return map[int]string{1: "2.5 GT/s PCIe", 2: "5.0 GT/s PCIe", 3: "8.0 GT/s PCIe", 4: "16.0 GT/s PCIe", 5: "32.0 GT/s PCIe", 6: "64.0 GT/s PCIe"}[gen]
-}
-
 // TestDeviceFiles checks every planned function's files against each other
 // and against the profile: ids in the files and in config space, the
 // capability list PM -> MSI -> PCIe, link registers against the link files,
@@ -116,7 +112,7 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 	require.Equal(t, fmt.Sprintf("0x%06x\n", id.Class), get("class"), where)
 	require.Equal(t, fmt.Sprintf("0x%02x\n", id.Revision), get("revision"), where)
 	require.Equal(t, fmt.Sprintf("%d\n", n.NUMANode), get("numa_node"), where)
-	require.Equal(t, fmt.Sprintf("pci:v%08Xd%08Xsv%08Xsd%08Xbc%02Xsc%02Xi%02X\n", id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice, id.Class>>16, (id.Class>>8)&0xff, id.Class&0xff), get("modalias"), where)
+	require.Equal(t, sysfs.Modalias(id.Vendor, id.Device, id.SubsystemVendor, id.SubsystemDevice, id.Class)+"\n", get("modalias"), where)
 	require.Regexp(t, `^pci:v[0-9A-F]{8}d[0-9A-F]{8}sv[0-9A-F]{8}sd[0-9A-F]{8}bc[0-9A-F]{2}sc[0-9A-F]{2}i[0-9A-F]{2}\n$`, get("modalias"))
 	if n.Role == plan.Endpoint {
 		require.Equal(t, n.Device.NUMANode, n.NUMANode, where)
@@ -140,8 +136,8 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 	require.Equal(t, wantCPUs[1]+"\n", get("local_cpulist"), where)
 
 	// Link files.
-	require.Equal(t, speed(n.Link.CurrentGen)+"\n", get("current_link_speed"), where)
-	require.Equal(t, speed(n.Link.MaxGen)+"\n", get("max_link_speed"), where)
+	require.Equal(t, sysfs.LinkSpeed(n.Link.CurrentGen)+"\n", get("current_link_speed"), where)
+	require.Equal(t, sysfs.LinkSpeed(n.Link.MaxGen)+"\n", get("max_link_speed"), where)
 	require.Equal(t, fmt.Sprintf("%d\n", n.Link.CurrentWidth), get("current_link_width"), where)
 	require.Equal(t, fmt.Sprintf("%d\n", n.Link.MaxWidth), get("max_link_width"), where)
 	if n.Role == plan.Endpoint && n.Device.Kind == profile.GPU {
@@ -271,7 +267,7 @@ func TestLinksResolve(t *testing.T) {
 				require.NoError(t, err)
 				if n.Role == plan.Endpoint {
 					// What deviceattribute parses: the text, cleaned lexically.
-					require.Equal(t, n.SysPath(), path.Clean(path.Join("bus/pci/devices", target)), bdf)
+					require.Equal(t, n.SysPath(), path.Clean(path.Join(sysfs.LinksDir, target)), bdf)
 				}
 				driver := map[plan.Role]string{plan.RootPort: "pcieport", plan.SwitchUp: "pcieport", plan.SwitchDown: "pcieport"}[n.Role]
 				if n.Role == plan.Endpoint {

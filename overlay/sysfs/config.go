@@ -80,6 +80,18 @@ const (
 	PCIeLinkCtl2     = 0x30 // 16 bits: target speed 3:0
 )
 
+// PCI Express device/port types, in bits 7:4 of PCIeCapabilities.
+const (
+	PCIeEndpoint       = 0x0
+	PCIeRootPort       = 0x4
+	PCIeUpstreamPort   = 0x5
+	PCIeDownstreamPort = 0x6
+	PCIeToPCIBridge    = 0x7
+)
+
+// PCIePortTypeOf is the device/port type field of a PCIeCapabilities value.
+func PCIePortTypeOf(caps uint16) uint16 { return caps >> 4 & 0xf }
+
 // LinkSpeedGen and LinkWidth read a link register (PCIeLinkCap or
 // PCIeLinkStatus): the generation in bits 3:0, the width in bits 9:4.
 func LinkSpeedGen(reg uint32) int { return int(reg & 0xf) }

@@ -25,6 +25,16 @@ func TestLinkSpeedRoundTrip(t *testing.T) {
 	require.False(t, ValidLinkGen(MaxLinkGen+1))
 }
 
+// TestLinkSpeedTexts pins each generation's text to the kernel's
+// pci_speed_string: the renderer and every checker read them from here.
+func TestLinkSpeedTexts(t *testing.T) {
+	t.Parallel()
+	want := []string{"2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe", "64.0 GT/s PCIe"}
+	for i, text := range want {
+		require.Equal(t, text, LinkSpeed(i+1), "gen %d", i+1)
+	}
+}
+
 func TestLinkWidths(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "1, 2, 4, 8, 12, 16 or 32", LinkWidthsText())

@@ -11,26 +11,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// What the planner promises of config space beyond the standard header:
-// the command and status of a real H100, and its capability list, PM at
-// 0x40, MSI at 0x48 and PCI Express at 0x60, then the end.
-const (
-	wantCommand = 0x0547 // I/O, memory, bus master, parity, SERR, INTx disable
-	wantStatus  = 0x0010 // capability list present
-	capPCIe     = 0x60
-
-	// Registers of the PCI Express capability, from its start.
-	pcieFlags  = 0x02 // 16 bits; device/port type in bits 7:4
-	pcieLnkCap = 0x0c // 32 bits; max speed in bits 3:0, max width in 9:4
-	pcieLnkSta = 0x12 // 16 bits; current speed in bits 3:0, width in 9:4
-)
-
-// capList is the capability list the planner writes: offset and ID.
-func capList() [][2]int { return [][2]int{{0x40, 0x01}, {0x48, 0x05}, {capPCIe, 0x10}} }
-
-// portType is the PCI Express device/port type of each role.
-func portType(r plan.Role) uint16 {
-	return map[plan.Role]uint16{plan.Endpoint: 0, plan.RootPort: 4, plan.SwitchUp: 5, plan.SwitchDown: 6, plan.PCIBridge: 7}[r]
+// capList is the capability list the planner promises (offset, id): PM,
+// MSI and PCI Express, then the end.
+func capList() [][2]int {
+	return [][2]int{{plan.CapPMAt, sysfs.CapPM}, {plan.CapMSIAt, sysfs.CapMSI}, {plan.CapPCIeAt, sysfs.CapPCIe}}
 }
 
 // CheckConfig decodes a node's config file and checks it against the node
@@ -67,8 +51,8 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 	id := n.Identity
 	reg16("vendor", sysfs.ConfigVendorID, id.Vendor)
 	reg16("device", sysfs.ConfigDeviceID, id.Device)
-	reg16("command", sysfs.ConfigCommand, wantCommand)
-	reg16("status", sysfs.ConfigStatus, wantStatus)
+	reg16("command", sysfs.ConfigCommand, plan.Command)
+	reg16("status", sysfs.ConfigStatus, sysfs.StatusCapList)
 	if got := cfg[sysfs.ConfigRevision]; got != id.Revision {
 		fail("%sconfig: revision %#02x, want %#02x", dir, got, id.Revision)
 	}
@@ -82,9 +66,9 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 		fail("%sconfig: interrupt line %d, but the irq file says %d", dir, cfg[sysfs.ConfigIRQLine], irq)
 	}
 
-	header := cfg[sysfs.ConfigHeaderType] &^ 0x80 // bit 7 is multi-function
+	header := cfg[sysfs.ConfigHeaderType] & sysfs.HeaderTypeMask
 	if n.Role.IsBridge() {
-		if header != 1 {
+		if header != sysfs.HeaderTypeBridge {
 			fail("%sconfig: header type %d, but a bridge's is 1", dir, header)
 		}
 		pri, sec, sub := cfg[sysfs.ConfigPrimaryBus], cfg[sysfs.ConfigSecondaryBus], cfg[sysfs.ConfigSubordinateBus]
@@ -100,7 +84,7 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 			}
 		}
 	} else {
-		if header != 0 {
+		if header != sysfs.HeaderTypeEndpoint {
 			fail("%sconfig: header type %d, but an endpoint's is 0", dir, header)
 		}
 		reg16("subsystem vendor", sysfs.ConfigSubsystemVID, id.SubsystemVendor)
@@ -122,11 +106,12 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 		return bad
 	}
 
-	pcie := capPCIe
-	if got, want := (le16(pcie+pcieFlags)>>4)&0xf, portType(n.Role); got != want {
+	pcie := plan.CapPCIeAt
+	want, _ := plan.PCIePortType(n.Role)
+	if got := sysfs.PCIePortTypeOf(le16(pcie + sysfs.PCIeCapabilities)); got != want {
 		fail("%sconfig: PCIe port type %d, want %d for a %s", dir, got, want, n.Role)
 	}
-	lnkCap, lnkSta := le32(pcie+pcieLnkCap), uint32(le16(pcie+pcieLnkSta))
+	lnkCap, lnkSta := le32(pcie+sysfs.PCIeLinkCap), uint32(le16(pcie+sysfs.PCIeLinkStatus))
 	for _, r := range []struct {
 		reg, speedFile, widthFile string
 		value                     uint32
@@ -134,7 +119,7 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 		{"LnkCap", "max_link_speed", "max_link_width", lnkCap},
 		{"LnkSta", "current_link_speed", "current_link_width", lnkSta},
 	} {
-		gen, width := int(r.value&0xf), int(r.value>>4)&0x3f
+		gen, width := sysfs.LinkSpeedGen(r.value), sysfs.LinkWidth(r.value)
 		if got := file(r.speedFile); got != sysfs.LinkSpeed(gen)+"\n" {
 			fail("%sconfig: %s speed Gen%d, but %s is %q", dir, r.reg, gen, r.speedFile, got)
 		}
