@@ -411,84 +411,29 @@ func (n *normalizer) nvswitch(i int, gpuDevice uint16) (Device, error) {
 	return d, nil
 }
 
-// place puts every device under a root complex and checks that the
-// numbering could exist: each root complex owns the buses from its root bus
-// up to the next root complex's root bus in the same domain.
+// place gives every device its root complex and NUMA node: those the
+// profile's pcie_topology lists go where it says, the rest under the root
+// complex whose bus range holds them; without a topology, each domain's
+// devices hang under one root complex. With a topology it then checks that
+// the numbering could exist: each root complex owns the buses from its
+// root bus up to the next root complex's root bus in the same domain.
 func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
-	index := map[pciaddr.Address]int{}
-	for i, d := range m.Devices {
-		index[d.Address] = i
-	}
-	placed := map[pciaddr.Address]string{}
 	t := n.p.PCIeTopology
 	if t == nil || len(t.RootComplexes) == 0 {
-		// No topology: each domain's devices hang under one root complex.
-		domains := map[uint16]bool{}
-		for i := range m.Devices {
-			d := &m.Devices[i]
-			d.RootComplex = pciaddr.RootComplex{Domain: d.Address.Domain}
-			if !domains[d.Address.Domain] {
-				domains[d.Address.Domain] = true
-				m.RootComplexes = append(m.RootComplexes, RootComplex{ID: d.RootComplex})
-			}
-		}
-		slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+		placeByDomain(m)
 		return nil
 	}
 	if len(t.RootComplexes) > MaxRootComplexes {
 		return n.fail("pcie_topology.root_complexes", fmt.Sprint(len(t.RootComplexes)), "more than %d root complexes", MaxRootComplexes)
 	}
-	rcField := map[pciaddr.RootComplex]string{}
-	for i, rc := range t.RootComplexes {
-		field := fmt.Sprintf("pcie_topology.root_complexes[%d]", i)
-		id, err := pciaddr.ParseRootComplex(rc.ID)
-		if err != nil {
-			return n.fail(field+".id", rc.ID, "%s", reason(err))
-		}
-		if other, dup := rcField[id]; dup {
-			return n.fail(field+".id", rc.ID, "the same root complex as %s", other)
-		}
-		rcField[id] = field + ".id"
-		numa := 0
-		if rc.NUMANode != nil {
-			numa = *rc.NUMANode
-			if numa < -1 || numa > 1023 {
-				return n.fail(field+".numa_node", fmt.Sprint(numa), "want -1 (no affinity) or a node 0..1023")
-			}
-		}
-		m.RootComplexes = append(m.RootComplexes, RootComplex{ID: id, NUMANode: numa})
-		for j, s := range rc.Devices {
-			df := fmt.Sprintf("%s.devices[%d]", field, j)
-			a, err := pciaddr.Parse(s)
-			if err != nil {
-				return n.fail(df, s, "%s", reason(err))
-			}
-			di, ok := index[a]
-			if !ok {
-				return n.fail(df, s, "not in devices[] or nvlink.switches[]: the topology may only place devices the profile declares")
-			}
-			if other, dup := placed[a]; dup {
-				return n.fail(df, s, "already placed by %s: a device sits under one root complex", other)
-			}
-			placed[a] = df
-			m.Devices[di].RootComplex = id
-		}
+	placed, err := n.placeListed(m, t.RootComplexes)
+	if err != nil {
+		return err
 	}
 	slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
 	ids := m.RootComplexIDs()
-	for i := range m.Devices {
-		d := &m.Devices[i]
-		if _, ok := placed[d.Address]; ok {
-			continue
-		}
-		// A device the topology leaves out goes under the root complex whose
-		// bus range holds it, as the kernel would find it.
-		rc, ok := pciaddr.Covering(ids, d.Address)
-		if !ok {
-			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
-		}
-		d.RootComplex = rc
-		placed[d.Address] = seen[d.Address]
+	if err := n.placeCovered(m, ids, placed, seen); err != nil {
+		return err
 	}
 	numa := map[pciaddr.RootComplex]int{}
 	for _, rc := range m.RootComplexes {
@@ -500,6 +445,97 @@ func (n *normalizer) place(m *Machine, seen map[pciaddr.Address]string) error {
 		if err := n.checkBus(m.Hierarchy, ids, d, placed[d.Address]); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// placeByDomain puts each domain's devices under one root complex, on bus
+// 00 of that domain: a profile without a topology.
+func placeByDomain(m *Machine) {
+	domains := map[uint16]bool{}
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		d.RootComplex = pciaddr.RootComplex{Domain: d.Address.Domain}
+		if !domains[d.Address.Domain] {
+			domains[d.Address.Domain] = true
+			m.RootComplexes = append(m.RootComplexes, RootComplex{ID: d.RootComplex})
+		}
+	}
+	slices.SortFunc(m.RootComplexes, func(a, b RootComplex) int { return a.ID.Compare(b.ID) })
+}
+
+// placeListed reads the topology's root complexes into m and places the
+// devices each lists. It returns the field that placed each device.
+func (n *normalizer) placeListed(m *Machine, rcs []RootComplexConfig) (map[pciaddr.Address]string, error) {
+	index := map[pciaddr.Address]int{}
+	for i, d := range m.Devices {
+		index[d.Address] = i
+	}
+	placed := map[pciaddr.Address]string{}
+	rcField := map[pciaddr.RootComplex]string{}
+	for i, rc := range rcs {
+		field := fmt.Sprintf("pcie_topology.root_complexes[%d]", i)
+		parsed, err := n.rootComplex(field, rc, rcField)
+		if err != nil {
+			return nil, err
+		}
+		m.RootComplexes = append(m.RootComplexes, parsed)
+		for j, s := range rc.Devices {
+			df := fmt.Sprintf("%s.devices[%d]", field, j)
+			a, err := pciaddr.Parse(s)
+			if err != nil {
+				return nil, n.fail(df, s, "%s", reason(err))
+			}
+			di, ok := index[a]
+			if !ok {
+				return nil, n.fail(df, s, "not in devices[] or nvlink.switches[]: the topology may only place devices the profile declares")
+			}
+			if other, dup := placed[a]; dup {
+				return nil, n.fail(df, s, "already placed by %s: a device sits under one root complex", other)
+			}
+			placed[a] = df
+			m.Devices[di].RootComplex = parsed.ID
+		}
+	}
+	return placed, nil
+}
+
+// rootComplex reads one root complex of the topology: its id, unique among
+// those read so far (rcField, which it adds to), and its NUMA node.
+func (n *normalizer) rootComplex(field string, rc RootComplexConfig, rcField map[pciaddr.RootComplex]string) (RootComplex, error) {
+	id, err := pciaddr.ParseRootComplex(rc.ID)
+	if err != nil {
+		return RootComplex{}, n.fail(field+".id", rc.ID, "%s", reason(err))
+	}
+	if other, dup := rcField[id]; dup {
+		return RootComplex{}, n.fail(field+".id", rc.ID, "the same root complex as %s", other)
+	}
+	rcField[id] = field + ".id"
+	numa := 0
+	if rc.NUMANode != nil {
+		numa = *rc.NUMANode
+		if numa < -1 || numa > 1023 {
+			return RootComplex{}, n.fail(field+".numa_node", fmt.Sprint(numa), "want -1 (no affinity) or a node 0..1023")
+		}
+	}
+	return RootComplex{ID: id, NUMANode: numa}, nil
+}
+
+// placeCovered puts each device the topology leaves out under the root
+// complex whose bus range holds it, as the kernel would find it, and
+// records the device's own field as what placed it.
+func (n *normalizer) placeCovered(m *Machine, ids []pciaddr.RootComplex, placed, seen map[pciaddr.Address]string) error {
+	for i := range m.Devices {
+		d := &m.Devices[i]
+		if _, ok := placed[d.Address]; ok {
+			continue
+		}
+		rc, ok := pciaddr.Covering(ids, d.Address)
+		if !ok {
+			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
+		}
+		d.RootComplex = rc
+		placed[d.Address] = seen[d.Address]
 	}
 	return nil
 }
