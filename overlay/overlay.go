@@ -8,6 +8,7 @@
 package overlay
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"debug/elf"
 	"fmt"
@@ -63,10 +64,7 @@ func (o Options) ProfileSource() string {
 	if o.Profile != "" {
 		return o.Profile
 	}
-	root := o.Root
-	if root == "" {
-		root = DefaultRoot
-	}
+	root := cmp.Or(o.Root, DefaultRoot)
 	effective := path.Join(root, plan.ProfileFile)
 	if _, err := os.Lstat(path.Join(root, writer.ManifestFile)); err != nil {
 		return builtin.Default
@@ -109,10 +107,7 @@ func Plan(opts Options) (*plan.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	hostSysfs := opts.HostSysfs
-	if hostSysfs == "" {
-		hostSysfs = plan.DefaultHostSysfs
-	}
+	hostSysfs := cmp.Or(opts.HostSysfs, plan.DefaultHostSysfs)
 	sysfs := os.DirFS(hostSysfs)
 	cpus, err := plan.ReadHostCPUs(sysfs)
 	if err != nil {
@@ -178,10 +173,7 @@ func binarySource(path string) (*plan.FileSource, error) {
 
 // Render plans the overlay and writes it into the root.
 func Render(opts Options) (*plan.Plan, writer.Stats, error) {
-	root := opts.Root
-	if root == "" {
-		root = DefaultRoot
-	}
+	root := cmp.Or(opts.Root, DefaultRoot)
 	if err := writer.CheckRoot(root); err != nil {
 		return nil, writer.Stats{}, err
 	}

@@ -4,6 +4,7 @@
 package builtin
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -64,9 +65,7 @@ func Get(name string) (*profile.Profile, bool) {
 // Load resolves --profile: a built-in name, or else a file path. It returns
 // the profile and the name to use for it in messages.
 func Load(nameOrPath string) (*profile.Profile, string, error) {
-	if nameOrPath == "" {
-		nameOrPath = Default
-	}
+	nameOrPath = cmp.Or(nameOrPath, Default)
 	if !strings.ContainsAny(nameOrPath, "/.") {
 		if p, ok := Get(nameOrPath); ok {
 			return p, "built-in " + nameOrPath, nil
