@@ -179,16 +179,7 @@ func (b *rcBuilder) freeBusPair() (uint8, bool) {
 
 func (b *rcBuilder) anchorChain(bus, dev, fn uint8) *Node {
 	rp := b.addRootPort(dev, fn, bus, bus+1)
-	bridge := &Node{
-		Role:        PCIBridge,
-		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: bus},
-		Identity:    anchorBridgeIdentity(b.hierarchy),
-		Parent:      rp,
-		Secondary:   bus + 1,
-		Subordinate: bus + 1,
-	}
-	rp.Children = []*Node{bridge}
-	return bridge
+	return b.addBridge(rp, PCIBridge, bus, anchorBridgeIdentity(b.hierarchy))
 }
 
 // index sorts children by address, then fixes every node's path, root

@@ -354,21 +354,29 @@ func (b *rcBuilder) addRootPort(dev, fn, sec, sub uint8) *Node {
 	return rp
 }
 
+// addBridge adds a bridge of role below parent, as device 0 on bus, whose
+// secondary and subordinate bus is the next one: the start of a chain that
+// widen extends as devices go below it.
+func (b *rcBuilder) addBridge(parent *Node, role Role, bus uint8, id Identity) *Node {
+	n := &Node{
+		Role:        role,
+		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: bus},
+		Identity:    id,
+		Parent:      parent,
+		Secondary:   bus + 1,
+		Subordinate: bus + 1,
+	}
+	parent.Children = append(parent.Children, n)
+	return n
+}
+
 // addSwitch adds a switch whose upstream port sits on bus. Below an
 // upstream port, it hangs from a new downstream port of that switch.
 func (b *rcBuilder) addSwitch(parent *Node, bus uint8) *Node {
 	if parent.Role == SwitchUp {
 		parent = b.addDownPort(parent, bus)
 	}
-	up := &Node{
-		Role:        SwitchUp,
-		Address:     pciaddr.Address{Domain: b.root.ID.Domain, Bus: bus},
-		Identity:    switchIdentity(b.hierarchy),
-		Parent:      parent,
-		Secondary:   bus + 1,
-		Subordinate: bus + 1,
-	}
-	parent.Children = append(parent.Children, up)
+	up := b.addBridge(parent, SwitchUp, bus, switchIdentity(b.hierarchy))
 	widen(parent, bus+1)
 	return up
 }
