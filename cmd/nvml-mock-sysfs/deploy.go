@@ -19,11 +19,11 @@ type mountArgs struct {
 	failOpen            bool
 }
 
-func (a *mountArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
-	fs.StringVar(&a.containerRoot, "container-root", "", "where containers mount the overlay; must match the render's (default: the one the render recorded, else "+plan.DefaultContainerRoot+")")
-	registerAlsoAt(fs, &a.alsoAt)
-	fs.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
+func (a *mountArgs) register(flags *flag.FlagSet) {
+	flags.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
+	flags.StringVar(&a.containerRoot, "container-root", "", "where containers mount the overlay; must match the render's (default: the one the render recorded, else "+plan.DefaultContainerRoot+")")
+	registerAlsoAt(flags, &a.alsoAt)
+	flags.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
 }
 
 // resolve returns the mount set and whether the gate let it through. On
@@ -52,8 +52,8 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 }
 
 // registerAlsoAt registers --also-at, which cdi, mounts and serve share.
-func registerAlsoAt(fs *flag.FlagSet, alsoAt *[]string) {
-	fs.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
+func registerAlsoAt(flags *flag.FlagSet, alsoAt *[]string) {
+	flags.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
 		*alsoAt = append(*alsoAt, s)
 		return nil
 	})
