@@ -74,7 +74,7 @@ func writeStandalone(e *env, output, kind string, mounts []deploy.Mount, rendere
 func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
 	s, r, wrote, err := deploy.MergeInto(file, mounts, rendered)
 	if err != nil {
-		return fail(e, "cdi: %v; left as it was", err)
+		return fail(e, "cdi: --merge-into %s: %v; left as it was", file, err)
 	}
 	if !wrote {
 		fmt.Fprintf(e.stdout, "unchanged %s: kind %s, cdiVersion %s; nothing to change\n", file, s.Kind, s.Version)

@@ -43,7 +43,7 @@ func runCompat(e *env, args []string) int {
 		// The links must resolve where the render said containers mount it.
 		served, err := deploy.ServedContainerRoot(os.DirFS(overlayDir), overlayDir, containerRoot)
 		if err != nil {
-			return usageError(e, "compat", "%v", err)
+			return containerRootError(e, "compat", containerRoot, err)
 		}
 		containerRoot = served
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -35,11 +36,11 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 	rootFS := os.DirFS(a.root)
 	containerRoot, err := deploy.ServedContainerRoot(rootFS, a.root, a.containerRoot)
 	if err != nil {
-		return nil, false, usageError(e, cmd, "%v", err), false
+		return nil, false, containerRootError(e, cmd, a.containerRoot, err), false
 	}
 	mounts, err = deploy.Mounts(a.root, containerRoot, a.alsoAt)
 	if err != nil {
-		return nil, false, usageError(e, cmd, "%v", err), false
+		return nil, false, usageError(e, cmd, "%s", alsoAtError(err)), false
 	}
 	if err := deploy.CheckRendered(rootFS, a.root); err != nil {
 		if !a.failOpen {
@@ -57,4 +58,19 @@ func registerAlsoAt(flags *flag.FlagSet, alsoAt *[]string) {
 		*alsoAt = append(*alsoAt, s)
 		return nil
 	})
+}
+
+// alsoAtError names --also-at in a refused links target's error.
+func alsoAtError(err error) string {
+	var t *deploy.TargetError
+	if errors.As(err, &t) {
+		return fmt.Sprintf("--also-at %q: %v", t.Target, t.Err)
+	}
+	return err.Error()
+}
+
+// containerRootError reports a --container-root that disagrees with the
+// render's (deploy.ServedContainerRoot), and the two ways out.
+func containerRootError(e *env, cmd, flagValue string, err error) int {
+	return usageError(e, cmd, "--container-root %v; drop the flag, or render again with --container-root %s", err, flagValue)
 }

@@ -121,7 +121,7 @@ func TestContainerRootComesFromTheRender(t *testing.T) {
 			args = append(args, "--output", filepath.Join(t.TempDir(), "other.yaml"))
 		}
 		stderr := requireOneLineUsageError(t, cmd, args...)
-		require.Contains(t, stderr, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other")
+		require.Contains(t, stderr, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other, and its links point there; drop the flag, or render again with --container-root /opt/nvml-mock")
 	}
 
 	code, stdout, stderr = runCLI(t, "compat", "--root", root)

@@ -22,6 +22,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
@@ -276,7 +277,7 @@ func TestPodmanMergedSpec(t *testing.T) {
 	require.Equal(t, orig.Devices, merged.Devices)
 	require.Equal(t, orig.ContainerEdits.Env, merged.ContainerEdits.Env)
 	require.Equal(t, orig.ContainerEdits.Hooks, merged.ContainerEdits.Hooks)
-	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, deploy.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
+	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, sysfs.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
 	before, err := os.ReadFile(file)
 	require.NoError(t, err)
 

@@ -76,7 +76,12 @@ func runServe(e *env, args []string) int {
 	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
 	s, err := serve.New(o)
 	if err != nil {
-		return usageError(e, "serve", "%v", err)
+		return usageError(e, "serve", "%s", alsoAtError(err))
+	}
+	// Run would open the listener first thing too; opening it here lets
+	// the message name the flag.
+	if _, err := s.Listen(); err != nil {
+		return fail(e, "serve: --listen %s: %v", o.Listen, err)
 	}
 	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
