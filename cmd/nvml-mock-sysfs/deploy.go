@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -54,7 +56,7 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 
 // registerAlsoAt registers --also-at, which cdi, mounts and serve share.
 func registerAlsoAt(flags *flag.FlagSet, alsoAt *[]string) {
-	flags.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
+	flags.Func("also-at", "also mount the links directory here, "+strconv.Itoa(sysfs.LinksDepth)+" levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
 		*alsoAt = append(*alsoAt, s)
 		return nil
 	})

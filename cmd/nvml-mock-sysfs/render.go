@@ -11,6 +11,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -162,7 +163,7 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 		fmt.Fprintf(e.stdout, "  machine     %q in %s (GFD: --machine-type-file=%s)\n", m.ProductName, plan.ProductNameFile, path.Join(p.ContainerRoot, plan.ProductNameFile))
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
-	fmt.Fprintf(e.stdout, "  links       %s -> mount at /sys/bus/pci/devices\n", path.Join(o.Root, plan.LinksDir))
+	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)
 	if st == nil {
 		return
 	}
