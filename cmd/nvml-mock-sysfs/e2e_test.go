@@ -14,7 +14,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // section returns the lines a script printed between "== name" and the next
@@ -62,8 +61,7 @@ func checkKernelPath(t *testing.T, bin, prof string) {
 		"echo '== cpu'", "stat -f -c %t /sys/devices/system/cpu", "cat /sys/devices/system/cpu/online",
 		"echo '== end'",
 	}, "\n")
-	out2, err := overlaytest.InNamespace(t, root, plan.DefaultContainerRoot, script)
-	require.NoError(t, err, "%s", out2)
+	out2 := overlaytest.Served{Root: root}.Run(t, "sh", "-c", script)
 
 	var r compat.Report
 	require.NoError(t, json.Unmarshal([]byte(section(out2, "compat")), &r), out2)

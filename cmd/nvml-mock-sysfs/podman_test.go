@@ -44,13 +44,9 @@ type e2e struct {
 
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: podman injects CDI specs from /var/run/cdi and bind-mounts the overlay")
-	}
-	for _, prog := range []string{"podman", "runc", "lspci", "cp"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s is not installed (make deps installs it from Debian)", prog)
-		}
+	overlaytest.SkipUnlessRoot(t, "podman injects CDI specs from /var/run/cdi and bind-mounts the overlay")
+	for _, p := range [][2]string{{"podman", "podman"}, {"runc", "runc"}, {"lspci", "pciutils"}, {"cp", "coreutils"}} {
+		overlaytest.RequireProgram(t, p[0], p[1])
 	}
 	if out, err := exec.Command("podman", "--version").CombinedOutput(); err != nil {
 		t.Skipf("podman does not run here: %v: %s", err, out)

@@ -11,13 +11,20 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
+// SkipUnlessRoot skips unless the test runs as root, saying what needs
+// root: for tests that need root but no mount namespace (RequireRoot).
+func SkipUnlessRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
+	}
+}
+
 // RequireRoot skips, saying why, unless the test runs as root with every
 // named program installed. make test installs them when it runs as root.
 func RequireRoot(t testing.TB, programs ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for mount namespaces and bind mounts")
-	}
+	SkipUnlessRoot(t, "mount namespaces and bind mounts")
 	for _, p := range append([]string{"unshare"}, programs...) {
 		if _, err := exec.LookPath(p); err != nil {
 			t.Skipf("%s is not installed (make test installs it from Debian when run as root)", p)
@@ -208,15 +215,6 @@ func run(cmd *exec.Cmd) (string, string, error) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	return stdout.String(), stderr.String(), err
-}
-
-// InNamespace runs a shell script with the overlay served at
-// containerRoot and returns its combined output.
-func InNamespace(t testing.TB, root, containerRoot, script string) (string, error) {
-	t.Helper()
-	cmd := Served{Root: root, ContainerRoot: containerRoot}.Command("sh", "-c", script)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
 }
 
 // BuildBinary builds the static nvml-mock-sysfs binary into a temporary
