@@ -13,6 +13,7 @@ import (
 )
 
 func TestFidelityCommand(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "hgx-h100", "--no-binary")
 	require.Equal(t, 0, code, stderr)
@@ -54,6 +55,7 @@ func TestFidelityCommand(t *testing.T) {
 // TestFidelityOnThisNode runs the command as on a real node: no profile,
 // formats only, against the kernel's own sysfs.
 func TestFidelityOnThisNode(t *testing.T) {
+	t.Parallel()
 	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
 		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)

@@ -30,6 +30,10 @@ type env struct {
 	// lookupEnv reads the environment: verify and compat find nvml-mock's
 	// profile and shim variables in it.
 	lookupEnv func(key string) (string, bool)
+	// skipSync renders without the writer's syncfs (writer.Options.SkipSync)
+	// for tests that do not test durability, as syncfs on a busy machine
+	// takes seconds. main never sets it: the product always syncs.
+	skipSync bool
 }
 
 type command struct {

@@ -38,7 +38,7 @@ const (
 
 type e2e struct {
 	t      *testing.T
-	bin    string // the static binary, built for this test
+	bin    string // the static binary, shared by the tests (binaries)
 	rootfs string // a container root holding only the binary
 }
 
@@ -52,11 +52,7 @@ func newE2E(t *testing.T) *e2e {
 		t.Skipf("podman does not run here: %v: %s", err, out)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "nvml-mock-sysfs")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build the static binary: %s", out)
+	bin := binaries.Binary(t)
 	rootfs := filepath.Join(dir, "rootfs")
 	require.NoError(t, os.MkdirAll(rootfs, 0o755))
 	require.NoError(t, exec.Command("cp", bin, filepath.Join(rootfs, "nvml-mock-sysfs")).Run())

@@ -61,6 +61,7 @@ func (a *renderArgs) register(flags *flag.FlagSet) {
 // install left unset; on refusal it returns the exit code to stop with.
 func (a *renderArgs) options(e *env, cmd string) (overlay.Options, int, bool) {
 	o := a.o
+	o.Writer.SkipSync = e.skipSync
 	o.Hierarchy = boards.Hierarchy(a.hierarchy)
 	if a.hierarchy != "" && !o.Hierarchy.Valid() {
 		return o, usageError(e, cmd, "--hierarchy %q: want one of %v", a.hierarchy, boards.Hierarchies()), false
