@@ -236,16 +236,17 @@ func WriteStandalone(file, kind string, mounts []Mount, rendered bool) (*specs.S
 
 // MergeInto merges the mounts into the existing spec in file (see Merge)
 // and writes it back when that changed it. On any error the file is left as
-// it was. cdi --merge-into and serve both merge through it.
+// it was; the error names the file, and the caller says why it was merging
+// into it. cdi --merge-into and serve both merge through it.
 func MergeInto(file string, mounts []Mount, rendered bool) (*specs.Spec, MergeResult, bool, error) {
 	s, err := ReadSpec(file)
 	if err != nil {
-		return nil, MergeResult{}, false, fmt.Errorf("--merge-into %s: %w", file, err)
+		return nil, MergeResult{}, false, err
 	}
 	r := Merge(s, mounts, rendered)
 	wrote, err := WriteSpec(file, s)
 	if err != nil {
-		return nil, MergeResult{}, false, fmt.Errorf("--merge-into: %w", err)
+		return nil, MergeResult{}, false, err
 	}
 	return s, r, wrote, nil
 }

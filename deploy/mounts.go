@@ -5,6 +5,7 @@
 package deploy
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -12,11 +13,9 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
-
-// KernelLinksDir is where consumers list PCI devices in a container.
-const KernelLinksDir = "/sys/bus/pci/devices"
 
 // Mount is one bind mount into a container.
 type Mount struct {
@@ -46,37 +45,48 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 	links := path.Join(root, plan.LinksDir)
 	out := []Mount{
 		{Source: root, Destination: containerRoot, Options: mountOptions()},
-		{Source: links, Destination: KernelLinksDir, Options: mountOptions()},
+		{Source: links, Destination: sysfs.KernelLinksDir, Options: mountOptions()},
 	}
 	for _, t := range alsoAt {
 		if err := CheckLinksTarget(t); err != nil {
 			return nil, err
 		}
 		if slices.ContainsFunc(out, func(m Mount) bool { return m.Destination == t }) {
-			return nil, fmt.Errorf("--also-at %q: already a mount target", t)
+			return nil, &TargetError{Target: t, Err: errors.New("already a mount target")}
 		}
 		if t == containerRoot || strings.HasPrefix(t, containerRoot+"/") {
-			return nil, fmt.Errorf("--also-at %q: inside the container root %s", t, containerRoot)
+			return nil, &TargetError{Target: t, Err: fmt.Errorf("inside the container root %s", containerRoot)}
 		}
 		out = append(out, Mount{Source: links, Destination: t, Options: mountOptions()})
 	}
 	return out, nil
 }
 
+// TargetError refuses an extra place to mount the links directory at. It
+// names the target and not where it came from: the caller adds that (the
+// command line's --also-at).
+type TargetError struct {
+	Target string
+	Err    error
+}
+
+func (e *TargetError) Error() string { return fmt.Sprintf("links target %q: %v", e.Target, e.Err) }
+
+func (e *TargetError) Unwrap() error { return e.Err }
+
 // CheckLinksTarget refuses a place to mount the links directory where its
 // links would not resolve. A bridge's link climbs exactly four levels
 // (../../../../opt/nvml-mock/...) to reach the container root, so the
 // directory must sit four levels below it: deeper, the links land inside
 // some other directory; shallower, they would lean on .. stopping at /.
+// Its error is a *TargetError.
 func CheckLinksTarget(t string) error {
-	switch {
-	case !path.IsAbs(t):
-		return fmt.Errorf("--also-at %q: must be an absolute path", t)
-	case path.Clean(t) != t:
-		return fmt.Errorf("--also-at %q: must be clean (no trailing slash, . or ..)", t)
+	if err := plan.CheckAbsolutePath(t); err != nil {
+		return &TargetError{Target: t, Err: err}
 	}
-	if depth := strings.Count(t, "/"); depth != plan.LinksDepth {
-		return fmt.Errorf("--also-at %q: is %d levels deep, but the links climb exactly %d levels (../../../../) to the container root, so it must be %d levels deep, like /host-sys/bus/pci/devices", t, depth, plan.LinksDepth, plan.LinksDepth)
+	if depth := strings.Count(t, "/"); depth != sysfs.LinksDepth {
+		return &TargetError{Target: t, Err: fmt.Errorf("is %d levels deep, but the links climb exactly %d levels (%s) to the container root, so it must be %d levels deep, like /host-sys/bus/pci/devices",
+			depth, sysfs.LinksDepth, sysfs.Up(sysfs.LinksDepth), sysfs.LinksDepth)}
 	}
 	return nil
 }
@@ -94,18 +104,19 @@ func CheckRendered(root fs.FS, name string) error {
 
 // ServedContainerRoot is the container root to mount the overlay at: the
 // one the render recorded in its completion marker, since the tree's links
-// point there and nowhere else. flagValue, when given, must agree with it;
-// it is used as is only when root holds no marker that records one.
-func ServedContainerRoot(root fs.FS, name, flagValue string) (string, error) {
+// point there and nowhere else. want, when given, must agree with it (the
+// error names want, and the caller says where want came from); it is used
+// as is only when root holds no marker that records one.
+func ServedContainerRoot(root fs.FS, name, want string) (string, error) {
 	m, err := writer.ReadMarker(root)
 	switch {
 	case err != nil || m.ContainerRoot == "":
-		if flagValue == "" {
+		if want == "" {
 			return plan.DefaultContainerRoot, nil
 		}
-		return flagValue, nil
-	case flagValue != "" && flagValue != m.ContainerRoot:
-		return "", fmt.Errorf("--container-root %s: the render at %s was made for %s, and its links point there; drop the flag, or render again with --container-root %s", flagValue, name, m.ContainerRoot, flagValue)
+		return want, nil
+	case want != "" && want != m.ContainerRoot:
+		return "", fmt.Errorf("%s: the render at %s was made for %s, and its links point there", want, name, m.ContainerRoot)
 	}
 	return m.ContainerRoot, nil
 }

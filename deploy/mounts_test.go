@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -93,5 +94,18 @@ func TestServedContainerRoot(t *testing.T) {
 		require.Equal(t, "/opt/other", got, "flag %q", flag)
 	}
 	_, err = ServedContainerRoot(os.DirFS(root), root, "/opt/nvml-mock")
-	require.EqualError(t, err, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other, and its links point there; drop the flag, or render again with --container-root /opt/nvml-mock")
+	require.EqualError(t, err, "/opt/nvml-mock: the render at "+root+" was made for /opt/other, and its links point there")
+}
+
+// A refused links target names the target, and leaves to the caller where
+// it came from (the command line's --also-at).
+func TestTargetErrorNamesTheTarget(t *testing.T) {
+	for _, target := range []string{"/host/sys/bus/pci/devices", "relative", "/sys/bus/pci/devices", "/opt/nvml-mock/pci/devices"} {
+		_, err := Mounts("/r", "", []string{target})
+		var te *TargetError
+		require.ErrorAs(t, err, &te, target)
+		require.Equal(t, target, te.Target)
+		require.EqualError(t, err, fmt.Sprintf("links target %q: %v", target, te.Err))
+		require.NotContains(t, err.Error(), "--", "a library error names no flag")
+	}
 }

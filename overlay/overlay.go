@@ -125,7 +125,7 @@ func Plan(opts Options) (*plan.Plan, error) {
 		}
 		po.HostDevices = devs
 	default:
-		return nil, fmt.Errorf("--host-devices %q: want none or merge", opts.HostDevices)
+		return nil, fmt.Errorf("host devices %q: want none or merge", opts.HostDevices)
 	}
 	p, err := plan.New(m, po)
 	if err != nil {

@@ -13,10 +13,10 @@ type specArgs struct {
 	output, mergeInto, kind string
 }
 
-func (a *specArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.output, "output", "", "write a standalone CDI spec to this file")
-	fs.StringVar(&a.mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
-	fs.StringVar(&a.kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
+func (a *specArgs) register(flags *flag.FlagSet) {
+	flags.StringVar(&a.output, "output", "", "write a standalone CDI spec to this file")
+	flags.StringVar(&a.mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
+	flags.StringVar(&a.kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
 }
 
 // check refuses a kind without --output and a bad kind, and defaults it.
@@ -34,12 +34,12 @@ func (a *specArgs) check(e *env, cmd string) (int, bool) {
 }
 
 func runCDI(e *env, args []string) int {
-	fs := newFlags(e, "cdi", "--root DIR (--output FILE [--kind KIND] | --merge-into FILE) [--container-root DIR] [--also-at PATH]... [--fail-open]")
+	flags := newFlags(e, "cdi", "--root DIR (--output FILE [--kind KIND] | --merge-into FILE) [--container-root DIR] [--also-at PATH]... [--fail-open]")
 	var a mountArgs
-	a.register(fs)
+	a.register(flags)
 	var sa specArgs
-	sa.register(fs)
-	if code, ok := parse(e, fs, args); !ok {
+	sa.register(flags)
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	if (sa.output == "") == (sa.mergeInto == "") {
@@ -74,7 +74,7 @@ func writeStandalone(e *env, output, kind string, mounts []deploy.Mount, rendere
 func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
 	s, r, wrote, err := deploy.MergeInto(file, mounts, rendered)
 	if err != nil {
-		return fail(e, "cdi: %v; left as it was", err)
+		return fail(e, "cdi: --merge-into %s: %v; left as it was", file, err)
 	}
 	if !wrote {
 		fmt.Fprintf(e.stdout, "unchanged %s: kind %s, cdiVersion %s; nothing to change\n", file, s.Kind, s.Version)

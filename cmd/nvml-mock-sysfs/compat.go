@@ -1,11 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path"
-	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
@@ -16,22 +14,23 @@ import (
 )
 
 func runCompat(e *env, args []string) int {
-	fs := newFlags(e, "compat", "[--root DIR | --sysfs /sys [--container-root DIR]] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
-	var root, sysfs, prof, nvmlProfile, containerRoot, format string
-	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
-	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
-	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
-	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default with --sysfs: $"+compat.NVMLProfileEnv+")")
-	fs.StringVar(&containerRoot, "container-root", "", "where the overlay is mounted: with --sysfs, to find its effective profile (default "+plan.DefaultContainerRoot+"); on the host, must match the render's")
-	fs.StringVar(&format, "format", "table", "table or json")
-	if code, ok := parse(e, fs, args); !ok {
+	flags := newFlags(e, "compat", "[--root DIR | --sysfs /sys [--container-root DIR]] [--profile NAME|FILE] [--nvml-profile FILE] [--format table|json]")
+	var root, sysfs, prof, nvmlProfile, containerRoot string
+	var format outputFormat
+	flags.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
+	flags.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys where the links directory is mounted")
+	flags.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	flags.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default with --sysfs: $"+compat.NVMLProfileEnv+")")
+	flags.StringVar(&containerRoot, "container-root", "", "where the overlay is mounted: with --sysfs, to find its effective profile (default "+plan.DefaultContainerRoot+"); on the host, must match the render's")
+	format.register(flags)
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	if root != "" && sysfs != "" {
 		return usageError(e, "compat", "give --root or --sysfs, not both")
 	}
-	if format != "table" && format != "json" {
-		return usageError(e, "compat", "--format %q: want table or json", format)
+	if code, ok := format.check(e, "compat"); !ok {
+		return code
 	}
 	if root != "" {
 		if err := writer.CheckRoot(root); err != nil {
@@ -44,7 +43,7 @@ func runCompat(e *env, args []string) int {
 		// The links must resolve where the render said containers mount it.
 		served, err := deploy.ServedContainerRoot(os.DirFS(overlayDir), overlayDir, containerRoot)
 		if err != nil {
-			return usageError(e, "compat", "%v", err)
+			return containerRootError(e, "compat", containerRoot, err)
 		}
 		containerRoot = served
 	}
@@ -64,7 +63,7 @@ func runCompat(e *env, args []string) int {
 	if nvmlProfile != "" {
 		report.Results = append(report.Results, compat.NVMLCheck(nvmlProfile, sysfs))
 	}
-	if err := writeReport(e, report, format, "CONSUMER"); err != nil {
+	if err := writeReport(e, report, &format, "CONSUMER"); err != nil {
 		return fail(e, "compat: %v", err)
 	}
 	if !report.OK() {
@@ -107,25 +106,20 @@ func expectedMachine(prof, overlayDir string) (*profile.Machine, error) {
 }
 
 // writeReport prints a report; verify's rows are checks, compat's consumers.
-func writeReport(e *env, r *compat.Report, format, what string) error {
-	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%s\tDEVICE\tRESULT\tDETAIL\n", what)
-	for _, x := range r.Results {
-		res := "ok"
-		if !x.OK {
-			res = "FAIL"
+func writeReport(e *env, r *compat.Report, format *outputFormat, what string) error {
+	return format.write(e.stdout, r, func() error {
+		var rows [][]string
+		for _, x := range r.Results {
+			res := "ok"
+			if !x.OK {
+				res = "FAIL"
+			}
+			rows = append(rows, []string{x.Consumer, x.Device, res, x.Detail})
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", x.Consumer, x.Device, res, x.Detail)
-	}
-	if err := tw.Flush(); err != nil {
+		if err := writeTable(e.stdout, []string{what, "DEVICE", "RESULT", "DETAIL"}, rows); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(e.stdout, "%d checks at %s, %d failed\n", len(r.Results), r.Sysfs, len(r.Failures()))
 		return err
-	}
-	fails := len(r.Failures())
-	_, err := fmt.Fprintf(e.stdout, "%d checks at %s, %d failed\n", len(r.Results), r.Sysfs, fails)
-	return err
+	})
 }

@@ -102,7 +102,7 @@ func effectiveProfile(t *testing.T, root string) string {
 // another profile, a bad one, a fixed one, and SIGTERM, probing through
 // the manifest's own probe paths.
 func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	bin := binaries.Binary(t)
 	pod, cm := daemonSetPod(t)
 	c := pod.Containers[0]
 	dir := t.TempDir()
@@ -172,7 +172,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 // render is about to run or running: exit 0, and the next render of the
 // same root succeeds. Its negative control, SIGKILL, is not an exit 0.
 func TestServeStopsMidRender(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	bin := binaries.Binary(t)
 	pod, cm := daemonSetPod(t)
 	c := pod.Containers[0]
 	grace := time.Duration(*pod.TerminationGracePeriodSeconds) * time.Second

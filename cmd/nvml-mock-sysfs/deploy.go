@@ -1,13 +1,16 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -19,11 +22,11 @@ type mountArgs struct {
 	failOpen            bool
 }
 
-func (a *mountArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
-	fs.StringVar(&a.containerRoot, "container-root", "", "where containers mount the overlay; must match the render's (default: the one the render recorded, else "+plan.DefaultContainerRoot+")")
-	registerAlsoAt(fs, &a.alsoAt)
-	fs.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
+func (a *mountArgs) register(flags *flag.FlagSet) {
+	flags.StringVar(&a.root, "root", overlay.DefaultRoot, "the overlay directory on the host")
+	flags.StringVar(&a.containerRoot, "container-root", "", "where containers mount the overlay; must match the render's (default: the one the render recorded, else "+plan.DefaultContainerRoot+")")
+	registerAlsoAt(flags, &a.alsoAt)
+	flags.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
 }
 
 // resolve returns the mount set and whether the gate let it through. On
@@ -35,11 +38,11 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 	rootFS := os.DirFS(a.root)
 	containerRoot, err := deploy.ServedContainerRoot(rootFS, a.root, a.containerRoot)
 	if err != nil {
-		return nil, false, usageError(e, cmd, "%v", err), false
+		return nil, false, containerRootError(e, cmd, a.containerRoot, err), false
 	}
 	mounts, err = deploy.Mounts(a.root, containerRoot, a.alsoAt)
 	if err != nil {
-		return nil, false, usageError(e, cmd, "%v", err), false
+		return nil, false, usageError(e, cmd, "%s", alsoAtError(err)), false
 	}
 	if err := deploy.CheckRendered(rootFS, a.root); err != nil {
 		if !a.failOpen {
@@ -52,9 +55,24 @@ func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered
 }
 
 // registerAlsoAt registers --also-at, which cdi, mounts and serve share.
-func registerAlsoAt(fs *flag.FlagSet, alsoAt *[]string) {
-	fs.Func("also-at", "also mount the links directory here, 4 levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
+func registerAlsoAt(flags *flag.FlagSet, alsoAt *[]string) {
+	flags.Func("also-at", "also mount the links directory here, "+strconv.Itoa(sysfs.LinksDepth)+" levels deep like /host-sys/bus/pci/devices (repeatable)", func(s string) error {
 		*alsoAt = append(*alsoAt, s)
 		return nil
 	})
+}
+
+// alsoAtError names --also-at in a refused links target's error.
+func alsoAtError(err error) string {
+	var t *deploy.TargetError
+	if errors.As(err, &t) {
+		return fmt.Sprintf("--also-at %q: %v", t.Target, t.Err)
+	}
+	return err.Error()
+}
+
+// containerRootError reports a --container-root that disagrees with the
+// render's (deploy.ServedContainerRoot), and the two ways out.
+func containerRootError(e *env, cmd, flagValue string, err error) int {
+	return usageError(e, cmd, "--container-root %v; drop the flag, or render again with --container-root %s", err, flagValue)
 }

@@ -23,6 +23,7 @@ func renderedRoot(t *testing.T, flags ...string) string {
 }
 
 func TestRenderInstallsItsBinary(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t)
 	b, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
@@ -39,6 +40,7 @@ func TestRenderInstallsItsBinary(t *testing.T) {
 }
 
 func TestCDIUsage(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t)
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 	tests := []struct {
@@ -50,7 +52,8 @@ func TestCDIUsage(t *testing.T) {
 		{"both", []string{"cdi", "--root", root, "--output", out, "--merge-into", out}, "one of them"},
 		{"kind with merge", []string{"cdi", "--root", root, "--merge-into", out, "--kind", "a.b/c"}, "--kind applies to --output"},
 		{"bad kind", []string{"cdi", "--root", root, "--output", out, "--kind", "pcisysfs"}, "want vendor/class"},
-		{"bad depth", []string{"cdi", "--root", root, "--output", out, "--also-at", "/host/sys/bus/pci/devices"}, "must be 4 levels deep"},
+		{"bad depth", []string{"cdi", "--root", root, "--output", out, "--also-at", "/host/sys/bus/pci/devices"}, `--also-at "/host/sys/bus/pci/devices": is 5 levels deep`},
+		{"target twice", []string{"cdi", "--root", root, "--output", out, "--also-at", "/sys/bus/pci/devices"}, `--also-at "/sys/bus/pci/devices": already a mount target`},
 		{"relative root", []string{"cdi", "--root", "overlay", "--output", out}, "absolute"},
 		{"mounts format", []string{"mounts", "--root", root, "--format", "yaml"}, "want table or json"},
 		{"verify format", []string{"verify", "--format", "yaml"}, "want table or json"},
@@ -68,6 +71,7 @@ func TestCDIUsage(t *testing.T) {
 }
 
 func TestCDIGate(t *testing.T) {
+	t.Parallel()
 	unrendered := filepath.Join(t.TempDir(), "never-rendered")
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 
@@ -93,6 +97,7 @@ func TestCDIGate(t *testing.T) {
 }
 
 func TestCDIAndMountsShareTheMountSet(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t, "--container-root", "/usr/local/nvml-mock")
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 	flags := []string{"--root", root, "--container-root", "/usr/local/nvml-mock", "--also-at", "/host-sys/bus/pci/devices"}
@@ -118,6 +123,7 @@ func TestCDIAndMountsShareTheMountSet(t *testing.T) {
 }
 
 func TestCDIMergeInto(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t)
 	file := filepath.Join(t.TempDir(), "nvidia.yaml")
 	orig, err := os.ReadFile("../../deploy/testdata/nvidia.yaml")
@@ -140,6 +146,7 @@ func TestCDIMergeInto(t *testing.T) {
 }
 
 func TestCDIMergeRefusesAnInvalidSpec(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t)
 	tests := map[string]string{
 		"unknown field":   "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n  - name: all\n    containerEdits:\n      env: [A=1]\nextra: true\n",

@@ -14,7 +14,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // section returns the lines a script printed between "== name" and the next
@@ -33,17 +32,23 @@ func section(out, name string) string {
 // and lspci, and checks that the kernel's own sysfs is still there.
 func TestKernelPath(t *testing.T) {
 	overlaytest.RequireRoot(t, "lspci")
-	bin := overlaytest.BuildBinary(t)
+	bin := binaries.Binary(t)
 	profiles := append(builtin.Names(), "../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml", "../../testdata/profiles/nvl72.yaml")
 	for _, prof := range profiles {
-		t.Run(filepath.Base(prof), func(t *testing.T) { checkKernelPath(t, bin, prof) })
+		t.Run(filepath.Base(prof), func(t *testing.T) {
+			t.Parallel() // each in its own mount namespace
+			checkKernelPath(t, bin, prof)
+		})
 	}
 	// Only nvml-mock's own profiles need ../shared; without it this part
 	// skips and the rest still runs.
 	t.Run("shared", func(t *testing.T) {
 		shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
 		for _, prof := range shared {
-			t.Run(filepath.Base(prof), func(t *testing.T) { checkKernelPath(t, bin, prof) })
+			t.Run(filepath.Base(prof), func(t *testing.T) {
+				t.Parallel()
+				checkKernelPath(t, bin, prof)
+			})
 		}
 	})
 }
@@ -62,8 +67,7 @@ func checkKernelPath(t *testing.T, bin, prof string) {
 		"echo '== cpu'", "stat -f -c %t /sys/devices/system/cpu", "cat /sys/devices/system/cpu/online",
 		"echo '== end'",
 	}, "\n")
-	out2, err := overlaytest.InNamespace(t, root, plan.DefaultContainerRoot, script)
-	require.NoError(t, err, "%s", out2)
+	out2 := overlaytest.Served{Root: root}.Run(t, "sh", "-c", script)
 
 	var r compat.Report
 	require.NoError(t, json.Unmarshal([]byte(section(out2, "compat")), &r), out2)

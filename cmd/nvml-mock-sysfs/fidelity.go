@@ -1,10 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
-	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
@@ -29,24 +27,25 @@ kernel's formats and the files' agreement with each other are checked.
 `
 
 func runFidelity(e *env, args []string) int {
-	fs := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys [--container-root DIR]] [--device BDF] [--profile NAME|FILE] [--gaps] [--format table|json]", fidelityHelp)
-	var root, sysfs, prof, containerRoot, device, format string
+	flags := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys [--container-root DIR]] [--device BDF] [--profile NAME|FILE] [--gaps] [--format table|json]", fidelityHelp)
+	var root, sysfs, prof, containerRoot, device string
+	var format outputFormat
 	var gapsOnly bool
-	fs.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
-	fs.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
-	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
-	fs.StringVar(&containerRoot, "container-root", "", "with --sysfs: where the overlay is mounted, to find its effective profile (default "+plan.DefaultContainerRoot+")")
-	fs.StringVar(&device, "device", "", "check only this PCI address")
-	fs.StringVar(&format, "format", "table", "table or json")
-	fs.BoolVar(&gapsOnly, "gaps", false, "list only the attributes that are missing or different")
-	if code, ok := parse(e, fs, args); !ok {
+	flags.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
+	flags.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
+	flags.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	flags.StringVar(&containerRoot, "container-root", "", "with --sysfs: where the overlay is mounted, to find its effective profile (default "+plan.DefaultContainerRoot+")")
+	flags.StringVar(&device, "device", "", "check only this PCI address")
+	format.register(flags)
+	flags.BoolVar(&gapsOnly, "gaps", false, "list only the attributes that are missing or different")
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	if root != "" && sysfs != "" {
 		return usageError(e, "fidelity", "give --root or --sysfs, not both")
 	}
-	if format != "table" && format != "json" {
-		return usageError(e, "fidelity", "--format %q: want table or json", format)
+	if code, ok := format.check(e, "fidelity"); !ok {
+		return code
 	}
 	if root != "" {
 		if err := writer.CheckRoot(root); err != nil {
@@ -82,7 +81,7 @@ func runFidelity(e *env, args []string) int {
 		rows = fidelity.CheckMachine(dirFS, m)
 	}
 	report := &fidelity.Report{Sysfs: sysfs, Rows: rows}
-	if err := writeFidelity(e, report, format, gapsOnly); err != nil {
+	if err := writeFidelity(e, report, &format, gapsOnly); err != nil {
 		return fail(e, "fidelity: %v", err)
 	}
 	if len(report.Failures()) > 0 {
@@ -100,7 +99,7 @@ func deviceOf(m *profile.Machine, a pciaddr.Address) (profile.Device, bool) {
 	return profile.Device{}, false
 }
 
-func writeFidelity(e *env, r *fidelity.Report, format string, gapsOnly bool) error {
+func writeFidelity(e *env, r *fidelity.Report, format *outputFormat, gapsOnly bool) error {
 	rows := r.Rows
 	if gapsOnly {
 		rows = nil
@@ -110,28 +109,24 @@ func writeFidelity(e *env, r *fidelity.Report, format string, gapsOnly bool) err
 			}
 		}
 	}
-	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(&fidelity.Report{Sysfs: r.Sysfs, Rows: rows})
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "DEVICE\tATTRIBUTE\tNEED\tSTATUS\tDETAIL\n")
-	for _, x := range rows {
-		status := string(x.Status)
-		if x.Failing() {
-			status += " (FAIL)"
+	return format.write(e.stdout, &fidelity.Report{Sysfs: r.Sysfs, Rows: rows}, func() error {
+		var cells [][]string
+		for _, x := range rows {
+			status := string(x.Status)
+			if x.Failing() {
+				status += " (FAIL)"
+			}
+			detail := x.Detail
+			if x.Status == fidelity.Missing {
+				detail = "real nodes show it for " + string(x.Scope)
+			}
+			cells = append(cells, []string{x.Device, x.Attribute, string(x.Need), status, detail})
 		}
-		detail := x.Detail
-		if x.Status == fidelity.Missing {
-			detail = "real nodes show it for " + string(x.Scope)
+		if err := writeTable(e.stdout, []string{"DEVICE", "ATTRIBUTE", "NEED", "STATUS", "DETAIL"}, cells); err != nil {
+			return err
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.Device, x.Attribute, x.Need, status, detail)
-	}
-	if err := tw.Flush(); err != nil {
+		_, err := fmt.Fprintf(e.stdout, "%d attributes at %s: %d present, %d missing, %d different; %d failing\n",
+			len(r.Rows), r.Sysfs, r.Count(fidelity.Present), r.Count(fidelity.Missing), r.Count(fidelity.Different), len(r.Failures()))
 		return err
-	}
-	_, err := fmt.Fprintf(e.stdout, "%d attributes at %s: %d present, %d missing, %d different; %d failing\n",
-		len(r.Rows), r.Sysfs, r.Count(fidelity.Present), r.Count(fidelity.Missing), r.Count(fidelity.Different), len(r.Failures()))
-	return err
+	})
 }

@@ -9,9 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 func TestFidelityCommand(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "hgx-h100", "--no-binary")
 	require.Equal(t, 0, code, stderr)
@@ -53,14 +55,15 @@ func TestFidelityCommand(t *testing.T) {
 // TestFidelityOnThisNode runs the command as on a real node: no profile,
 // formats only, against the kernel's own sysfs.
 func TestFidelityOnThisNode(t *testing.T) {
-	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	t.Parallel()
+	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
 		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
 	}
 	// A device bound to a driver, as a GPU bound to nvidia is.
 	bound := ""
 	for _, e := range entries {
-		if _, err := os.Lstat(filepath.Join("/sys/bus/pci/devices", e.Name(), "driver")); err == nil {
+		if _, err := os.Lstat(filepath.Join(sysfs.KernelLinksDir, e.Name(), "driver")); err == nil {
 			bound = e.Name()
 			break
 		}

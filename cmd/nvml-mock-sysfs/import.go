@@ -35,56 +35,94 @@ The hierarchy is --hierarchy, else flat when a GPU is on bus 00, else the
 board's (hgx for H100/H200, dgx for A100 SXM, flat for PCIe cards).
 `
 
-func runImport(e *env, args []string) int {
-	fs := newFlags(e, "import", "nvidia-smi [--root-complexes per-gpu|per-domain] [--root-complex pciDDDD:BB[=NUMA]]... [--hierarchy flat|hgx|dgx] [--numa-node N] FILE.xml", importHelp)
-	var rcMode, hierarchy string
-	var explicit rootComplexFlags
+// importArgs are import's flags, before they are checked.
+type importArgs struct {
+	rcMode, hierarchy string
+	explicit          rootComplexFlags
+	numaNode          int
+}
+
+func (a *importArgs) register(flags *flag.FlagSet) {
+	flags.StringVar(&a.rcMode, "root-complexes", string(importer.PerGPU), "how to infer root complexes: per-gpu or per-domain")
+	flags.Var(&a.explicit, "root-complex", "a host bridge of the real node, pciDDDD:BB or pciDDDD:BB=NUMA; repeat for each")
+	flags.StringVar(&a.hierarchy, "hierarchy", "", "bridges above each GPU: flat, hgx or dgx (default: flat for a GPU on bus 00, else the board's)")
+	flags.IntVar(&a.numaNode, "numa-node", -1, "NUMA node of the root complexes; -1 is no affinity")
+}
+
+// options checks the flags and returns the importer's options; on refusal
+// it returns the exit code to stop with.
+func (a *importArgs) options(e *env) (importer.Options, int, bool) {
 	opts := importer.DefaultOptions()
-	fs.StringVar(&rcMode, "root-complexes", string(importer.PerGPU), "how to infer root complexes: per-gpu or per-domain")
-	fs.Var(&explicit, "root-complex", "a host bridge of the real node, pciDDDD:BB or pciDDDD:BB=NUMA; repeat for each")
-	fs.StringVar(&hierarchy, "hierarchy", "", "bridges above each GPU: flat, hgx or dgx (default: flat for a GPU on bus 00, else the board's)")
-	fs.IntVar(&opts.NUMANode, "numa-node", -1, "NUMA node of the root complexes; -1 is no affinity")
+	opts.RootComplexes = importer.RootComplexMode(a.rcMode)
+	if !slices.Contains(importer.RootComplexModes(), opts.RootComplexes) {
+		return opts, usageError(e, "import", "--root-complexes %q: want one of %v", a.rcMode, importer.RootComplexModes()), false
+	}
+	opts.Explicit = a.explicit
+	opts.Hierarchy = boards.Hierarchy(a.hierarchy)
+	if a.hierarchy != "" && !opts.Hierarchy.Valid() {
+		return opts, usageError(e, "import", "--hierarchy %q: want one of %v", a.hierarchy, boards.Hierarchies()), false
+	}
+	opts.NUMANode = a.numaNode
+	if opts.NUMANode < -1 || opts.NUMANode > 1023 {
+		return opts, usageError(e, "import", "--numa-node %d: want -1 or 0..1023", opts.NUMANode), false
+	}
+	return opts, 0, true
+}
+
+func runImport(e *env, args []string) int {
+	flags := newFlags(e, "import", "nvidia-smi [--root-complexes per-gpu|per-domain] [--root-complex pciDDDD:BB[=NUMA]]... [--hierarchy flat|hgx|dgx] [--numa-node N] FILE.xml", importHelp)
+	var a importArgs
+	a.register(flags)
+	// The capture's format comes first, before any flag.
 	switch {
 	case len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help"):
-		fs.Usage()
+		flags.Usage()
 		return exitOK
 	case len(args) == 0:
 		return usageError(e, "import", "want the capture's format, nvidia-smi, and a file")
 	case args[0] != "nvidia-smi":
 		return usageError(e, "import", "%q is not a capture format: want nvidia-smi", args[0])
 	}
-	files, code, ok := parseInterleaved(e, fs, args[1:])
+	files, code, ok := parseArgs(e, flags, args[1:], true)
 	if !ok {
 		return code
 	}
 	if len(files) != 1 {
 		return usageError(e, "import", "want exactly one capture file, got %d", len(files))
 	}
-	opts.RootComplexes = importer.RootComplexMode(rcMode)
-	if !slices.Contains(importer.RootComplexModes(), opts.RootComplexes) {
-		return usageError(e, "import", "--root-complexes %q: want one of %v", rcMode, importer.RootComplexModes())
+	opts, code, ok := a.options(e)
+	if !ok {
+		return code
 	}
-	opts.Explicit = explicit
-	opts.Hierarchy = boards.Hierarchy(hierarchy)
-	if hierarchy != "" && !opts.Hierarchy.Valid() {
-		return usageError(e, "import", "--hierarchy %q: want one of %v", hierarchy, boards.Hierarchies())
+	c, code, ok := readCapture(e, files[0])
+	if !ok {
+		return code
 	}
-	if opts.NUMANode < -1 || opts.NUMANode > 1023 {
-		return usageError(e, "import", "--numa-node %d: want -1 or 0..1023", opts.NUMANode)
-	}
+	return writeImported(e, c, opts)
+}
+
+// readCapture parses the nvidia-smi capture in file, or standard input
+// for -.
+func readCapture(e *env, file string) (*importer.Capture, int, bool) {
 	in, name := os.Stdin, "(stdin)"
-	if files[0] != "-" {
-		f, err := os.Open(files[0])
+	if file != "-" {
+		f, err := os.Open(file)
 		if err != nil {
-			return fail(e, "import: %v", err)
+			return nil, fail(e, "import: %v", err), false
 		}
 		defer f.Close()
-		in, name = f, files[0]
+		in, name = f, file
 	}
 	c, err := importer.ParseNvidiaSMI(in, name)
 	if err != nil {
-		return fail(e, "%v", err)
+		return nil, fail(e, "%v", err), false
 	}
+	return c, 0, true
+}
+
+// writeImported writes the profile of a capture to stdout and its notes
+// to stderr.
+func writeImported(e *env, c *importer.Capture, opts importer.Options) int {
 	res, err := c.Profile(opts)
 	if err != nil {
 		return fail(e, "import: %v", err)
@@ -100,23 +138,6 @@ func runImport(e *env, args []string) int {
 		return fail(e, "import: %v", err)
 	}
 	return exitOK
-}
-
-// parseInterleaved parses flags that may come before or after the file
-// names, as 'import nvidia-smi FILE --hierarchy hgx' reads naturally.
-func parseInterleaved(e *env, fs *flag.FlagSet, args []string) ([]string, int, bool) {
-	var rest []string
-	for {
-		if code, ok := parseFlagsOnly(e, fs, args); !ok {
-			return nil, code, false
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return rest, 0, true
-		}
-		rest = append(rest, args[0])
-		args = args[1:]
-	}
 }
 
 // rootComplexFlags collects repeated --root-complex values.

@@ -17,7 +17,7 @@ import (
 func runCapture(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code := run(&env{stdout: &out, stderr: &errOut}, args)
+	code := run(&env{stdout: &out, stderr: &errOut, skipSync: true}, args)
 	return code, out.String(), errOut.String()
 }
 
@@ -43,6 +43,7 @@ const t4Capture = `<?xml version="1.0" ?>
 `
 
 func TestImportCommand(t *testing.T) {
+	t.Parallel()
 	file := filepath.Join(t.TempDir(), "t4.xml")
 	require.NoError(t, os.WriteFile(file, []byte(t4Capture), 0o644))
 	tests := []struct {
@@ -91,6 +92,7 @@ func TestImportCommand(t *testing.T) {
 // TestImportRealCapturesRender runs the command on each real capture and
 // renders its output with the render command.
 func TestImportRealCapturesRender(t *testing.T) {
+	t.Parallel()
 	// The T4 VM capture above always runs; the real ones need ../shared,
 	// and only that subtest skips without it.
 	inRepo := filepath.Join(t.TempDir(), "t4.xml")

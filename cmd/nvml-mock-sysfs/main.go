@@ -30,6 +30,10 @@ type env struct {
 	// lookupEnv reads the environment: verify and compat find nvml-mock's
 	// profile and shim variables in it.
 	lookupEnv func(key string) (string, bool)
+	// skipSync renders without the writer's syncfs (writer.Options.SkipSync)
+	// for tests that do not test durability, as syncfs on a busy machine
+	// takes seconds. main never sets it: the product always syncs.
+	skipSync bool
 }
 
 type command struct {
@@ -126,25 +130,25 @@ func versionLine(bi *debug.BuildInfo) string {
 // newFlags makes a flag set that reports, rather than exits, on bad flags.
 // help, when set, follows the flags in -h's output.
 func newFlags(e *env, name, synopsis string, help ...string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
 	// parse reports a bad flag in one line; the flag package would print
 	// its message and then the whole usage.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
+	flags.SetOutput(io.Discard)
+	flags.Usage = func() {
 		w := e.stdout
 		fmt.Fprintf(w, "Usage: nvml-mock-sysfs %s %s\n\nFlags:\n", name, synopsis)
-		printFlags(w, fs)
+		printFlags(w, flags)
 		for _, h := range help {
 			fmt.Fprintf(w, "\n%s", h)
 		}
 	}
-	return fs
+	return flags
 }
 
 // printFlags lists the flags as --name, the way the usage lines and the
 // README spell them (flag.PrintDefaults spells them -name).
-func printFlags(w io.Writer, fs *flag.FlagSet) {
-	fs.VisitAll(func(f *flag.Flag) {
+func printFlags(w io.Writer, flags *flag.FlagSet) {
+	flags.VisitAll(func(f *flag.Flag) {
 		typ, text := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
 		if typ != "" {
@@ -157,33 +161,44 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 	})
 }
 
-// parse parses flags; it returns an exit code when the command must stop.
-func parse(e *env, fs *flag.FlagSet, args []string) (int, bool) {
-	if code, ok := parseFlagsOnly(e, fs, args); !ok {
-		return code, false
-	}
-	if fs.NArg() > 0 {
-		return usageError(e, fs.Name(), "unexpected arguments: %s", strings.Join(fs.Args(), " ")), false
-	}
-	return 0, true
+// parse parses the flags of a command that takes no arguments; it returns
+// an exit code when the command must stop.
+func parse(e *env, flags *flag.FlagSet, args []string) (int, bool) {
+	_, code, ok := parseArgs(e, flags, args, false)
+	return code, ok
 }
 
-// parseFlagsOnly parses flags and leaves any arguments after them.
-func parseFlagsOnly(e *env, fs *flag.FlagSet, args []string) (int, bool) {
-	// The flag package calls Usage on every bad flag too; help is printed
-	// only when asked for.
-	help := fs.Usage
-	fs.Usage = func() {}
-	err := fs.Parse(args)
-	fs.Usage = help
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			help()
-			return exitOK, false
+// parseArgs parses flags and returns the arguments among them. With
+// interleaved, flags may also follow the arguments, as 'import nvidia-smi
+// FILE --hierarchy hgx' reads naturally; without, the first argument ends
+// the flags and any argument is a usage error. It returns an exit code
+// when the command must stop.
+func parseArgs(e *env, flags *flag.FlagSet, args []string, interleaved bool) ([]string, int, bool) {
+	var rest []string
+	for {
+		// The flag package calls Usage on every bad flag too; help is
+		// printed only when asked for.
+		help := flags.Usage
+		flags.Usage = func() {}
+		err := flags.Parse(args)
+		flags.Usage = help
+		if err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				help()
+				return nil, exitOK, false
+			}
+			return nil, usageError(e, flags.Name(), "%s", dashDash(err.Error())), false
 		}
-		return usageError(e, fs.Name(), "%s", dashDash(err.Error())), false
+		args = flags.Args()
+		switch {
+		case len(args) == 0:
+			return rest, 0, true
+		case !interleaved:
+			return nil, usageError(e, flags.Name(), "unexpected arguments: %s", strings.Join(args, " ")), false
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
 	}
-	return 0, true
 }
 
 // dashDash spells the flag package's -name as --name in its messages

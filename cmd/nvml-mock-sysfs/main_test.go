@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,19 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
+// binaries holds the static binary that the tests running it as a separate
+// process (the kernel path, the DaemonSet, podman) share: built once per
+// test binary, not once per test.
+var binaries overlaytest.Binaries
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := binaries.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
 // runCLI runs the command in-process, as main would.
 func runCLI(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
@@ -29,7 +43,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 func runCLIEnv(t *testing.T, environ map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n"),
+	e := &env{stdout: &stdout, stderr: &stderr, executable: fakeExecutable(t, "#!binary\n"), skipSync: true,
 		lookupEnv: func(k string) (string, bool) {
 			v, ok := environ[k]
 			return v, ok
@@ -39,6 +53,7 @@ func runCLIEnv(t *testing.T, environ map[string]string, args ...string) (int, st
 }
 
 func TestUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
 	tests := [][]string{
 		nil,
 		{"frobnicate"},
@@ -63,6 +78,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 }
 
 func TestRenderThenCompat(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	code, out, stderr := runCLI(t, "render", "--root", root)
 	require.Equal(t, exitOK, code, stderr)
@@ -97,6 +113,7 @@ func TestRenderThenCompat(t *testing.T) {
 // with the tree's, from --nvml-profile or, at a container's --sysfs, from
 // MOCK_NVML_CONFIG; our hgx-h100 beside nvml-mock's h100 fails, naming both.
 func TestCompatNVMLProfile(t *testing.T) {
+	t.Parallel()
 	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	ours := filepath.Join(t.TempDir(), "overlay")
 	code, _, stderr := runCLI(t, "render", "--root", ours, "--profile", "hgx-h100", "--no-binary")
@@ -130,6 +147,7 @@ func TestCompatNVMLProfile(t *testing.T) {
 }
 
 func TestRenderBadProfileIsOneLine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("devices:\n  - pci: {bus_id: \"0000:zz:00.0\", device_id: 0x233010DE}\n"), 0o644))
@@ -142,6 +160,7 @@ func TestRenderBadProfileIsOneLine(t *testing.T) {
 }
 
 func TestDryRunWritesNothing(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	code, out, _ := runCLI(t, "render", "--dry-run", "--profile", "t4-vm", "--root", root)
 	require.Equal(t, exitOK, code)
@@ -151,6 +170,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
+	t.Parallel()
 	code, out, _ := runCLI(t, "profiles")
 	require.Equal(t, exitOK, code)
 	for _, name := range []string{"dgx-a100 (default)", "hgx-h100", "gb200-tray", "t4-vm"} {
@@ -175,6 +195,7 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 // nvml-mock's h100 profile, alone or over one of ours, as nvml-mock's setup
 // does on every start of its pod; and leaves it untouched.
 func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
+	t.Parallel()
 	renderPCISysfs := consumers.NeedBinary(t, consumers.RenderPCISysfs())
 	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	theirs := func(t *testing.T, root string) {

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 )
@@ -12,15 +9,16 @@ import (
 // runMounts prints the mount set for an NRI plugin (or a person) to apply:
 // the same list the CDI spec carries.
 func runMounts(e *env, args []string) int {
-	fs := newFlags(e, "mounts", "--root DIR [--container-root DIR] [--also-at PATH]... [--fail-open] [--format table|json]")
+	flags := newFlags(e, "mounts", "--root DIR [--container-root DIR] [--also-at PATH]... [--fail-open] [--format table|json]")
 	var a mountArgs
-	a.register(fs)
-	format := fs.String("format", "table", "table or json")
-	if code, ok := parse(e, fs, args); !ok {
+	a.register(flags)
+	var format outputFormat
+	format.register(flags)
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
-	if *format != "table" && *format != "json" {
-		return usageError(e, "mounts", "--format %q: want table or json", *format)
+	if code, ok := format.check(e, "mounts"); !ok {
+		return code
 	}
 	mounts, rendered, code, ok := a.resolve(e, "mounts")
 	if !ok {
@@ -29,20 +27,14 @@ func runMounts(e *env, args []string) int {
 	if !rendered {
 		mounts = []deploy.Mount{}
 	}
-	if *format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(mounts); err != nil {
-			return fail(e, "mounts: %v", err)
+	err := format.write(e.stdout, mounts, func() error {
+		var rows [][]string
+		for _, m := range mounts {
+			rows = append(rows, []string{m.Source, m.Destination, strings.Join(m.Options, ",")})
 		}
-		return exitOK
-	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "SOURCE\tDESTINATION\tOPTIONS\n")
-	for _, m := range mounts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", m.Source, m.Destination, strings.Join(m.Options, ","))
-	}
-	if err := tw.Flush(); err != nil {
+		return writeTable(e.stdout, []string{"SOURCE", "DESTINATION", "OPTIONS"}, rows)
+	})
+	if err != nil {
 		return fail(e, "mounts: %v", err)
 	}
 	return exitOK

@@ -29,6 +29,7 @@ func requireOneLineUsageError(t *testing.T, cmd string, args ...string) string {
 }
 
 func TestUsageErrorsAreOneLine(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		cmd  string
 		args []string
@@ -64,6 +65,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 // help CMD is CMD -h: the usage line, every flag spelled --flag as the
 // usage line and the README spell them, and the command's notes.
 func TestHelpCommand(t *testing.T) {
+	t.Parallel()
 	for _, c := range commands() {
 		t.Run(c.name, func(t *testing.T) {
 			code, help, stderr := runCLI(t, "help", c.name)
@@ -86,6 +88,7 @@ func TestHelpCommand(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	code, out, stderr := runCLI(t, "--version")
 	require.Equal(t, exitOK, code, stderr)
 	require.Regexp(t, `^nvml-mock-sysfs \S* \S+, revision .+, go1\.\d+`, out)
@@ -102,6 +105,7 @@ func TestVersion(t *testing.T) {
 // the container root from the render, refuse a conflicting flag, and compat
 // on the host checks that the links resolve where the render says.
 func TestContainerRootComesFromTheRender(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t, "--container-root", "/opt/other")
 	out := filepath.Join(t.TempDir(), "spec.yaml")
 	code, stdout, stderr := runCLI(t, "cdi", "--root", root, "--output", out)
@@ -121,7 +125,7 @@ func TestContainerRootComesFromTheRender(t *testing.T) {
 			args = append(args, "--output", filepath.Join(t.TempDir(), "other.yaml"))
 		}
 		stderr := requireOneLineUsageError(t, cmd, args...)
-		require.Contains(t, stderr, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other")
+		require.Contains(t, stderr, "--container-root /opt/nvml-mock: the render at "+root+" was made for /opt/other, and its links point there; drop the flag, or render again with --container-root /opt/nvml-mock")
 	}
 
 	code, stdout, stderr = runCLI(t, "compat", "--root", root)
@@ -141,6 +145,7 @@ func TestContainerRootComesFromTheRender(t *testing.T) {
 }
 
 func TestVerifyOutsideAContainer(t *testing.T) {
+	t.Parallel()
 	ctr := t.TempDir()
 	code, _, stderr := runCLI(t, "verify", "--container-root", ctr)
 	require.Equal(t, exitFailure, code)
@@ -152,6 +157,7 @@ func TestVerifyOutsideAContainer(t *testing.T) {
 // Item 7: a re-render without --profile keeps the root's profile rather
 // than silently replacing it with the default.
 func TestRerenderWithoutProfileKeepsTheRootsProfile(t *testing.T) {
+	t.Parallel()
 	root := renderedRoot(t) // t4-vm: 4 GPUs
 	code, out, stderr := runCLI(t, "render", "--root", root)
 	require.Equal(t, exitOK, code, stderr)
@@ -176,6 +182,7 @@ func TestRerenderWithoutProfileKeepsTheRootsProfile(t *testing.T) {
 // Item 8: a directory that holds no render but has files where the overlay
 // goes is the user's: refused, naming them, unless --force.
 func TestRenderRefusesANeverRenderedRootWithFiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	mine := map[string]string{plan.ProfileFile: "{\"mine\": 1}\n", plan.BinaryFile: "#!/bin/sh\necho mine\n"}
 	for name, content := range mine {
@@ -198,6 +205,7 @@ func TestRenderRefusesANeverRenderedRootWithFiles(t *testing.T) {
 // Item 2: a typo is a warning naming the file, the field and the nearest
 // known key; --strict refuses it before anything is written.
 func TestRenderWarnsOfUnknownKeys(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	prof := filepath.Join(dir, "typo.yaml")
 	require.NoError(t, os.WriteFile(prof, []byte("devices:\n  - index: 0\n    pci:\n      bus_id: \"0000:07:00.0\"\n      subsytem_id: 0x134F10DE\n      device_id: 0x20B010DE\n"), 0o644))

@@ -22,6 +22,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
@@ -37,29 +38,21 @@ const (
 
 type e2e struct {
 	t      *testing.T
-	bin    string // the static binary, built for this test
+	bin    string // the static binary, shared by the tests (binaries)
 	rootfs string // a container root holding only the binary
 }
 
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: podman injects CDI specs from /var/run/cdi and bind-mounts the overlay")
-	}
-	for _, prog := range []string{"podman", "runc", "lspci", "cp"} {
-		if _, err := exec.LookPath(prog); err != nil {
-			t.Skipf("%s is not installed (make deps installs it from Debian)", prog)
-		}
+	overlaytest.SkipUnlessRoot(t, "podman injects CDI specs from /var/run/cdi and bind-mounts the overlay")
+	for _, p := range [][2]string{{"podman", "podman"}, {"runc", "runc"}, {"lspci", "pciutils"}, {"cp", "coreutils"}} {
+		overlaytest.RequireProgram(t, p[0], p[1])
 	}
 	if out, err := exec.Command("podman", "--version").CombinedOutput(); err != nil {
 		t.Skipf("podman does not run here: %v: %s", err, out)
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "nvml-mock-sysfs")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "build the static binary: %s", out)
+	bin := binaries.Binary(t)
 	rootfs := filepath.Join(dir, "rootfs")
 	require.NoError(t, os.MkdirAll(rootfs, 0o755))
 	require.NoError(t, exec.Command("cp", bin, filepath.Join(rootfs, "nvml-mock-sysfs")).Run())
@@ -276,7 +269,7 @@ func TestPodmanMergedSpec(t *testing.T) {
 	require.Equal(t, orig.Devices, merged.Devices)
 	require.Equal(t, orig.ContainerEdits.Env, merged.ContainerEdits.Env)
 	require.Equal(t, orig.ContainerEdits.Hooks, merged.ContainerEdits.Hooks)
-	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, deploy.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
+	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, sysfs.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
 	before, err := os.ReadFile(file)
 	require.NoError(t, err)
 

@@ -2,17 +2,17 @@ package main
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 func runProfiles(e *env, args []string) int {
-	fs := newFlags(e, "profiles", "[--show NAME]")
-	show := fs.String("show", "", "print a built-in profile as YAML")
-	if code, ok := parse(e, fs, args); !ok {
+	flags := newFlags(e, "profiles", "[--show NAME]")
+	show := flags.String("show", "", "print a built-in profile as YAML")
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	if *show != "" {
@@ -27,16 +27,15 @@ func runProfiles(e *env, args []string) int {
 		_, _ = e.stdout.Write(out)
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "NAME\tGPUS\tDESCRIPTION\n")
+	var rows [][]string
 	for _, b := range builtin.All() {
 		def := ""
 		if b.Name == builtin.Default {
 			def = " (default)"
 		}
-		fmt.Fprintf(tw, "%s%s\t%d\t%s\n", b.Name, def, len(b.Profile().Devices), b.Description)
+		rows = append(rows, []string{b.Name + def, strconv.Itoa(len(b.Profile().Devices)), b.Description})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := writeTable(e.stdout, []string{"NAME", "GPUS", "DESCRIPTION"}, rows); err != nil {
 		return fail(e, "%v", err)
 	}
 	return exitOK

@@ -48,6 +48,7 @@ var flagName = regexp.MustCompile(`--[a-z][a-z-]*`)
 // say the same: the block is each usage line, and each usage line names
 // every flag the command has and no other, so none of them can drift.
 func TestReadmeCommandsMatchTheFlagSets(t *testing.T) {
+	t.Parallel()
 	readme := readmeCommands(t)
 	var names []string
 	for _, c := range commands() {

@@ -11,6 +11,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -43,23 +44,24 @@ type renderArgs struct {
 	noBinary               bool
 }
 
-func (a *renderArgs) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
-	fs.StringVar(&a.o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
-	fs.StringVar(&a.hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
-	fs.StringVar(&a.hostDevices, "host-devices", string(overlay.HostDevicesNone), "none, or merge to also list the node's own PCI devices")
-	fs.StringVar(&a.o.HostSysfs, "host-sysfs", plan.DefaultHostSysfs, "the host's sysfs, for CPUs and --host-devices merge")
-	fs.DurationVar(&a.o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
-	fs.BoolVar(&a.o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
-	fs.BoolVar(&a.noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
-	fs.BoolVar(&a.o.Strict, "strict", false, "refuse a profile with keys nvml-mock's schema does not know, instead of warning")
-	fs.BoolVar(&a.o.Writer.Force, "force", false, "let a first render replace files already in the root that no render made")
+func (a *renderArgs) register(flags *flag.FlagSet) {
+	flags.StringVar(&a.o.Root, "root", overlay.DefaultRoot, "the overlay directory on the host")
+	flags.StringVar(&a.o.ContainerRoot, "container-root", plan.DefaultContainerRoot, "where containers mount the overlay")
+	flags.StringVar(&a.hierarchy, "hierarchy", "", "PCIe tree above each GPU: flat, hgx or dgx (default: the profile's, else its board's)")
+	flags.StringVar(&a.hostDevices, "host-devices", string(overlay.HostDevicesNone), "none, or merge to also list the node's own PCI devices")
+	flags.StringVar(&a.o.HostSysfs, "host-sysfs", plan.DefaultHostSysfs, "the host's sysfs, for CPUs and --host-devices merge")
+	flags.DurationVar(&a.o.Writer.LockTimeout, "lock-timeout", time.Minute, "how long to wait for another render of the same root")
+	flags.BoolVar(&a.o.Writer.CompareContent, "compare-content", false, "compare every file byte for byte, even when the marker vouches for the tree")
+	flags.BoolVar(&a.noBinary, "no-binary", false, "do not install this binary at <root>/bin/nvml-mock-sysfs")
+	flags.BoolVar(&a.o.Strict, "strict", false, "refuse a profile with keys nvml-mock's schema does not know, instead of warning")
+	flags.BoolVar(&a.o.Writer.Force, "force", false, "let a first render replace files already in the root that no render made")
 }
 
 // options checks the flags and returns the render options, the binary to
 // install left unset; on refusal it returns the exit code to stop with.
 func (a *renderArgs) options(e *env, cmd string) (overlay.Options, int, bool) {
 	o := a.o
+	o.Writer.SkipSync = e.skipSync
 	o.Hierarchy = boards.Hierarchy(a.hierarchy)
 	if a.hierarchy != "" && !o.Hierarchy.Valid() {
 		return o, usageError(e, cmd, "--hierarchy %q: want one of %v", a.hierarchy, boards.Hierarchies()), false
@@ -92,13 +94,13 @@ func (a *renderArgs) withBinary(e *env, cmd string, o *overlay.Options) (int, bo
 }
 
 func runRender(e *env, args []string) int {
-	fs := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--dry-run] [--no-binary] [--compare-content] [--strict] [--force]", renderProfileHelp+renderHelp)
+	flags := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--dry-run] [--no-binary] [--compare-content] [--strict] [--force]", renderProfileHelp+renderHelp)
 	var a renderArgs
-	fs.StringVar(&a.o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+builtin.Default+")")
-	a.register(fs)
+	flags.StringVar(&a.o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+builtin.Default+")")
+	a.register(flags)
 	var dryRun bool
-	fs.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
-	if code, ok := parse(e, fs, args); !ok {
+	flags.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	o, code, ok := a.options(e, "render")
@@ -162,7 +164,7 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 		fmt.Fprintf(e.stdout, "  machine     %q in %s (GFD: --machine-type-file=%s)\n", m.ProductName, plan.ProductNameFile, path.Join(p.ContainerRoot, plan.ProductNameFile))
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
-	fmt.Fprintf(e.stdout, "  links       %s -> mount at /sys/bus/pci/devices\n", path.Join(o.Root, plan.LinksDir))
+	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)
 	if st == nil {
 		return
 	}

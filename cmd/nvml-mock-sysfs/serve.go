@@ -22,23 +22,23 @@ which leaves the last good tree served and /readyz failing.
 `
 
 func runServe(e *env, args []string) int {
-	fs := newFlags(e, "serve", "[--profile NAME|FILE] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
-	fs.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
-	ra.register(fs)
+	flags.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
+	ra.register(flags)
 	var sa specArgs
-	sa.register(fs)
+	sa.register(flags)
 	var o serve.Options
-	registerAlsoAt(fs, &o.AlsoAt)
-	fs.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
-	fs.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
-	fs.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
-	fs.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
+	registerAlsoAt(flags, &o.AlsoAt)
+	flags.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	flags.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
+	flags.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
+	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
 	var logFormat string
 	var logLevel slog.Level
-	fs.StringVar(&logFormat, "log-format", "text", "text or json")
-	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug (also logs unchanged resyncs), info, warn or error")
-	if code, ok := parse(e, fs, args); !ok {
+	flags.StringVar(&logFormat, "log-format", "text", "text or json")
+	flags.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug (also logs unchanged resyncs), info, warn or error")
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
 	if sa.output == "" && sa.mergeInto == "" {
@@ -76,7 +76,12 @@ func runServe(e *env, args []string) int {
 	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
 	s, err := serve.New(o)
 	if err != nil {
-		return usageError(e, "serve", "%v", err)
+		return usageError(e, "serve", "%s", alsoAtError(err))
+	}
+	// Run would open the listener first thing too; opening it here lets
+	// the message name the flag.
+	if _, err := s.Listen(); err != nil {
+		return fail(e, "serve: --listen %s: %v", o.Listen, err)
 	}
 	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -10,6 +10,7 @@ import (
 // serve's usage errors look like every other command's: exit 2 and one
 // line naming serve and where to read its usage.
 func TestServeUsageErrors(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	tests := []struct {
 		args []string

@@ -13,18 +13,19 @@ import (
 
 // runVerify checks the container it runs in (kubectl exec ... verify).
 func runVerify(e *env, args []string) int {
-	fs := newFlags(e, "verify", "[--profile NAME|FILE] [--nvml-profile FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
-	var prof, nvmlProfile, sysfs, containerRoot, format string
-	fs.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
-	fs.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default: $"+compat.NVMLProfileEnv+")")
-	fs.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
-	fs.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
-	fs.StringVar(&format, "format", "table", "table or json")
-	if code, ok := parse(e, fs, args); !ok {
+	flags := newFlags(e, "verify", "[--profile NAME|FILE] [--nvml-profile FILE] [--sysfs /sys] [--container-root DIR] [--format table|json]")
+	var prof, nvmlProfile, sysfs, containerRoot string
+	var format outputFormat
+	flags.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
+	flags.StringVar(&nvmlProfile, "nvml-profile", "", "the profile nvml-mock's NVML serves, to check that it names the sysfs's GPUs (default: $"+compat.NVMLProfileEnv+")")
+	flags.StringVar(&sysfs, "sysfs", compat.KernelSysfs, "the sysfs consumers read")
+	flags.StringVar(&containerRoot, "container-root", plan.DefaultContainerRoot, "where the overlay is mounted")
+	format.register(flags)
+	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
-	if format != "table" && format != "json" {
-		return usageError(e, "verify", "--format %q: want table or json", format)
+	if code, ok := format.check(e, "verify"); !ok {
+		return code
 	}
 	if err := plan.ValidateContainerRoot(containerRoot); err != nil {
 		return usageError(e, "verify", "--container-root: %v", err)
@@ -41,7 +42,7 @@ func runVerify(e *env, args []string) int {
 	sys.LookupEnv = e.lookupEnv
 	sys.NVMLProfile = nvmlProfile
 	r := verify.Run(m, sys)
-	if err := writeReport(e, r, format, "CHECK"); err != nil {
+	if err := writeReport(e, r, &format, "CHECK"); err != nil {
 		return fail(e, "verify: %v", err)
 	}
 	if !r.OK() {

@@ -15,6 +15,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // readTar returns every entry of a tar archive by name, with its header.
@@ -139,12 +141,8 @@ func TestWriteRefuses(t *testing.T) {
 // TestPodmanLoads has an independent reader, podman's (containers/image),
 // load the archive into a private store and read back its config.
 func TestPodmanLoads(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: podman with a private store")
-	}
-	if _, err := exec.LookPath("podman"); err != nil {
-		t.Skip("podman is not installed (make deps installs it from Debian)")
-	}
+	overlaytest.SkipUnlessRoot(t, "podman with a private store")
+	overlaytest.RequireProgram(t, "podman", "podman")
 	dir := t.TempDir()
 	archive := filepath.Join(dir, "image.tar")
 	require.NoError(t, WriteFile(archive, testImage(t)))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 func TestParentOf(t *testing.T) {
@@ -23,9 +25,7 @@ func TestParentOf(t *testing.T) {
 // child there, and its child in yet another namespace (as a container is
 // the shim's), and not this test.
 func TestOwnProcesses(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: private mount namespaces")
-	}
+	overlaytest.RequireRoot(t)
 	require.Empty(t, ownProcesses(""), "no namespace, no processes")
 	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", "sleep 60 & unshare --mount sleep 60 & wait")
 	require.NoError(t, cmd.Start())

@@ -141,13 +141,13 @@ func New(o Options) (*Server, error) {
 		o.Render.ContainerRoot = plan.DefaultContainerRoot
 	}
 	if o.Output == "" && o.MergeInto == "" {
-		return nil, errors.New("give --output FILE, --merge-into FILE, or both")
+		return nil, errors.New("no CDI spec to write: give Output, MergeInto, or both")
 	}
 	if o.Kind == "" {
 		o.Kind = deploy.DefaultKind
 	}
 	if err := deploy.CheckKind(o.Kind); err != nil {
-		return nil, fmt.Errorf("--kind: %w", err)
+		return nil, err
 	}
 	// The mount set depends on the flags alone: work it out, and refuse
 	// bad flags, once.
@@ -182,7 +182,9 @@ func (s *Server) Listen() (net.Addr, error) {
 	if s.ln == nil {
 		ln, err := net.Listen("tcp", s.opts.Listen)
 		if err != nil {
-			return nil, fmt.Errorf("--listen %s: %w", s.opts.Listen, err)
+			// net's error names the address; the caller says where it
+			// came from (serve's --listen).
+			return nil, err
 		}
 		s.ln = ln
 	}
@@ -388,7 +390,7 @@ func (s *Server) writeSpecs() (int, error) {
 	if s.opts.MergeInto != "" {
 		_, r, wrote, err := deploy.MergeInto(s.opts.MergeInto, s.mounts, true)
 		if err != nil {
-			return n, fmt.Errorf("%w; left as it was", err)
+			return n, fmt.Errorf("merge into %s: %w; left as it was", s.opts.MergeInto, err)
 		}
 		if wrote {
 			n++

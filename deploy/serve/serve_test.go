@@ -396,7 +396,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 		s.waitSyncs(1)
 		code, body := s.probe(ReadyzPath)
 		require.Equal(t, http.StatusServiceUnavailable, code)
-		require.Contains(t, body, "--merge-into "+s.opts.MergeInto)
+		require.Contains(t, body, "merge into "+s.opts.MergeInto)
 		rewrite(t, s.opts.MergeInto, original)
 		s.waitReady(http.StatusOK, 30*time.Second)
 		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))

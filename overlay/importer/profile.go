@@ -253,7 +253,7 @@ func (c *Capture) explicitRootComplexes(gpus []GPU, opts Options) ([]profile.Roo
 	index := map[pciaddr.RootComplex]int{}
 	for _, s := range specs {
 		if _, dup := index[s.ID]; dup {
-			return nil, fmt.Errorf("--root-complex %s given twice", s.ID)
+			return nil, fmt.Errorf("root complex %s given twice", s.ID)
 		}
 		numa := opts.NUMANode
 		if s.NUMANode != nil {
@@ -267,7 +267,7 @@ func (c *Capture) explicitRootComplexes(gpus []GPU, opts Options) ([]profile.Roo
 		rc, ok := pciaddr.Covering(ids, g.Address)
 		if !ok {
 			return nil, &Error{Source: c.Source, Field: "gpu " + g.BusID, Value: g.Address.String(),
-				Err: fmt.Errorf("no --root-complex of domain %04x has a root bus at or below bus %02x", g.Address.Domain, g.Address.Bus)}
+				Err: fmt.Errorf("no given root complex of domain %04x has a root bus at or below bus %02x", g.Address.Domain, g.Address.Bus)}
 		}
 		r := &rcs[index[rc]]
 		r.Devices = append(r.Devices, busID(g.Address))

@@ -123,14 +123,14 @@ func TestProfileErrors(t *testing.T) {
 	}{
 		{"no host bridge covers a GPU", []string{"00000000:18:00.0", "00000001:18:00.0"},
 			func(o *importer.Options) { o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:00")} },
-			`nvidia-smi capture test.xml: gpu 00000001:18:00.0: value "0001:18:00.0": no --root-complex of domain 0001 has a root bus at or below bus 18`},
+			`nvidia-smi capture test.xml: gpu 00000001:18:00.0: value "0001:18:00.0": no given root complex of domain 0001 has a root bus at or below bus 18`},
 		{"non-flat hierarchy with a GPU on the root bus", []string{"00000000:00:1E.0"},
 			func(o *importer.Options) { o.Hierarchy = boards.HGX },
 			`nvidia-smi capture test.xml: gpu 0000:00:1e.0: value "hgx": the GPU sits on the root bus of pci0000:00, where only the flat hierarchy puts a GPU`},
 		{"host bridge twice", []string{"00000000:18:00.0"},
 			func(o *importer.Options) {
 				o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:00"), rcSpec(t, "pci0000:00=1")}
-			}, `--root-complex pci0000:00 given twice`},
+			}, `root complex pci0000:00 given twice`},
 		{"unknown inference", []string{"00000000:18:00.0"},
 			func(o *importer.Options) { o.RootComplexes = "per-socket" },
 			`root complex inference "per-socket": want one of [per-gpu per-domain]`},

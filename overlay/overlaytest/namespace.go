@@ -5,19 +5,28 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
+// SkipUnlessRoot skips unless the test runs as root, saying what needs
+// root: for tests that need root but no mount namespace (RequireRoot).
+func SkipUnlessRoot(t testing.TB, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: " + why)
+	}
+}
+
 // RequireRoot skips, saying why, unless the test runs as root with every
 // named program installed. make test installs them when it runs as root.
 func RequireRoot(t testing.TB, programs ...string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for mount namespaces and bind mounts")
-	}
+	SkipUnlessRoot(t, "mount namespaces and bind mounts")
 	for _, p := range append([]string{"unshare"}, programs...) {
 		if _, err := exec.LookPath(p); err != nil {
 			t.Skipf("%s is not installed (make test installs it from Debian when run as root)", p)
@@ -210,15 +219,6 @@ func run(cmd *exec.Cmd) (string, string, error) {
 	return stdout.String(), stderr.String(), err
 }
 
-// InNamespace runs a shell script with the overlay served at
-// containerRoot and returns its combined output.
-func InNamespace(t testing.TB, root, containerRoot, script string) (string, error) {
-	t.Helper()
-	cmd := Served{Root: root, ContainerRoot: containerRoot}.Command("sh", "-c", script)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 // BuildBinary builds the static nvml-mock-sysfs binary into a temporary
 // directory and returns its path.
 func BuildBinary(t testing.TB) string {
@@ -231,11 +231,17 @@ func BuildBinary(t testing.TB) string {
 // (CGO_ENABLED=0) into a temporary directory and returns its path.
 func BuildStatic(t testing.TB, pkg string) string {
 	t.Helper()
+	return buildStatic(t, pkg, t.TempDir())
+}
+
+// buildStatic builds pkg as a static binary into dir.
+func buildStatic(t testing.TB, pkg, dir string) string {
+	t.Helper()
 	goTool, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go tool is not on PATH, so the real binary cannot be built: " + err.Error())
 	}
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	out := filepath.Join(dir, filepath.Base(pkg))
 	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, pkg)
 	cmd.Dir = Repo(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -243,4 +249,57 @@ func BuildStatic(t testing.TB, pkg string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
+}
+
+// Binaries builds each main package once per test binary, for the tests
+// that run it as a separate process: a link of the static binary takes
+// seconds on a busy machine, and each test only runs it. The zero value is
+// ready; TestMain calls Close after m.Run to remove the binaries.
+type Binaries struct {
+	mu    sync.Mutex
+	dir   string
+	built map[string]string
+}
+
+// Static returns pkg (as for BuildStatic) built as a static binary, building
+// it on the first call. A test must not change the file.
+func (b *Binaries) Static(t testing.TB, pkg string) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p, ok := b.built[pkg]; ok {
+		return p
+	}
+	if b.dir == "" {
+		dir, err := os.MkdirTemp("", "overlaytest-binaries-")
+		if err != nil {
+			t.Fatalf("a directory for the shared binaries: %v", err)
+		}
+		b.dir, b.built = dir, map[string]string{}
+	}
+	dir := filepath.Join(b.dir, strconv.Itoa(len(b.built)))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("a directory for %s: %v", pkg, err)
+	}
+	p := buildStatic(t, pkg, dir)
+	b.built[pkg] = p
+	return p
+}
+
+// Binary is Static of ./cmd/nvml-mock-sysfs, as BuildBinary builds it.
+func (b *Binaries) Binary(t testing.TB) string {
+	t.Helper()
+	return b.Static(t, "./cmd/nvml-mock-sysfs")
+}
+
+// Close removes the binaries built so far.
+func (b *Binaries) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.dir == "" {
+		return nil
+	}
+	err := os.RemoveAll(b.dir)
+	b.dir, b.built = "", nil
+	return err
 }

@@ -164,13 +164,8 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
 func ValidateContainerRoot(p string) error {
 	bad := func(why string) error { return fmt.Errorf("container root %q: %s", p, why) }
-	switch {
-	case !path.IsAbs(p):
-		return bad("must be absolute")
-	case path.Clean(p) != p:
-		return bad("must be clean (no trailing slash, no . or ..)")
-	case p == "/":
-		return bad("must not be /")
+	if err := CheckAbsolutePath(p); err != nil {
+		return bad(err.Error())
 	}
 	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
 	switch first {

@@ -79,13 +79,8 @@ func (s Stats) Written() int { return s.FilesWritten + s.LinksWritten }
 
 // CheckRoot refuses roots the writer must never use.
 func CheckRoot(root string) error {
-	switch {
-	case !path.IsAbs(root):
-		return fmt.Errorf("root %q must be an absolute path", root)
-	case path.Clean(root) != root:
-		return fmt.Errorf("root %q must be clean (no trailing slash, . or ..)", root)
-	case root == "/":
-		return fmt.Errorf("root must not be /")
+	if err := plan.CheckAbsolutePath(root); err != nil {
+		return fmt.Errorf("root %q %w", root, err)
 	}
 	return nil
 }
