@@ -9,6 +9,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -28,11 +29,11 @@ kernel's formats and the files' agreement with each other are checked.
 
 func runFidelity(e *env, args []string) int {
 	flags := newFlags(e, "fidelity", "[--root DIR | --sysfs /sys [--container-root DIR]] [--device BDF] [--profile NAME|FILE] [--gaps] [--format table|json]", fidelityHelp)
-	var root, sysfs, prof, containerRoot, device string
+	var root, sysfsDir, prof, containerRoot, device string
 	var format outputFormat
 	var gapsOnly bool
 	flags.StringVar(&root, "root", "", "check the tree on the host, at <root>/sys (default "+overlay.DefaultRoot+")")
-	flags.StringVar(&sysfs, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
+	flags.StringVar(&sysfsDir, "sysfs", "", "check at this sysfs instead, e.g. /sys in a container or on a real node")
 	flags.StringVar(&prof, "profile", "", "the profile to expect (default: the effective profile the render left in the overlay)")
 	flags.StringVar(&containerRoot, "container-root", "", "with --sysfs: where the overlay is mounted, to find its effective profile (default "+plan.DefaultContainerRoot+")")
 	flags.StringVar(&device, "device", "", "check only this PCI address")
@@ -41,7 +42,7 @@ func runFidelity(e *env, args []string) int {
 	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
-	if root != "" && sysfs != "" {
+	if root != "" && sysfsDir != "" {
 		return usageError(e, "fidelity", "give --root or --sysfs, not both")
 	}
 	if code, ok := format.check(e, "fidelity"); !ok {
@@ -60,27 +61,27 @@ func runFidelity(e *env, args []string) int {
 		}
 		only = a
 	}
-	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
+	overlayDir, sysfsDir := whereToCheck(root, sysfsDir, containerRoot)
 	m, err := expectedMachine(prof, overlayDir)
 	if err != nil && (device == "" || prof != "") {
 		return failLoad(e, "fidelity", err)
 	}
-	dirFS := os.DirFS(sysfs)
+	dirFS := os.DirFS(sysfsDir)
 	var rows []fidelity.Row
 	switch {
 	case m == nil:
 		// A real node, or a tree without its profile: formats only.
-		rows = fidelity.Check(dirFS, fidelity.LinksDir+"/"+only.String(), nil)
+		rows = fidelity.Check(dirFS, sysfs.LinksDir+"/"+only.String(), nil)
 	case device != "":
 		d, found := deviceOf(m, only)
 		if !found {
 			return fail(e, "fidelity: %s is not a device of %s", only, m.Source)
 		}
-		rows = fidelity.Check(dirFS, fidelity.LinksDir+"/"+only.String(), fidelity.ExpectFor(d))
+		rows = fidelity.Check(dirFS, sysfs.LinksDir+"/"+only.String(), fidelity.ExpectFor(d))
 	default:
 		rows = fidelity.CheckMachine(dirFS, m)
 	}
-	report := &fidelity.Report{Sysfs: sysfs, Rows: rows}
+	report := &fidelity.Report{Sysfs: sysfsDir, Rows: rows}
 	if err := writeFidelity(e, report, &format, gapsOnly); err != nil {
 		return fail(e, "fidelity: %v", err)
 	}

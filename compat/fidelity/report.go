@@ -7,10 +7,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// LinksDir is sysfs.LinksDir, where Check finds devices in a sysfs tree. It
-// stays only until cmd asks sysfs itself.
-const LinksDir = sysfs.LinksDir
-
 // Report is the finding for every device checked.
 type Report struct {
 	Sysfs string `json:"sysfs"`

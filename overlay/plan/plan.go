@@ -54,11 +54,6 @@ const (
 	DefaultHostSysfs = "/sys"
 )
 
-// LinksDepth is sysfs.LinksDepth, the climb of a bridge's link to the
-// container root. It stays only until deploy asks sysfs itself; use
-// sysfs.LinksDepth.
-const LinksDepth = sysfs.LinksDepth
-
 // Kind is what an entry is on disk.
 type Kind uint8
 
