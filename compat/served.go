@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -118,10 +119,7 @@ func (ns servedNamespace) resolve(p string) (string, error) {
 // above reports whether p is a directory on the way to a mount point, such
 // as /sys or /opt, which the walk passes through.
 func (ns servedNamespace) above(p string) bool {
-	for _, m := range ns.mounts {
-		if p == "/" || strings.HasPrefix(m[0], p+"/") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(ns.mounts, func(m [2]string) bool {
+		return p == "/" || strings.HasPrefix(m[0], p+"/")
+	})
 }

@@ -5,6 +5,7 @@
 package deploy
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -36,9 +37,7 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 	if err := writer.CheckRoot(root); err != nil {
 		return nil, err
 	}
-	if containerRoot == "" {
-		containerRoot = plan.DefaultContainerRoot
-	}
+	containerRoot = cmp.Or(containerRoot, plan.DefaultContainerRoot)
 	if err := plan.ValidateContainerRoot(containerRoot); err != nil {
 		return nil, err
 	}

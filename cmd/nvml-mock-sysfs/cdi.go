@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 
@@ -24,9 +25,7 @@ func (a *specArgs) check(e *env, cmd string) (int, bool) {
 	if a.kind != "" && a.output == "" {
 		return usageError(e, cmd, "--kind applies to --output; --merge-into keeps the spec's own kind"), false
 	}
-	if a.kind == "" {
-		a.kind = deploy.DefaultKind
-	}
+	a.kind = cmp.Or(a.kind, deploy.DefaultKind)
 	if err := deploy.CheckKind(a.kind); err != nil {
 		return usageError(e, cmd, "--kind: %v", err), false
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path"
@@ -78,17 +79,13 @@ func runCompat(e *env, args []string) int {
 // sysfs in a container.
 func whereToCheck(root, sysfs, containerRoot string) (overlayDir, sysfsDir string) {
 	if sysfs == "" {
-		if root == "" {
-			root = overlay.DefaultRoot
-		}
+		root = cmp.Or(root, overlay.DefaultRoot)
 		return root, path.Join(root, "sys")
 	}
 	if root != "" {
 		return root, sysfs
 	}
-	if containerRoot == "" {
-		containerRoot = plan.DefaultContainerRoot
-	}
+	containerRoot = cmp.Or(containerRoot, plan.DefaultContainerRoot)
 	return containerRoot, sysfs
 }
 

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -121,9 +122,7 @@ func versionLine(bi *debug.BuildInfo) string {
 			modified = " (modified)"
 		}
 	}
-	if version == "" {
-		version = "(devel)"
-	}
+	version = cmp.Or(version, "(devel)")
 	return fmt.Sprintf("nvml-mock-sysfs %s %s, revision %s%s, %s", bi.Main.Path, version, revision, modified, bi.GoVersion)
 }
 

@@ -9,6 +9,7 @@ package consumers
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -217,9 +218,7 @@ type NFDWorkerRun struct {
 // Invocation runs the worker once; its labels go to its log.
 func (r NFDWorkerRun) Invocation() (Invocation, error) {
 	node := r.NodeName
-	if node == "" {
-		node = "nvml-mock-sysfs-e2e"
-	}
+	node = cmp.Or(node, "nvml-mock-sysfs-e2e")
 	args := []string{r.Binary, "-oneshot", "-no-publish", "-feature-sources=pci", "-label-sources=pci", "-port", "0",
 		"-kubeconfig", r.Kubeconfig, "-v", "1"}
 	pci := map[string]any{}

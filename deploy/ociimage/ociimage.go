@@ -12,6 +12,7 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -78,9 +79,7 @@ func Write(w io.Writer, img Image) error {
 		return fmt.Errorf("image %s: %w", img.Name, err)
 	}
 	arch := img.Architecture
-	if arch == "" {
-		arch = runtime.GOARCH
-	}
+	arch = cmp.Or(arch, runtime.GOARCH)
 	platform := v1.Platform{OS: "linux", Architecture: arch}
 	config := v1.Image{
 		Platform: platform,

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -197,9 +198,7 @@ func writeJSON(t testing.TB, file string, v any) {
 func (h *Harness) RunPod(t testing.TB, p Pod) *Sandbox {
 	t.Helper()
 	began := time.Now()
-	if p.Namespace == "" {
-		p.Namespace = "default"
-	}
+	p.Namespace = cmp.Or(p.Namespace, "default")
 	dir := t.TempDir()
 	s := &Sandbox{h: h, dir: dir, config: filepath.Join(dir, "pod.json")}
 	writeJSON(t, s.config, criPodConfig{

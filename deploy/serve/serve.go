@@ -18,6 +18,7 @@
 package serve
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -134,18 +135,12 @@ type Server struct {
 
 // New checks the options and fills in the defaults.
 func New(o Options) (*Server, error) {
-	if o.Render.Root == "" {
-		o.Render.Root = overlay.DefaultRoot
-	}
-	if o.Render.ContainerRoot == "" {
-		o.Render.ContainerRoot = plan.DefaultContainerRoot
-	}
+	o.Render.Root = cmp.Or(o.Render.Root, overlay.DefaultRoot)
+	o.Render.ContainerRoot = cmp.Or(o.Render.ContainerRoot, plan.DefaultContainerRoot)
 	if o.Output == "" && o.MergeInto == "" {
 		return nil, errors.New("no CDI spec to write: give Output, MergeInto, or both")
 	}
-	if o.Kind == "" {
-		o.Kind = deploy.DefaultKind
-	}
+	o.Kind = cmp.Or(o.Kind, deploy.DefaultKind)
 	if err := deploy.CheckKind(o.Kind); err != nil {
 		return nil, err
 	}
@@ -155,9 +150,7 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Listen == "" {
-		o.Listen = DefaultListen
-	}
+	o.Listen = cmp.Or(o.Listen, DefaultListen)
 	if o.Resync <= 0 {
 		o.Resync = DefaultResync
 	}
@@ -302,9 +295,7 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	prev := s.status
 	s.mu.Unlock()
 	ro := s.opts.Render
-	if ro.Profile == "" {
-		ro.Profile = builtin.Default
-	}
+	ro.Profile = cmp.Or(ro.Profile, builtin.Default)
 	var unknown []error
 	ro.Warn = func(err error) { unknown = append(unknown, err) }
 	p, st, err := overlay.Render(ro)

@@ -4,6 +4,8 @@
 // profile's GPUs the BAR layout and bridge hierarchy of their real machine.
 package boards
 
+import "slices"
+
 // VendorNVIDIA is NVIDIA's PCI vendor id.
 const VendorNVIDIA uint16 = 0x10de
 
@@ -25,14 +27,7 @@ const (
 func Hierarchies() []Hierarchy { return []Hierarchy{Flat, HGX, DGX} }
 
 // Valid reports whether h names a known hierarchy.
-func (h Hierarchy) Valid() bool {
-	for _, k := range Hierarchies() {
-		if h == k {
-			return true
-		}
-	}
-	return false
-}
+func (h Hierarchy) Valid() bool { return slices.Contains(Hierarchies(), h) }
 
 // BARLayout says which BARs a GPU implements and how.
 type BARLayout int

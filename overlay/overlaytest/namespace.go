@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,12 +156,9 @@ func (s Served) Script() string {
 // underHostSys reports whether path lies below one of HostSysAt, where
 // the node's sysfs, bound there first, provides it.
 func (s Served) underHostSys(path string) bool {
-	for _, dir := range s.HostSysAt {
-		if strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(s.HostSysAt, func(dir string) bool {
+		return strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/")
+	})
 }
 
 // Command returns a command that runs name with args inside a new private

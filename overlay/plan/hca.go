@@ -132,12 +132,9 @@ func (b *rcBuilder) canWiden(n *Node, bus uint8) bool {
 
 // claimed reports whether a bridge among nodes other than self holds bus.
 func claimed(nodes []*Node, self *Node, bus uint8) bool {
-	for _, s := range nodes {
-		if s != self && s.Role.IsBridge() && s.Secondary <= bus && bus <= s.Subordinate {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(nodes, func(s *Node) bool {
+		return s != self && s.Role.IsBridge() && s.Secondary <= bus && bus <= s.Subordinate
+	})
 }
 
 // highestFreeBus finds the highest bus of the root complex that no bridge

@@ -21,6 +21,7 @@
 package plan
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -120,15 +121,11 @@ type Options struct {
 
 // New plans the overlay for a machine.
 func New(m *profile.Machine, opts Options) (*Plan, error) {
-	if opts.ContainerRoot == "" {
-		opts.ContainerRoot = DefaultContainerRoot
-	}
+	opts.ContainerRoot = cmp.Or(opts.ContainerRoot, DefaultContainerRoot)
 	if err := ValidateContainerRoot(opts.ContainerRoot); err != nil {
 		return nil, err
 	}
-	if opts.HostSysfs == "" {
-		opts.HostSysfs = DefaultHostSysfs
-	}
+	opts.HostSysfs = cmp.Or(opts.HostSysfs, DefaultHostSysfs)
 	if opts.Host.Possible == 0 {
 		opts.Host = SingleCPU()
 	}

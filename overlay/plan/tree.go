@@ -443,10 +443,5 @@ func (b *rcBuilder) freeRootPortSlot() (uint8, uint8, bool) {
 }
 
 func (b *rcBuilder) hasChildAt(a pciaddr.Address) bool {
-	for _, n := range b.root.Children {
-		if n.Address == a {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(b.root.Children, func(n *Node) bool { return n.Address == a })
 }
