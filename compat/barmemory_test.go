@@ -20,7 +20,7 @@ import (
 func rows(r *compat.Report, consumer string) []compat.Result {
 	var out []compat.Result
 	for _, x := range r.Results {
-		if x.Consumer == consumer {
+		if x.Check == consumer {
 			out = append(out, x)
 		}
 	}

@@ -24,7 +24,8 @@ import (
 // KernelSysfs is where consumers read by default.
 const KernelSysfs = sysfs.Mount
 
-// Consumer names, as the matrix shows them.
+// Check names, as the matrix shows them: each is a consumer library's
+// call (or a reference link check) asked of the rendered tree.
 const (
 	PCIeRoot        = "deviceattribute.pcieRoot"
 	NUMAScalar      = "deviceattribute.numaNode"
@@ -40,11 +41,13 @@ const (
 	ReferenceAnchor = "reference: anchored link"
 )
 
-// Result is one consumer's answer for one device (or for the whole scan).
+// Result is one check's answer for one device (or for the whole scan).
+// Check is one of the check names above; its JSON key stays "consumer",
+// which scripts reading --format json already use.
 type Result struct {
-	Consumer string `json:"consumer"`
-	Device   string `json:"device"`
-	OK       bool   `json:"ok"`
+	Check  string `json:"consumer"`
+	Device string `json:"device"`
+	OK     bool   `json:"ok"`
 	// Detail is the evidence: what the library answered, or its own error.
 	Detail string `json:"detail"`
 }
@@ -71,13 +74,13 @@ func (r *Report) Failures() []Result {
 	return out
 }
 
-// FailedChecks names the checks (the Consumer of each failed row) that
+// FailedChecks names the checks (the Check of each failed row) that
 // failed, each once, in report order.
 func (r *Report) FailedChecks() []string {
 	var out []string
 	for _, x := range r.Failures() {
-		if !slices.Contains(out, x.Consumer) {
-			out = append(out, x.Consumer)
+		if !slices.Contains(out, x.Check) {
+			out = append(out, x.Check)
 		}
 	}
 	return out
@@ -101,8 +104,8 @@ type checker struct {
 	report *Report
 }
 
-func (c *checker) add(consumer, device string, ok bool, format string, args ...any) {
-	c.report.Results = append(c.report.Results, Result{Consumer: consumer, Device: device, OK: ok, Detail: fmt.Sprintf(format, args...)})
+func (c *checker) add(check, device string, ok bool, format string, args ...any) {
+	c.report.Results = append(c.report.Results, Result{Check: check, Device: device, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 // attrMods points deviceattribute at the tree; at /sys it runs with no
@@ -337,7 +340,7 @@ func GFDMode(class uint32) string {
 }
 
 // setCheck compares a go-nvlib list with the profile's devices of a kind.
-func (c *checker) setCheck(name string, kind profile.Kind, get func() ([]*nvpci.NvidiaPCIDevice, error)) {
+func (c *checker) setCheck(name string, kind profile.DeviceKind, get func() ([]*nvpci.NvidiaPCIDevice, error)) {
 	devs, err := get()
 	if err != nil {
 		c.add(name, "*", false, "%v", err)
@@ -379,7 +382,7 @@ func mismatch(d *nvpci.NvidiaPCIDevice, exp profile.Device) string {
 	return strings.Join(p, ", ")
 }
 
-func hasKind(m *profile.Machine, k profile.Kind) bool {
+func hasKind(m *profile.Machine, k profile.DeviceKind) bool {
 	return slices.ContainsFunc(m.Devices, func(d profile.Device) bool { return d.Kind == k })
 }
 

@@ -28,7 +28,7 @@ func render(t *testing.T, prof string) (string, *plan.Plan) {
 func requireOK(t *testing.T, r *compat.Report) {
 	t.Helper()
 	for _, f := range r.Failures() {
-		t.Errorf("%s %s: %s", f.Consumer, f.Device, f.Detail)
+		t.Errorf("%s %s: %s", f.Check, f.Device, f.Detail)
 	}
 	require.True(t, r.OK())
 }
@@ -37,7 +37,7 @@ func requireOK(t *testing.T, r *compat.Report) {
 func rowCounts(r *compat.Report) map[string]int {
 	out := map[string]int{}
 	for _, x := range r.Results {
-		out[x.Consumer]++
+		out[x.Check]++
 	}
 	return out
 }
@@ -86,7 +86,7 @@ func TestNUMAMinusOneIsNotPublished(t *testing.T) {
 	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 	requireOK(t, r)
 	for _, x := range r.Results {
-		if x.Consumer == compat.NUMAScalar {
+		if x.Check == compat.NUMAScalar {
 			require.Equal(t, "not published (numa_node=-1)", x.Detail)
 		}
 	}
@@ -183,7 +183,7 @@ func TestFailuresAreCaught(t *testing.T) {
 			require.False(t, r.OK())
 			var hit bool
 			for _, f := range r.Failures() {
-				if f.Consumer == tt.consumer && strings.Contains(f.Detail, tt.detail) {
+				if f.Check == tt.consumer && strings.Contains(f.Detail, tt.detail) {
 					hit = true
 				}
 			}
@@ -232,10 +232,10 @@ func TestProfileMismatchIsCaught(t *testing.T) {
 
 func TestFailedChecks(t *testing.T) {
 	r := &compat.Report{Results: []compat.Result{
-		{Consumer: "b", OK: false}, {Consumer: "a", OK: true}, {Consumer: "c", OK: false}, {Consumer: "b", OK: false},
+		{Check: "b", OK: false}, {Check: "a", OK: true}, {Check: "c", OK: false}, {Check: "b", OK: false},
 	}}
 	require.Equal(t, []string{"b", "c"}, r.FailedChecks(), "each failed check once, in report order")
-	require.Empty(t, (&compat.Report{Results: []compat.Result{{Consumer: "a", OK: true}}}).FailedChecks())
+	require.Empty(t, (&compat.Report{Results: []compat.Result{{Check: "a", OK: true}}}).FailedChecks())
 }
 
 // TestHCALinkLayers renders the h100 built-in with its ConnectX-7s in each
@@ -257,7 +257,7 @@ func TestHCALinkLayers(t *testing.T) {
 			want := map[string]string{"InfiniBand": "exactly the 0 Ethernet-mode HCAs", "Ethernet": "exactly the 8 Ethernet-mode HCAs"}[layer]
 			var got []string
 			for _, x := range r.Results {
-				if x.Consumer == compat.NetworkControllers || x.Consumer == compat.HCAAllDevices {
+				if x.Check == compat.NetworkControllers || x.Check == compat.HCAAllDevices {
 					got = append(got, x.Detail)
 				}
 			}

@@ -30,7 +30,7 @@ func gpuModeRows(t *testing.T, mutate func(sysfs string)) map[string]Result {
 	require.NoError(t, err)
 	rows := map[string]Result{}
 	for _, r := range Run(m, sysfs).Results {
-		if r.Consumer == GPUMode {
+		if r.Check == GPUMode {
 			rows[r.Device] = r
 		}
 	}

@@ -22,7 +22,7 @@ const NVMLAgreement = "nvml-mock: same GPUs"
 // GPU's bus id from NVML and look it up in sysfs: a GPU NVML names that the
 // sysfs does not have loses its labels and its pcieRoot, silently.
 func NVMLCheck(nvmlProfile, sysfs string) Result {
-	r := Result{Consumer: NVMLAgreement, Device: nvmlProfile}
+	r := Result{Check: NVMLAgreement, Device: nvmlProfile}
 	detail := func(format string, args ...any) Result {
 		r.Detail = fmt.Sprintf(format, args...)
 		return r

@@ -28,7 +28,7 @@ func CheckServedLinks(root, containerRoot string) Result {
 	linksDir := path.Join(root, plan.LinksDir)
 	entries, err := os.ReadDir(linksDir)
 	if err != nil {
-		return Result{Consumer: ServedLinks, Device: "*", Detail: err.Error()}
+		return Result{Check: ServedLinks, Device: "*", Detail: err.Error()}
 	}
 	ns := servedNamespace{mounts: [][2]string{
 		{sysfs.KernelLinksDir, linksDir},
@@ -50,9 +50,9 @@ func CheckServedLinks(root, containerRoot string) Result {
 		}
 	}
 	if len(bad) > 0 {
-		return Result{Consumer: ServedLinks, Device: "*", Detail: fmt.Sprintf("with the overlay at %s, %d of %d entries do not resolve into it: %s", containerRoot, len(bad), len(entries), strings.Join(bad, "; "))}
+		return Result{Check: ServedLinks, Device: "*", Detail: fmt.Sprintf("with the overlay at %s, %d of %d entries do not resolve into it: %s", containerRoot, len(bad), len(entries), strings.Join(bad, "; "))}
 	}
-	return Result{Consumer: ServedLinks, Device: "*", OK: true, Detail: fmt.Sprintf("with the overlay at %s, all %d entries resolve into %s", containerRoot, len(entries), devices)}
+	return Result{Check: ServedLinks, Device: "*", OK: true, Detail: fmt.Sprintf("with the overlay at %s, all %d entries resolve into %s", containerRoot, len(entries), devices)}
 }
 
 // servedNamespace maps a container's paths to the host's through bind

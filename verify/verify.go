@@ -138,7 +138,7 @@ type verifier struct {
 }
 
 func (v *verifier) add(name, subject string, ok bool, format string, args ...any) {
-	v.report.Results = append(v.report.Results, compat.Result{Consumer: name, Device: subject, OK: ok, Detail: fmt.Sprintf(format, args...)})
+	v.report.Results = append(v.report.Results, compat.Result{Check: name, Device: subject, OK: ok, Detail: fmt.Sprintf(format, args...)})
 }
 
 // links opens every entry of the links directory, as go-nvlib and NFD do

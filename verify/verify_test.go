@@ -84,8 +84,8 @@ func (f *fakeContainer) system() System {
 func failing(r *compat.Report) []string {
 	var out []string
 	for _, c := range r.Failures() {
-		if !slices.Contains(out, c.Consumer) {
-			out = append(out, c.Consumer)
+		if !slices.Contains(out, c.Check) {
+			out = append(out, c.Check)
 		}
 	}
 	slices.Sort(out)
@@ -254,7 +254,7 @@ func TestRun(t *testing.T) {
 			require.Equal(t, tc.failing, failing(r), "%+v", r.Failures())
 			require.Equal(t, len(tc.failing) == 0, r.OK())
 			for _, name := range []string{LinksResolve, NodeDevices, compat.NVMLAgreement, OtherMocks, DisplayDevices, KernelDevices, CPUTopology, NetInterfaces, DMI, LinksMount, OverlayMount, "deviceattribute.pcieRoot", "nvpci.GetGPUs", "gfd gpu.mode"} {
-				require.True(t, slices.ContainsFunc(r.Results, func(c compat.Result) bool { return c.Consumer == name }), "check %q ran", name)
+				require.True(t, slices.ContainsFunc(r.Results, func(c compat.Result) bool { return c.Check == name }), "check %q ran", name)
 			}
 		})
 	}
@@ -282,7 +282,7 @@ func TestEvidence(t *testing.T) {
 	r := Run(m, f.system())
 	byName := map[string]compat.Result{}
 	for _, c := range r.Results {
-		byName[c.Consumer] = c
+		byName[c.Check] = c
 	}
 	require.Equal(t, "statfs magic 0x62656572: the kernel's sysfs", byName[KernelDevices].Detail)
 	require.Equal(t, "online 0-3 (4 CPUs), cpu0 in package 0", byName[CPUTopology].Detail)
@@ -369,7 +369,7 @@ func TestNVMLAgreement(t *testing.T) {
 			r := Run(m, f.system())
 			var row compat.Result
 			for _, c := range r.Results {
-				if c.Consumer == compat.NVMLAgreement {
+				if c.Check == compat.NVMLAgreement {
 					row = c
 				}
 			}

@@ -111,7 +111,7 @@ func writeReport(e *env, r *compat.Report, format *outputFormat, what string) er
 			if !x.OK {
 				res = "FAIL"
 			}
-			rows = append(rows, []string{x.Consumer, x.Device, res, x.Detail})
+			rows = append(rows, []string{x.Check, x.Device, res, x.Detail})
 		}
 		if err := writeTable(e.stdout, []string{what, "DEVICE", "RESULT", "DETAIL"}, rows); err != nil {
 			return err

@@ -72,7 +72,7 @@ func checkKernelPath(t *testing.T, bin, prof string) {
 	var r compat.Report
 	require.NoError(t, json.Unmarshal([]byte(section(out2, "compat")), &r), out2)
 	for _, f := range r.Failures() {
-		t.Errorf("compat at /sys: %s %s: %s", f.Consumer, f.Device, f.Detail)
+		t.Errorf("compat at /sys: %s %s: %s", f.Check, f.Device, f.Detail)
 	}
 	require.Equal(t, compat.KernelSysfs, r.Sysfs)
 	require.NotEmpty(t, r.Results)

@@ -168,7 +168,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 		require.True(t, r.OK())
 		var roots []string
 		for _, c := range r.Results {
-			if c.Consumer == "deviceattribute.pcieRoot" {
+			if c.Check == "deviceattribute.pcieRoot" {
 				roots = append(roots, c.Device+" "+c.Detail)
 			}
 		}

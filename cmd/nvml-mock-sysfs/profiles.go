@@ -33,7 +33,7 @@ func runProfiles(e *env, args []string) int {
 		if b.Name == builtin.Default {
 			def = " (default)"
 		}
-		rows = append(rows, []string{b.Name + def, strconv.Itoa(len(b.Profile().Devices)), b.Description})
+		rows = append(rows, []string{b.Name + def, strconv.Itoa(len(b.New().Devices)), b.Description})
 	}
 	if err := writeTable(e.stdout, []string{"NAME", "GPUS", "DESCRIPTION"}, rows); err != nil {
 		return fail(e, "%v", err)

@@ -497,9 +497,9 @@ func compatDisagreements(x *subject, report *compat.Report, gfd map[string]strin
 	modeOK := 0
 	for _, r := range report.Results {
 		switch {
-		case r.Consumer == compat.PCIeRoot:
+		case r.Check == compat.PCIeRoot:
 			rootOK[r.Device] = r.OK
-		case r.Consumer == compat.GPUMode && r.OK:
+		case r.Check == compat.GPUMode && r.OK:
 			modeOK++
 		}
 	}

@@ -36,19 +36,19 @@ const (
 	Reset    Scope = "functions the kernel can reset"
 )
 
-// Kind is what the entry is.
-type Kind string
+// AttributeKind is what the entry is.
+type AttributeKind string
 
 const (
-	File Kind = "file"
-	Link Kind = "link"
-	Dir  Kind = "dir"
+	File AttributeKind = "file"
+	Link AttributeKind = "link"
+	Dir  AttributeKind = "dir"
 )
 
 // Attribute is one entry of a real GPU's sysfs directory.
 type Attribute struct {
 	Name  string
-	Kind  Kind
+	Kind  AttributeKind
 	Need  Need
 	Scope Scope
 	// Readers are who reads it, or where the fact comes from.

@@ -56,12 +56,12 @@ func ExpectFor(d profile.Device) *Expect {
 
 // Row is one attribute's finding.
 type Row struct {
-	Device    string `json:"device"`
-	Attribute string `json:"attribute"`
-	Kind      Kind   `json:"kind"`
-	Need      Need   `json:"need"`
-	Scope     Scope  `json:"scope"`
-	Status    Status `json:"status"`
+	Device    string        `json:"device"`
+	Attribute string        `json:"attribute"`
+	Kind      AttributeKind `json:"kind"`
+	Need      Need          `json:"need"`
+	Scope     Scope         `json:"scope"`
+	Status    Status        `json:"status"`
 	// Detail is the evidence: the value seen and what was expected.
 	Detail string `json:"detail"`
 }
@@ -123,7 +123,7 @@ func (p *probe) attribute(a Attribute) (Status, string) {
 	if err != nil {
 		return Different, err.Error()
 	}
-	var kind Kind
+	var kind AttributeKind
 	switch {
 	case info.Mode()&fs.ModeSymlink != 0:
 		kind = Link

@@ -82,7 +82,7 @@ lspci -tv`)
 func requireRow(t *testing.T, r *compat.Report, consumer string) {
 	t.Helper()
 	for _, x := range r.Results {
-		if x.Consumer == consumer {
+		if x.Check == consumer {
 			require.True(t, x.OK, "%+v", x)
 			return
 		}

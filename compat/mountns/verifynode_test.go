@@ -51,7 +51,7 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 	}
 	row := func(r *compat.Report, name string) compat.Result {
 		for _, x := range r.Results {
-			if x.Consumer == name {
+			if x.Check == name {
 				return x
 			}
 		}

@@ -104,8 +104,8 @@ func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
 	require.True(t, r.OK())
 	var roots, want []string
 	for _, c := range r.Results {
-		require.True(t, c.OK, "%s %s: %s", c.Consumer, c.Device, c.Detail)
-		if c.Consumer == "deviceattribute.pcieRoot" {
+		require.True(t, c.OK, "%s %s: %s", c.Check, c.Device, c.Detail)
+		if c.Check == "deviceattribute.pcieRoot" {
 			roots = append(roots, c.Device+" "+c.Detail)
 		}
 	}

@@ -26,20 +26,21 @@ func NVMLMockNames() []string {
 	return []string{"a100", "b200", "gb200", "gb300", "h100", "l40s", "t4"}
 }
 
-// Builtin is one shipped profile.
-type Builtin struct {
+// Profile is one shipped profile. New builds a fresh copy each call, so a
+// caller may change it.
+type Profile struct {
 	Name        string
 	Description string
-	Profile     func() *profile.Profile
+	New         func() *profile.Profile
 }
 
 // All lists the built-in profiles.
-func All() []Builtin {
-	return []Builtin{
-		{Name: "dgx-a100", Description: "DGX A100: 8x A100-SXM4-40GB behind two cascaded PCIe switches, 6 NVSwitches, 2 NUMA nodes", Profile: dgxA100},
-		{Name: "hgx-h100", Description: "HGX H100: 8x H100 80GB HBM3 (SXM5), each behind a PCIe switch on its own root complex, 4 NVSwitches", Profile: hgxH100},
-		{Name: "gb200-tray", Description: "GB200 compute tray: 4x GB200 behind Grace root ports, 2 NUMA nodes", Profile: gb200Tray},
-		{Name: "t4-vm", Description: "cloud VM (like AWS g4dn.12xlarge): 4x T4 on the root bus, no NUMA affinity", Profile: t4VM},
+func All() []Profile {
+	return []Profile{
+		{Name: "dgx-a100", Description: "DGX A100: 8x A100-SXM4-40GB behind two cascaded PCIe switches, 6 NVSwitches, 2 NUMA nodes", New: dgxA100},
+		{Name: "hgx-h100", Description: "HGX H100: 8x H100 80GB HBM3 (SXM5), each behind a PCIe switch on its own root complex, 4 NVSwitches", New: hgxH100},
+		{Name: "gb200-tray", Description: "GB200 compute tray: 4x GB200 behind Grace root ports, 2 NUMA nodes", New: gb200Tray},
+		{Name: "t4-vm", Description: "cloud VM (like AWS g4dn.12xlarge): 4x T4 on the root bus, no NUMA affinity", New: t4VM},
 	}
 }
 
@@ -56,7 +57,7 @@ func Names() []string {
 func Get(name string) (*profile.Profile, bool) {
 	for _, b := range All() {
 		if b.Name == name {
-			return b.Profile(), true
+			return b.New(), true
 		}
 	}
 	return nil, false

@@ -32,7 +32,7 @@ func TestBuiltinsMatchTheirBoards(t *testing.T) {
 	for _, b := range All() {
 		t.Run(b.Name, func(t *testing.T) {
 			w := want[b.Name]
-			m, err := profile.Normalize(b.Name, b.Profile(), profile.Options{})
+			m, err := profile.Normalize(b.Name, b.New(), profile.Options{})
 			require.NoError(t, err)
 			require.Len(t, m.GPUs(), w.gpus)
 			require.Len(t, m.Devices, w.gpus+w.switches)
@@ -89,13 +89,13 @@ func nvmlMockProfiles(t *testing.T) map[string]string {
 
 // mismatches compares a built-in's GPUs with what nvml-mock's NVML reports
 // for one of its profiles.
-func mismatches(t *testing.T, b Builtin, nvmlProfile string) []string {
+func mismatches(t *testing.T, b Profile, nvmlProfile string) []string {
 	t.Helper()
 	p, err := profile.LoadFile(nvmlProfile)
 	require.NoError(t, err)
 	gpus, err := profile.NVMLGPUs(nvmlProfile, p)
 	require.NoError(t, err)
-	m, err := profile.Normalize(b.Name, b.Profile(), profile.Options{})
+	m, err := profile.Normalize(b.Name, b.New(), profile.Options{})
 	require.NoError(t, err)
 	var ours []profile.Identity
 	for _, d := range m.GPUs() {
@@ -125,7 +125,7 @@ func TestBuiltinNamesNeverMislead(t *testing.T) {
 	// Negative controls: the built-ins that gave up nvml-mock's names would
 	// fail this test under them. dgx-a100 has nvml-mock's a100 bus ids but
 	// the real board's subsystem; hgx-h100 has a real capture's bus ids.
-	byName := map[string]Builtin{}
+	byName := map[string]Profile{}
 	for _, b := range All() {
 		byName[b.Name] = b
 	}

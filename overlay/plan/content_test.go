@@ -271,7 +271,7 @@ func TestLinksResolve(t *testing.T) {
 				}
 				driver := map[plan.Role]string{plan.RootPort: "pcieport", plan.SwitchUp: "pcieport", plan.SwitchDown: "pcieport"}[n.Role]
 				if n.Role == plan.Endpoint {
-					driver = map[profile.Kind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch", profile.HCA: "mlx5_core"}[n.Device.Kind]
+					driver = map[profile.DeviceKind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch", profile.HCA: "mlx5_core"}[n.Device.Kind]
 				}
 				if driver == "" {
 					_, err := os.Lstat(filepath.Join(root, dir, "driver"))

@@ -37,7 +37,7 @@ func requireProfileError(t *testing.T, err error, source string) {
 // profile of testdata/hostile, and testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, b := range builtin.All() {
-		m, err := profile.Normalize(b.Name, b.Profile(), profile.Options{})
+		m, err := profile.Normalize(b.Name, b.New(), profile.Options{})
 		require.NoError(f, err)
 		data, err := profile.Marshal(m.Effective(), "seed")
 		require.NoError(f, err)

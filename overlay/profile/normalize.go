@@ -10,22 +10,22 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// Kind says what a rendered endpoint is.
-type Kind int
+// DeviceKind says what a rendered endpoint is.
+type DeviceKind int
 
 const (
 	// GPU is a device of devices[]: class 0x0302xx or 0x0300xx.
-	GPU Kind = iota
+	GPU DeviceKind = iota
 	// NVSwitch is an nvlink.switches[] entry: class 0x068000.
 	NVSwitch
 	// HCA is a ConnectX adapter of the infiniband block, beside a GPU.
 	HCA
 )
 
-func (k Kind) String() string { return [...]string{"gpu", "nvswitch", "hca"}[k] }
+func (k DeviceKind) String() string { return [...]string{"gpu", "nvswitch", "hca"}[k] }
 
 // Plural names several of a kind.
-func (k Kind) Plural() string { return [...]string{"gpus", "nvswitches", "hcas"}[k] }
+func (k DeviceKind) Plural() string { return [...]string{"gpus", "nvswitches", "hcas"}[k] }
 
 // Class codes, as the kernel's class file shows them.
 const (
@@ -47,7 +47,7 @@ type Link struct {
 
 // Device is one PCI endpoint to render.
 type Device struct {
-	Kind            Kind
+	Kind            DeviceKind
 	Index           int // devices[].index for a GPU, the position in nvlink.switches for an NVSwitch
 	Name            string
 	Address         pciaddr.Address

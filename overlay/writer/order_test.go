@@ -39,7 +39,7 @@ func replayPlans(t *testing.T) []*plan.Plan {
 	hierarchies := []boards.Hierarchy{"", boards.Flat, boards.HGX, boards.DGX}
 	for _, b := range builtin.All() {
 		for _, h := range hierarchies {
-			add("built-in "+b.Name, b.Profile(), h)
+			add("built-in "+b.Name, b.New(), h)
 		}
 	}
 	for _, f := range []string{"a.yaml", "b.yaml"} {
