@@ -117,7 +117,8 @@ func (r *reader) send(t *testing.T, cmd string) scannerReply {
 // exactly the new profile, through its own reads and through go-nvlib.
 func TestFlipUnderLiveReaders(t *testing.T) {
 	overlaytest.RequireRoot(t)
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	root := filepath.Join(t.TempDir(), "overlay")
 	profiles := flipProfiles(t)
 	views := []expectedView{expectView(t, profiles[0]), expectView(t, profiles[1])}
