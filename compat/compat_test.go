@@ -22,7 +22,11 @@ import (
 // trees holds the trees the tests only read, each rendered once.
 var trees rendered.Trees
 
-func TestMain(m *testing.M) { os.Exit(trees.Run(m)) }
+func TestMain(m *testing.M) {
+	code := overlaytest.Main(m)
+	trees.Close()
+	os.Exit(code)
+}
 
 // shared returns the profile's tree, rendered once for every test that
 // reads it: the caller must not change it.

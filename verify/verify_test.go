@@ -21,6 +21,8 @@ import (
 
 const ext4Magic = 0xef53
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 // fakeContainer renders a profile into a temporary root and dresses its
 // sys/ as a container's /sys: CPU topology and network interfaces of the
 // kernel's, the links directory and the overlay as read-only bind mounts.

@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == consumersMode {
 		os.Exit(runConsumers())
 	}
-	os.Exit(trees.Run(m))
+	code := overlaytest.Main(m)
+	trees.Close()
+	os.Exit(code)
 }
 
 // consumerResult is what the child reports from inside the namespace.

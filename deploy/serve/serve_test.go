@@ -34,6 +34,8 @@ const (
 
 const profileKey = "profile.yaml"
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 func newConfigMap(t *testing.T, text []byte) *podtest.ConfigMap {
 	t.Helper()
 	return podtest.NewConfigMap(t, filepath.Join(t.TempDir(), "profile"), profileKey, text)

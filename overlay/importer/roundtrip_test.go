@@ -19,6 +19,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 // readBack is what go-nvlib reports of one GPU.
 type readBack struct {
 	BusID                            string

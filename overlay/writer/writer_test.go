@@ -16,6 +16,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 func planOf(t *testing.T, name string, edit func(*profile.Profile)) *plan.Plan {
 	t.Helper()
 	p, src, err := builtin.Load(name)

@@ -21,7 +21,8 @@ import (
 // render is the slow part of them: it creates a few thousand files and
 // links, which on a busy ext4 costs seconds, and removing them again as
 // much. A test that changes its tree renders its own (overlaytest.Render, or
-// overlay.Render into t.TempDir()).
+// overlay.Render into t.TempDir()). It keeps the real binary the same way
+// (Binary).
 //
 // A test package holds one in a package variable, the only state of its
 // kind in the project (the no-globals rule is the product's), and removes
@@ -29,7 +30,11 @@ import (
 //
 //	var trees rendered.Trees
 //
-//	func TestMain(m *testing.M) { os.Exit(trees.Run(m)) }
+//	func TestMain(m *testing.M) {
+//		code := overlaytest.Main(m)
+//		trees.Close()
+//		os.Exit(code)
+//	}
 //
 // The zero value is ready to use.
 type Trees struct {
@@ -51,9 +56,9 @@ type sharedTree struct {
 	err  error
 }
 
-// Run runs the tests, then removes the trees, and returns m.Run's code.
-func (c *Trees) Run(m *testing.M) int {
-	code := m.Run()
+// Close removes the trees and the binary; TestMain calls it once the
+// tests have run.
+func (c *Trees) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dir != "" {
@@ -61,7 +66,6 @@ func (c *Trees) Run(m *testing.M) int {
 			fmt.Fprintf(os.Stderr, "remove the shared trees: %v\n", err)
 		}
 	}
-	return code
 }
 
 // Binary returns the real nvml-mock-sysfs binary (overlaytest.BuildBinary),
