@@ -3,6 +3,7 @@ package overlaytest
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,9 @@ const memoryDir = "/dev/shm"
 // well under it; Docker's 64 MiB default is too little, and so not used.
 const memoryFree = 1 << 30
 
+// memoryPrefix names Main's directory in memoryDir.
+const memoryPrefix = "nvml-mock-sysfs-test-"
+
 // Main runs a test binary's tests with their temporary files in memory, and
 // returns m.Run's code. Rendering is creating thousands of small files and
 // removing them again: on a virtual machine's ext4 that costs up to a
@@ -27,13 +31,13 @@ const memoryFree = 1 << 30
 // it) and removes it afterwards. Set TMPDIR to choose the disk: Main
 // leaves it alone. What the tests check does not depend on the filesystem:
 // the writer's renames and syncfs behave the same on both, and no test
-// loses power. The reliability tests, whose readers race whole renders,
-// do not use Main: they keep a node's timing.
+// loses power. A test whose readers race whole renders keeps a node's
+// timing with DiskTempDir.
 func Main(m *testing.M) int {
 	if _, set := os.LookupEnv("TMPDIR"); set || !roomInMemory() {
 		return m.Run()
 	}
-	dir, err := os.MkdirTemp(memoryDir, "nvml-mock-sysfs-test-")
+	dir, err := os.MkdirTemp(memoryDir, memoryPrefix)
 	if err != nil {
 		return m.Run()
 	}
@@ -55,4 +59,29 @@ func roomInMemory() bool {
 		return false
 	}
 	return st.Type == unix.TMPFS_MAGIC && st.Bavail*uint64(st.Bsize) >= memoryFree
+}
+
+// DiskTempDir is t.TempDir on the disk even when Main moved the temporary
+// files to memory: for a test whose readers race whole renders, which on a
+// tmpfs pass within a few milliseconds, where a node's disk takes a large
+// part of a second; a reader starved of CPU meanwhile would be testing the
+// scheduler rather than the render's order.
+func DiskTempDir(t testing.TB) string {
+	t.Helper()
+	base := os.TempDir()
+	if strings.HasPrefix(base, memoryDir+"/"+memoryPrefix) {
+		// Main's directory: TMPDIR was unset, and os.TempDir's default
+		// on Linux is /tmp.
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "nvml-mock-sysfs-disk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	return dir
 }

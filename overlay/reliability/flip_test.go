@@ -119,7 +119,8 @@ func TestFlipUnderLiveReaders(t *testing.T) {
 	overlaytest.RequireRoot(t)
 	t.Parallel()
 	bin := shared.Binary(t)
-	root := filepath.Join(t.TempDir(), "overlay")
+	// On the disk: renders take as long as on a node (overlaytest.DiskTempDir).
+	root := filepath.Join(overlaytest.DiskTempDir(t), "overlay")
 	profiles := flipProfiles(t)
 	views := []expectedView{expectView(t, profiles[0]), expectView(t, profiles[1])}
 	render(t, bin, root, profiles[0], "--no-binary")

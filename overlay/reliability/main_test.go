@@ -12,15 +12,12 @@ import (
 var shared rendered.Trees
 
 // TestMain lets the flip test re-run this test binary as its reader inside a
-// private mount namespace (see scanner_test.go). Unlike the other test
-// binaries it keeps its trees on disk (no overlaytest.Main), where renders
-// take as long as on a node: on a tmpfs a whole render can pass while a
-// starved reader is between the steps of one path walk.
+// private mount namespace (see scanner_test.go).
 func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == scannerMode {
 		os.Exit(scannerMain(os.Stdin, os.Stdout))
 	}
-	code := m.Run()
+	code := overlaytest.Main(m)
 	shared.Close()
 	os.Exit(code)
 }
