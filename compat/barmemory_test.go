@@ -41,6 +41,7 @@ func TestBARMemory(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.profile, func(t *testing.T) {
+			t.Parallel()
 			m, err := overlay.LoadMachine(tc.profile, "")
 			require.NoError(t, err)
 			root, _ := overlaytest.Render(t, m, plan.Options{})

@@ -12,15 +12,35 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+// trees holds the trees the tests only read, each rendered once.
+var trees rendered.Trees
+
+func TestMain(m *testing.M) {
+	code := overlaytest.Main(m)
+	trees.Close()
+	os.Exit(code)
+}
+
+// shared returns the profile's tree, rendered once for every test that
+// reads it: the caller must not change it.
+func shared(t *testing.T, prof string) (string, *plan.Plan) {
+	t.Helper()
+	return trees.Render(t, overlay.Options{Profile: prof})
+}
+
+// render writes a profile into a new root of the caller's own, to break.
+// It skips syncfs: no test here is of durability.
 func render(t *testing.T, prof string) (string, *plan.Plan) {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
-	p, _, err := overlay.Render(overlay.Options{Profile: prof, Root: root})
+	p, _, err := overlay.Render(overlay.Options{Profile: prof, Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	return root, p
 }
@@ -45,20 +65,27 @@ func rowCounts(r *compat.Report) map[string]int {
 func TestHostSideEveryProfile(t *testing.T) {
 	profiles := append(builtin.Names(), "../testdata/profiles/domains.yaml", "../testdata/profiles/tight.yaml", "../testdata/profiles/no-topology.yaml", "../testdata/profiles/nvl72.yaml")
 	for _, prof := range profiles {
-		t.Run(filepath.Base(prof), func(t *testing.T) { checkHostSide(t, prof) })
+		t.Run(filepath.Base(prof), func(t *testing.T) {
+			t.Parallel()
+			checkHostSide(t, prof)
+		})
 	}
 	// Only nvml-mock's own profiles need ../shared; without it this part
 	// skips and the rest still runs.
 	t.Run("shared", func(t *testing.T) {
-		shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
-		for _, prof := range shared {
-			t.Run(filepath.Base(prof), func(t *testing.T) { checkHostSide(t, prof) })
+		t.Parallel()
+		profs, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+		for _, prof := range profs {
+			t.Run(filepath.Base(prof), func(t *testing.T) {
+				t.Parallel()
+				checkHostSide(t, prof)
+			})
 		}
 	})
 }
 
 func checkHostSide(t *testing.T, prof string) {
-	root, p := render(t, prof)
+	root, p := shared(t, prof)
 	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 	requireOK(t, r)
 	n := len(p.Machine.Devices)
@@ -82,7 +109,8 @@ func checkHostSide(t *testing.T, prof string) {
 }
 
 func TestNUMAMinusOneIsNotPublished(t *testing.T) {
-	root, p := render(t, "t4-vm")
+	t.Parallel()
+	root, p := shared(t, "t4-vm")
 	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
 	requireOK(t, r)
 	for _, x := range r.Results {
@@ -177,6 +205,7 @@ func TestFailuresAreCaught(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
 			root, p := render(t, "hgx-h100")
 			tt.break_(t, root, p)
 			r := compat.Run(p.Machine, filepath.Join(root, "sys"))
@@ -220,7 +249,8 @@ func relink(t *testing.T, root string, p *plan.Plan, bdf string, target func(*pl
 }
 
 func TestProfileMismatchIsCaught(t *testing.T) {
-	root, _ := render(t, "hgx-h100")
+	t.Parallel()
+	root, _ := shared(t, "hgx-h100")
 	p, src, err := builtin.Load("dgx-a100")
 	require.NoError(t, err)
 	other, err := profile.Normalize(src, p, profile.Options{})
@@ -231,6 +261,7 @@ func TestProfileMismatchIsCaught(t *testing.T) {
 }
 
 func TestFailedChecks(t *testing.T) {
+	t.Parallel()
 	r := &compat.Report{Results: []compat.Result{
 		{Check: "b", OK: false}, {Check: "a", OK: true}, {Check: "c", OK: false}, {Check: "b", OK: false},
 	}}
@@ -244,6 +275,7 @@ func TestFailedChecks(t *testing.T) {
 func TestHCALinkLayers(t *testing.T) {
 	for _, layer := range []string{"InfiniBand", "Ethernet"} {
 		t.Run(layer, func(t *testing.T) {
+			t.Parallel()
 			p, ok := builtin.Get("hgx-h100")
 			require.True(t, ok)
 			p.InfiniBand.LinkLayer = layer
@@ -273,6 +305,7 @@ func TestHCALinkLayers(t *testing.T) {
 // moves that HCA, and compat, which finds the host's entries by their kernel
 // link text, expects it where it went.
 func TestHCAsAroundHostDevices(t *testing.T) {
+	t.Parallel()
 	host := t.TempDir()
 	dev := filepath.Join(host, "devices/pci0000:00/0000:00:1c.0/0000:54:00.0")
 	require.NoError(t, os.MkdirAll(dev, 0o755))
@@ -280,7 +313,7 @@ func TestHCAsAroundHostDevices(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(host, sysfs.LinksDir), 0o755))
 	require.NoError(t, os.Symlink("../../../devices/pci0000:00/0000:00:1c.0/0000:54:00.0", filepath.Join(host, sysfs.LinksDir, "0000:54:00.0")))
 	root := filepath.Join(t.TempDir(), "overlay")
-	p, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host})
+	p, _, err := overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, HostDevices: overlay.HostDevicesMerge, HostSysfs: host, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	require.NotEqual(t, "0000:54:00.0", p.Tree.HCAs[0].Node.Address.String(), "the HCA moved off the host's bus")
 	requireOK(t, compat.Run(p.Machine, filepath.Join(root, "sys")))

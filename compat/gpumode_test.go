@@ -8,9 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 func TestGFDMode(t *testing.T) {
+	t.Parallel()
 	for class, want := range map[uint32]string{0x030200: "compute", 0x030000: "graphics", 0x030201: "unknown", 0x068000: "unknown"} {
 		require.Equal(t, want, GFDMode(class), "class 0x%06x", class)
 	}
@@ -22,7 +24,7 @@ func gpuModeRows(t *testing.T, mutate func(sysfs string)) map[string]Result {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
 	const prof = "../testdata/two-domains.yaml"
-	_, _, err := overlay.Render(overlay.Options{Profile: prof, Root: root})
+	_, _, err := overlay.Render(overlay.Options{Profile: prof, Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	sysfs := filepath.Join(root, "sys")
 	mutate(sysfs)
@@ -39,6 +41,7 @@ func gpuModeRows(t *testing.T, mutate func(sysfs string)) map[string]Result {
 }
 
 func TestGPUModeRow(t *testing.T) {
+	t.Parallel()
 	rows := gpuModeRows(t, func(string) {})
 	for dev, r := range rows {
 		require.True(t, r.OK, "%s: %s", dev, r.Detail)

@@ -16,9 +16,12 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 const ext4Magic = 0xef53
+
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
 
 // fakeContainer renders a profile into a temporary root and dresses its
 // sys/ as a container's /sys: CPU topology and network interfaces of the
@@ -35,7 +38,8 @@ type fakeContainer struct {
 func newFakeContainer(t *testing.T, profile string) *fakeContainer {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "overlay")
-	_, _, err := overlay.Render(overlay.Options{Profile: profile, Root: root})
+	// No test here is of durability: skip syncfs.
+	_, _, err := overlay.Render(overlay.Options{Profile: profile, Root: root, Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
 	sysfs := filepath.Join(root, "sys")
 	write := func(name, content string) {
@@ -246,6 +250,7 @@ func TestRun(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := newFakeContainer(t, "t4-vm")
 			tc.mutate(t, f)
 			m, err := overlay.LoadMachine("t4-vm", "")
@@ -261,6 +266,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunAgainstAnotherProfile(t *testing.T) {
+	t.Parallel()
 	f := newFakeContainer(t, "t4-vm")
 	m, err := overlay.LoadMachine("dgx-a100", "")
 	require.NoError(t, err)
@@ -273,6 +279,7 @@ func TestRunAgainstAnotherProfile(t *testing.T) {
 }
 
 func TestEvidence(t *testing.T) {
+	t.Parallel()
 	f := newFakeContainer(t, "t4-vm")
 	m, err := overlay.LoadMachine("t4-vm", "")
 	require.NoError(t, err)
@@ -296,6 +303,7 @@ func TestEvidence(t *testing.T) {
 }
 
 func TestLiveReadsThisProcess(t *testing.T) {
+	t.Parallel()
 	sys := Live("/sys", plan.DefaultContainerRoot)
 	b, err := sys.MountInfo()
 	require.NoError(t, err)
@@ -324,6 +332,7 @@ func (f *fakeContainer) addDevice(t *testing.T, bdf, vendor, class string) {
 // TestNVMLAgreement: the GPUs nvml-mock's NVML reports for the profile it
 // serves (MOCK_NVML_CONFIG, or --nvml-profile) are the sysfs's GPUs.
 func TestNVMLAgreement(t *testing.T) {
+	t.Parallel()
 	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	fewer := filepath.Join(t.TempDir(), "h100-4.yaml")
 	b, err := os.ReadFile(h100)
@@ -361,6 +370,7 @@ func TestNVMLAgreement(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			f := *containers[tc.rendered]
 			f.env = tc.env
 			f.nvmlProfile = tc.flag

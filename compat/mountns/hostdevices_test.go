@@ -41,6 +41,7 @@ func TestHostDevicesMerge(t *testing.T) {
 	require.NoError(t, err)
 	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			root, p := render(t, overlay.Options{Profile: name, HostDevices: overlay.HostDevicesMerge, HostSysfs: "/sys"})
 			out := inNamespace(t, root, `for e in /sys/bus/pci/devices/*; do
 	readlink -e "$e" >/dev/null || { echo "dangling $e" >&2; exit 1; }
@@ -93,6 +94,7 @@ func requireRow(t *testing.T, r *compat.Report, consumer string) {
 // TestHostDeviceCollision puts a mock GPU at the address of one of this
 // machine's real devices: merging must refuse, naming both.
 func TestHostDeviceCollision(t *testing.T) {
+	t.Parallel()
 	host := hostDevices(t)
 	bdf := host[len(host)-1]
 	target, err := os.Readlink("/sys/bus/pci/devices/" + bdf)

@@ -16,6 +16,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -24,11 +25,17 @@ import (
 // run the consumer libraries at /sys instead of the tests.
 const consumersMode = "consumers"
 
+// trees holds the rendered trees: every test here only reads its tree,
+// through a read-only mount, so each is rendered once.
+var trees rendered.Trees
+
 func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == consumersMode {
 		os.Exit(runConsumers())
 	}
-	os.Exit(m.Run())
+	code := overlaytest.Main(m)
+	trees.Close()
+	os.Exit(code)
 }
 
 // consumerResult is what the child reports from inside the namespace.
@@ -91,13 +98,11 @@ func consumersInNamespace(t *testing.T, root string) consumerResult {
 	return r
 }
 
-// render writes a profile with the real render path into a new root.
+// render returns a profile rendered with the real render path, shared
+// with the other tests that ask for the same: the caller must not change it.
 func render(t *testing.T, opts overlay.Options) (string, *plan.Plan) {
 	t.Helper()
-	opts.Root = t.TempDir()
-	p, _, err := overlay.Render(opts)
-	require.NoError(t, err)
-	return opts.Root, p
+	return trees.Render(t, opts)
 }
 
 // profileCase is a built-in under its own hierarchy or a forced one.

@@ -94,6 +94,7 @@ func TestTopologyInNamespace(t *testing.T) {
 	requireNamespace(t)
 	for _, c := range allCases(t) {
 		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
 			root, p := render(t, overlay.Options{Profile: c.name, Hierarchy: c.hierarchy})
 			out := inNamespace(t, root, "lspci -D -n\necho ==lstopo==\nlstopo-no-graphics --whole-io --of xml -")
 			lspci, topo, found := strings.Cut(out, "==lstopo==\n")
@@ -134,6 +135,7 @@ func TestTopologyInNamespace(t *testing.T) {
 // as on real HGX boards, each with its 128 GiB BAR and Gen5 x16 link.
 func TestH100LooksLikeHGX(t *testing.T) {
 	requireNamespace(t)
+	t.Parallel()
 	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
 	out := inNamespace(t, root, "lspci -tvnn\necho ==vv==\nlspci -vv -nn -d 10de:2330\necho ==bridges==\nlspci -nn -d 1000:c030\necho ==lstopo==\nlstopo-no-graphics --whole-io")
 	tree, rest, _ := strings.Cut(out, "==vv==\n")
@@ -181,6 +183,7 @@ func TestHCAsBesideTheirGPUs(t *testing.T) {
 	shared, _ := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
 	for _, name := range append(profiles, shared...) {
 		t.Run(filepath.Base(name), func(t *testing.T) {
+			t.Parallel()
 			root, p := render(t, overlay.Options{Profile: name})
 			if p.Machine.HCAs == nil {
 				return // t4: no HCAs in the profile
@@ -230,6 +233,7 @@ func TestHCAsBesideTheirGPUs(t *testing.T) {
 // namespace, and checks that the host's own DMI file is untouched there.
 func TestMachineTypeFile(t *testing.T) {
 	requireNamespace(t)
+	t.Parallel()
 	root, p := render(t, overlay.Options{Profile: "hgx-h100"})
 	require.Equal(t, "DGX H100", p.Machine.ProductName)
 	const dmi = "/sys/class/dmi/id/product_name"

@@ -14,6 +14,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
@@ -38,7 +39,7 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 	served := func(t *testing.T, hostDevices overlay.HostDevices) (*compat.Report, string, *plan.Plan) {
 		t.Helper()
 		root := filepath.Join(t.TempDir(), "nvml-mock")
-		p, _, err := overlay.Render(overlay.Options{Profile: nvmlProfile, Root: root, HostDevices: hostDevices, HostSysfs: "/sys", Binary: bin})
+		p, _, err := overlay.Render(overlay.Options{Profile: nvmlProfile, Root: root, HostDevices: hostDevices, HostSysfs: "/sys", Binary: bin, Writer: writer.Options{SkipSync: true}})
 		require.NoError(t, err)
 		out, stderr, err := overlaytest.Served{Root: root}.Shell(
 			plan.DefaultContainerRoot + "/bin/nvml-mock-sysfs verify --nvml-profile " + nvmlProfile + " --format json || true\necho ==lspci==\nlspci -D -n\n")
@@ -49,7 +50,8 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 		require.NoError(t, json.Unmarshal([]byte(report), &r), report)
 		return &r, listed, p
 	}
-	row := func(r *compat.Report, name string) compat.Result {
+	row := func(t *testing.T, r *compat.Report, name string) compat.Result {
+		t.Helper()
 		for _, x := range r.Results {
 			if x.Check == name {
 				return x
@@ -60,10 +62,11 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 	}
 
 	t.Run("merge", func(t *testing.T) {
+		t.Parallel()
 		r, listed, p := served(t, overlay.HostDevicesMerge)
 		require.True(t, r.OK(), "%+v", r.Failures())
-		require.Equal(t, fmt.Sprintf("all %d PCI devices under /sys/devices/pci* are listed, each by a link to its own directory", len(host)), row(r, verify.NodeDevices).Detail)
-		require.True(t, row(r, compat.NVMLAgreement).OK)
+		require.Equal(t, fmt.Sprintf("all %d PCI devices under /sys/devices/pci* are listed, each by a link to its own directory", len(host)), row(t, r, verify.NodeDevices).Detail)
+		require.True(t, row(t, r, compat.NVMLAgreement).OK)
 		for _, l := range nodeLines {
 			require.Contains(t, listed, l+"\n", "lspci lists the node's %s with its own ids", l)
 		}
@@ -71,11 +74,12 @@ func TestServedNodeKeepsItsDevices(t *testing.T) {
 			require.Contains(t, listed, g.Address.String()+" 0302: 10de:2330", "lspci lists the mock GPU %s", g.Address)
 		}
 		require.Len(t, strings.Split(strings.TrimSpace(listed), "\n"), len(host)+len(p.Tree.Nodes()))
-		t.Logf("served with merge: lspci lists %d devices: the node's %d and %d mock (%d GPUs); %s", len(host)+len(p.Tree.Nodes()), len(host), len(p.Tree.Nodes()), len(p.Machine.GPUs()), row(r, verify.NodeDevices).Detail)
+		t.Logf("served with merge: lspci lists %d devices: the node's %d and %d mock (%d GPUs); %s", len(host)+len(p.Tree.Nodes()), len(host), len(p.Tree.Nodes()), len(p.Machine.GPUs()), row(t, r, verify.NodeDevices).Detail)
 	})
 	t.Run("none", func(t *testing.T) {
+		t.Parallel()
 		r, listed, _ := served(t, overlay.HostDevicesNone)
-		node := row(r, verify.NodeDevices)
+		node := row(t, r, verify.NodeDevices)
 		require.False(t, node.OK)
 		for _, bdf := range host {
 			require.Contains(t, node.Detail, bdf, "verify names the lost %s", bdf)

@@ -34,6 +34,8 @@ const (
 
 const profileKey = "profile.yaml"
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 func newConfigMap(t *testing.T, text []byte) *podtest.ConfigMap {
 	t.Helper()
 	return podtest.NewConfigMap(t, filepath.Join(t.TempDir(), "profile"), profileKey, text)
@@ -67,7 +69,9 @@ func start(t *testing.T, cm *podtest.ConfigMap, adjust func(*Options)) *served {
 	dir := t.TempDir()
 	logs := &podtest.Log{}
 	o := Options{
-		Render: overlay.Options{Profile: cm.File(), Root: filepath.Join(dir, "overlay")},
+		// No test here is of durability: skip syncfs, which flushes the
+		// whole filesystem.
+		Render: overlay.Options{Profile: cm.File(), Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
 		Output: filepath.Join(dir, "cdi", "nvml-mock-sysfs.yaml"),
 		Listen: "127.0.0.1:0",
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -131,6 +135,7 @@ func specIdentity(t *testing.T, file string) string {
 }
 
 func TestUnchangedProfileWritesNothing(t *testing.T) {
+	t.Parallel()
 	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	first := s.waitSyncs(1)
@@ -168,7 +173,9 @@ func TestUnchangedProfileWritesNothing(t *testing.T) {
 }
 
 func TestConfigMapSwapRerenders(t *testing.T) {
+	t.Parallel()
 	t.Run("watch", func(t *testing.T) {
+		t.Parallel()
 		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		// An hour's resync: only the watch can see the swap in time.
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour })
@@ -195,6 +202,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		t.Logf("FIGURES 3 ConfigMap swaps, each render began within %s of the swap (debounce %s, resync 1h)", noticedMax.Round(time.Millisecond), DefaultDebounce)
 	})
 	t.Run("no watch: the swap waits for the resync", func(t *testing.T) {
+		t.Parallel()
 		// Negative control: without the watch the same swap goes unseen.
 		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
@@ -206,6 +214,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		require.Equal(t, 1, s.srv.Status().Syncs)
 	})
 	t.Run("no watch: the resync is the safety net", func(t *testing.T) {
+		t.Parallel()
 		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
@@ -216,6 +225,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 }
 
 func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
+	t.Parallel()
 	bad, err := os.ReadFile(badProfile)
 	require.NoError(t, err)
 	cm := newConfigMap(t, builtinText(t, "t4-vm"))
@@ -265,6 +275,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 }
 
 func TestBadProfileAtStartIsNotReady(t *testing.T) {
+	t.Parallel()
 	bad, err := os.ReadFile(badProfile)
 	require.NoError(t, err)
 	cm := newConfigMap(t, bad)
@@ -282,6 +293,7 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 }
 
 func TestReadyFollowsTheMarker(t *testing.T) {
+	t.Parallel()
 	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = time.Hour })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	// Another render of the same root, of another profile: the tree is no
@@ -298,6 +310,7 @@ func TestReadyFollowsTheMarker(t *testing.T) {
 }
 
 func TestStopLeavesTheTree(t *testing.T) {
+	t.Parallel()
 	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), nil)
 	s.waitReady(http.StatusOK, 10*time.Second)
 	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
@@ -319,6 +332,7 @@ func TestStopLeavesTheTree(t *testing.T) {
 }
 
 func TestNewRefusesBadOptions(t *testing.T) {
+	t.Parallel()
 	for name, o := range map[string]Options{
 		"no spec target":   {Render: overlay.Options{Root: "/tmp/x"}},
 		"relative root":    {Render: overlay.Options{Root: "x"}, Output: "/tmp/s.yaml"},
@@ -359,16 +373,18 @@ func rewrite(t *testing.T, file string, data []byte) {
 }
 
 func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
+	t.Parallel()
 	original, err := os.ReadFile("../testdata/nvidia.yaml")
 	require.NoError(t, err)
-	setup := func(o *Options) {
+	setup := func(t *testing.T, o *Options) {
 		o.MergeInto = filepath.Join(filepath.Dir(o.Output), "nvidia.yaml")
 		o.Output = ""
 		rewrite(t, o.MergeInto, original)
 	}
 
 	t.Run("watch", func(t *testing.T) {
-		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour })
+		t.Parallel()
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(t, o); o.Resync = time.Hour })
 		s.waitReady(http.StatusOK, 30*time.Second)
 		require.True(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
 		// nvml-mock's setup writes its spec again: merged again at once.
@@ -379,17 +395,19 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 		t.Logf("FIGURES the rewritten spec merged again %s after the rewrite", time.Since(began).Round(time.Millisecond))
 	})
 	t.Run("no watch", func(t *testing.T) {
+		t.Parallel()
 		// Negative control: without the watch the rewrite stays unmerged.
-		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(o); o.Resync = time.Hour; o.NoWatch = true })
+		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(t, o); o.Resync = time.Hour; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 30*time.Second)
 		rewrite(t, s.opts.MergeInto, original)
 		time.Sleep(3 * time.Second)
 		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
 	})
 	t.Run("missing", func(t *testing.T) {
+		t.Parallel()
 		// The spec to merge into is not there yet: not ready, until it is.
 		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) {
-			setup(o)
+			setup(t, o)
 			require.NoError(t, os.Remove(o.MergeInto))
 			o.Resync = time.Hour
 		})
@@ -407,6 +425,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 // a render waits: /healthz fails once it has waited StuckAfter, and a stop
 // abandons it after StopTimeout instead of waiting for the lock.
 func TestStuckRenderAndStopTimeout(t *testing.T) {
+	t.Parallel()
 	cm := newConfigMap(t, builtinText(t, "t4-vm"))
 	s := start(t, cm, func(o *Options) {
 		o.Resync = time.Hour
@@ -462,6 +481,7 @@ const typoProfile = "devices:\n  - index: 0\n    pci:\n      bus_id: \"0000:07:0
 // when the render changed the tree and at debug on a quiet resync; with
 // Strict it fails the render: not ready, nothing written.
 func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
+	t.Parallel()
 	s := start(t, newConfigMap(t, []byte(typoProfile)), func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	s.waitSyncs(3)
@@ -498,6 +518,7 @@ func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
 // render does) the root's own effective profile: the root follows the
 // options, so a render of another profile in it is replaced.
 func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	root := filepath.Join(dir, "overlay")
 	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root, Writer: writer.Options{SkipSync: true}})

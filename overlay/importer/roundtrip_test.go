@@ -19,6 +19,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 // readBack is what go-nvlib reports of one GPU.
 type readBack struct {
 	BusID                            string
@@ -130,6 +132,7 @@ func TestRoundTripRealCaptures(t *testing.T) {
 		gpu("00000000:18:00.0", "233010DE", "16C110DE", "131072 MiB"),
 		gpu("00000000:2A:00.0", "233010DE", "16C110DE", "131072 MiB")))
 	t.Run("shared", func(t *testing.T) {
+		t.Parallel()
 		dir := overlaytest.SharedTestdata(t, "nvidia-smi-captures")
 		files, err := filepath.Glob(filepath.Join(dir, "*.xml"))
 		require.NoError(t, err)
@@ -145,6 +148,7 @@ func TestRoundTripRealCaptures(t *testing.T) {
 func roundTripUnderEveryOption(t *testing.T, name, xml string) {
 	for i, o := range optionsUnder() {
 		t.Run(name+"/"+describe(o), func(t *testing.T) {
+			t.Parallel()
 			if _, err := mustProfile(t, xml, o); err != nil {
 				// Only a VM capture refuses a non-flat hierarchy.
 				require.ErrorContains(t, err, "only the flat hierarchy puts a GPU")
@@ -215,6 +219,7 @@ func TestRoundTripSyntheticCaptures(t *testing.T) {
 		// The default import only: the inference table covers the other
 		// choices, and the real captures render under all of them.
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got := renderAndRead(t, xml, importer.DefaultOptions(), true)
 			require.Equal(t, wantSynthetic(t, xml, tc.subsystem, tc.bar1), got)
 		})

@@ -27,7 +27,8 @@ const (
 // interleaving would leave a mix. A render that cannot get the lock in time
 // must fail with one clear line and change nothing.
 func TestConcurrentRendersSerialise(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	profiles := flipProfiles(t)
 	refs := map[string]map[string]string{} // by marker content
 	for _, p := range profiles {
@@ -80,10 +81,12 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 // set-uid, and every link resolves inside the overlay, except host devices'
 // links, which lead into the real /sys/devices as the kernel's do.
 func TestRenderedTreeIsSafe(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	hostDevices, _ := filepath.Glob("/sys/bus/pci/devices/*")
 	for _, p := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm", "hgx-h100 --host-devices merge"} {
 		t.Run(p, func(t *testing.T) {
+			t.Parallel()
 			args := strings.Fields(p)
 			if len(args) > 1 && len(hostDevices) == 0 {
 				t.Skip("this machine has no PCI devices in /sys/bus/pci/devices to merge")

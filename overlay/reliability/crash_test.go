@@ -78,7 +78,8 @@ func killRender(t *testing.T, bin, root, profile string, delay time.Duration) cr
 // root gives: every path with its type, mode, owner, link count, content
 // or link text, the writer's state directory included.
 func TestCrashSafety(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	profiles := append(flipProfiles(t), "t4-vm")
 	refs := map[string]map[string]string{}
 	for _, p := range profiles {

@@ -117,8 +117,10 @@ func (r *reader) send(t *testing.T, cmd string) scannerReply {
 // exactly the new profile, through its own reads and through go-nvlib.
 func TestFlipUnderLiveReaders(t *testing.T) {
 	overlaytest.RequireRoot(t)
-	bin := overlaytest.BuildBinary(t)
-	root := filepath.Join(t.TempDir(), "overlay")
+	t.Parallel()
+	bin := shared.Binary(t)
+	// On the disk: renders take as long as on a node (overlaytest.DiskTempDir).
+	root := filepath.Join(overlaytest.DiskTempDir(t), "overlay")
 	profiles := flipProfiles(t)
 	views := []expectedView{expectView(t, profiles[0]), expectView(t, profiles[1])}
 	render(t, bin, root, profiles[0], "--no-binary")

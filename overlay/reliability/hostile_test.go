@@ -103,7 +103,8 @@ func generatedHostile(t *testing.T) []hostileCase {
 // stderr naming the file, the field and the value, nothing on stdout, and
 // the tree untouched, down to inode numbers and modification times.
 func TestHostileProfilesAreRefused(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	root := filepath.Join(t.TempDir(), "root")
 	render(t, bin, root, "t4-vm")
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
@@ -133,7 +134,8 @@ func TestHostileProfilesAreRefused(t *testing.T) {
 // TestRootFlagIsChecked refuses roots the writer must never use, before
 // anything is created.
 func TestRootFlagIsChecked(t *testing.T) {
-	bin := overlaytest.BuildBinary(t)
+	t.Parallel()
+	bin := shared.Binary(t)
 	dir := t.TempDir()
 	for _, root := range []string{"", "relative/root", "./root", "/", "//", dir + "/", dir + "/./root", dir + "/x/../root"} {
 		t.Run(strconv.Quote(root), func(t *testing.T) {

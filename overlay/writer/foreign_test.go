@@ -33,6 +33,7 @@ func writeThreeLevelTree(t *testing.T, root, bdf string) {
 // tree is refused with one line that says what to do, and left untouched
 // down to inodes and mtimes; our own tree with foreign notes is not.
 func TestAnotherRenderersTreeIsRefused(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		setup    func(t *testing.T, root string)
@@ -67,7 +68,7 @@ func TestAnotherRenderersTreeIsRefused(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "overlay")
 			tt.setup(t, root)
 			before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
-			_, err := writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
+			_, err := writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{SkipSync: true})
 			var another *writer.AnotherRendererError
 			require.True(t, errors.As(err, &another), "%v", err)
 			msg := err.Error()
@@ -84,7 +85,7 @@ func TestAnotherRenderersTreeIsRefused(t *testing.T) {
 	apply(t, root, planOf(t, "t4-vm", nil))
 	require.NoError(t, os.WriteFile(filepath.Join(root, plan.LinksDir, "README"), []byte("stray"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "sys/devices/notes"), []byte("mine"), 0o644))
-	_, err := writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
+	_, err := writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{SkipSync: true})
 	require.NoError(t, err)
 }
 
@@ -93,6 +94,7 @@ func TestAnotherRenderersTreeIsRefused(t *testing.T) {
 // that are the host's links in the other plan (a directory becomes a link
 // with a mock subtree gone, and back). Each render matches a fresh one.
 func TestHostDevicesMergeToggles(t *testing.T) {
+	t.Parallel()
 	m := planOf(t, "t4-vm", nil).Machine
 	host := []plan.HostDevice{
 		{Address: pciaddr.Address{Bus: 0, Device: 1}, Target: "../../../devices/pci0000:00/0000:00:01.0"},

@@ -13,6 +13,7 @@ import (
 // kernel lacks openat2: both must refuse to pass through the link or climb
 // out, and open the real directories.
 func TestOpenBeneathRefusesLinks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	root, outside := filepath.Join(dir, "root"), filepath.Join(dir, "outside")
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "a/b"), 0o755))

@@ -22,13 +22,14 @@ func withEntries(p *plan.Plan, extra ...plan.Entry) *plan.Plan {
 // the directory. The next render must own both kinds and put the file back,
 // not refuse the directory as foreign.
 func TestKilledKindChangeRecovers(t *testing.T) {
+	t.Parallel()
 	base := replayPlans(t)[0]
 	a := withEntries(base, plan.Entry{Path: "extra", Kind: plan.File, Mode: 0o644, Data: []byte("a\n")})
 	b := withEntries(base,
 		plan.Entry{Path: "extra", Kind: plan.Dir, Mode: 0o755},
 		plan.Entry{Path: "extra/x", Kind: plan.File, Mode: 0o644, Data: []byte("b\n")})
 	root := filepath.Join(t.TempDir(), "root")
-	_, err := Apply(root, a, Options{})
+	_, err := Apply(root, a, Options{SkipSync: true})
 	require.NoError(t, err)
 
 	owned, err := parseManifest(manifestOf(a.Entries))
@@ -39,7 +40,7 @@ func TestKilledKindChangeRecovers(t *testing.T) {
 	require.NoError(t, os.Mkdir(filepath.Join(root, "extra"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "extra/x"), []byte("b\n"), 0o644))
 
-	_, err = Apply(root, a, Options{})
+	_, err = Apply(root, a, Options{SkipSync: true})
 	require.NoError(t, err)
 	data, err := os.ReadFile(filepath.Join(root, "extra"))
 	require.NoError(t, err)
@@ -51,6 +52,7 @@ func TestKilledKindChangeRecovers(t *testing.T) {
 
 // TestParseManifest covers what a manifest may hold after a killed render.
 func TestParseManifest(t *testing.T) {
+	t.Parallel()
 	owned, err := parseManifest([]byte("d sys\nf x\nl y\nd x\nf sys/a\n"))
 	require.NoError(t, err)
 	require.Len(t, owned, 4)

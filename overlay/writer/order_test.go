@@ -200,6 +200,7 @@ func freshState(p *plan.Plan) (*sim, map[string]ownedEntry) {
 // after every step that every links-directory entry resolves to its own
 // device. That is the property a reader of the mounted tree relies on.
 func TestOrderKeepsEveryEntryResolvable(t *testing.T) {
+	t.Parallel()
 	plans := replayPlans(t)
 	const seed = 4
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -246,6 +247,7 @@ func naiveOrder(_ []plan.Entry, changes []change, stale []ownedEntry, _ map[stri
 // rewrote a bridge entry that was an anchor before the endpoints passing
 // through it, which the flip test saw as torn reads.
 func TestNaiveOrderTears(t *testing.T) {
+	t.Parallel()
 	var a, b *plan.Plan
 	for _, p := range replayPlans(t) {
 		switch p.Machine.Source {

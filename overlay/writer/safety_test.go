@@ -41,7 +41,7 @@ func rendered(t *testing.T) (root, outside string) {
 	root, outside = filepath.Join(dir, "root"), filepath.Join(dir, "outside")
 	require.NoError(t, os.Mkdir(outside, 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "precious"), []byte("keep me\n"), 0o600))
-	_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
+	_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	return root, outside
 }
@@ -93,6 +93,7 @@ const gpuDir = "sys/devices/pci0000:00/0000:00:1e.0"
 // where the plan has a directory or a file, and expects the render to
 // refuse, naming the path, and to write nothing outside the root.
 func TestApplyRefusesPlantedSymlinks(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		plant func(t *testing.T, root, outside string)
@@ -136,6 +137,7 @@ func TestApplyRefusesPlantedSymlinks(t *testing.T) {
 // TestApplyReplacesPlantedLinksWithoutFollowing plants symlinks where the
 // render replaces an entry anyway: it must replace the link itself.
 func TestApplyReplacesPlantedLinksWithoutFollowing(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name  string
 		plant func(t *testing.T, root, outside string)
@@ -178,7 +180,7 @@ func TestApplyReplacesPlantedLinksWithoutFollowing(t *testing.T) {
 			before := digestTree(t, outside)
 			// gb200 changes the tree, so the render passes through staging.
 			for _, p := range []*plan.Plan{builtinPlan(t, "gb200-tray"), builtinPlan(t, "t4-vm")} {
-				_, err := writer.Apply(root, p, writer.Options{})
+				_, err := writer.Apply(root, p, writer.Options{SkipSync: true})
 				require.NoError(t, err)
 				require.Equal(t, before, digestTree(t, outside), "something was written outside the root")
 			}
@@ -192,6 +194,7 @@ func TestApplyReplacesPlantedLinksWithoutFollowing(t *testing.T) {
 // plan has files: the render refuses and never opens them, so a FIFO
 // cannot block it with the lock held.
 func TestApplyRefusesSpecialFiles(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		rel  string
@@ -213,7 +216,7 @@ func TestApplyRefusesSpecialFiles(t *testing.T) {
 			p := filepath.Join(root, tc.rel)
 			require.NoError(t, os.Remove(p))
 			require.NoError(t, unix.Mknod(p, tc.mode, tc.dev))
-			_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
+			_, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{SkipSync: true})
 			if tc.want != "" {
 				require.ErrorContains(t, err, tc.want)
 				require.ErrorContains(t, err, p)
@@ -228,17 +231,19 @@ func TestApplyRefusesSpecialFiles(t *testing.T) {
 // TestApplyModes renders under umask 077 and plants a set-uid bit: files
 // must end up 0644, directories 0755, and nothing special anywhere.
 func TestApplyModes(t *testing.T) {
+	// Not parallel: the umask is the whole process's. Go runs the parallel
+	// tests only after every serial one has ended.
 	old := unix.Umask(0o077)
 	defer unix.Umask(old)
 	root := filepath.Join(t.TempDir(), "root")
 	p := builtinPlan(t, "hgx-h100")
-	_, err := writer.Apply(root, p, writer.Options{})
+	_, err := writer.Apply(root, p, writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	requireModes(t, root)
 
 	victim := filepath.Join(root, "sys/devices/pci0000:50/0000:50:01.0/0000:51:00.0/0000:52:00.0/0000:53:00.0/config")
 	require.NoError(t, unix.Chmod(victim, 0o4755))
-	st, err := writer.Apply(root, p, writer.Options{})
+	st, err := writer.Apply(root, p, writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	require.Equal(t, 1, st.FilesWritten)
 	requireModes(t, root)
@@ -270,6 +275,7 @@ func requireModes(t *testing.T, root string) {
 // a device directory that a later render drops, and into the links
 // directory: prune removes only what renders own.
 func TestPruneKeepsForeignFiles(t *testing.T) {
+	t.Parallel()
 	root, _ := rendered(t)
 	foreign := map[string]string{
 		"notes.txt":                   "mine\n",
@@ -279,7 +285,7 @@ func TestPruneKeepsForeignFiles(t *testing.T) {
 	for rel, data := range foreign {
 		require.NoError(t, os.WriteFile(filepath.Join(root, rel), []byte(data), 0o600))
 	}
-	st, err := writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{})
+	st, err := writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	for rel, data := range foreign {
 		got, err := os.ReadFile(filepath.Join(root, rel))
@@ -294,6 +300,7 @@ func TestPruneKeepsForeignFiles(t *testing.T) {
 // TestApplyRefusesHostileManifest edits the manifest so that prune would
 // reach outside the root or through a planted link.
 func TestApplyRefusesHostileManifest(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name string
 		line string
@@ -316,7 +323,7 @@ func TestApplyRefusesHostileManifest(t *testing.T) {
 			require.NoError(t, os.WriteFile(mf, append(data, []byte(tc.line+"\n")...), 0o644))
 			before := digestTree(t, outside)
 			// gb200 drops the t4 entries, so prune runs.
-			_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{})
+			_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{SkipSync: true})
 			require.ErrorContains(t, err, tc.want)
 			require.Equal(t, before, digestTree(t, outside))
 		})
@@ -327,12 +334,13 @@ func TestApplyRefusesHostileManifest(t *testing.T) {
 // a render gives up with a clear error and changes nothing; renders from
 // many goroutines at once all succeed and leave one complete tree.
 func TestLockSerialisesRenders(t *testing.T) {
+	t.Parallel()
 	root, _ := rendered(t)
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	require.NoError(t, err)
 	require.NoError(t, unix.Flock(fd, unix.LOCK_EX))
 	before := digestTree(t, root)
-	_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{LockTimeout: 100 * time.Millisecond})
+	_, err = writer.Apply(root, builtinPlan(t, "gb200-tray"), writer.Options{LockTimeout: 100 * time.Millisecond, SkipSync: true})
 	require.ErrorContains(t, err, "another render holds the lock on "+root)
 	require.Equal(t, before, digestTree(t, root))
 	require.NoError(t, unix.Close(fd))
@@ -344,7 +352,7 @@ func TestLockSerialisesRenders(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = writer.Apply(root, plans[i%2], writer.Options{})
+			_, errs[i] = writer.Apply(root, plans[i%2], writer.Options{SkipSync: true})
 		}()
 	}
 	wg.Wait()
@@ -366,9 +374,10 @@ func TestLockSerialisesRenders(t *testing.T) {
 // killed after its marker leaves; the next render, with nothing else to
 // do, removes it.
 func TestLeftoverStagingGoes(t *testing.T) {
+	t.Parallel()
 	root, _ := rendered(t)
 	require.NoError(t, os.Mkdir(filepath.Join(root, writer.StateDir, "staging"), 0o700))
-	st, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{})
+	st, err := writer.Apply(root, builtinPlan(t, "t4-vm"), writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	require.Zero(t, st.Written())
 	requireTreeIs(t, root, builtinPlan(t, "t4-vm"))

@@ -186,28 +186,68 @@ type change struct {
 	replace bool // something of another kind is there and must go first
 }
 
+// diff is what a render must change: the planned entries that differ from
+// the disk, and the owned entries the plan no longer has.
+type diff struct {
+	planned map[string]plan.Kind
+	changes []change
+	stale   []ownedEntry
+}
+
+// run is a render in its two phases: the diff reads the tree and changes
+// nothing; the commit, only when there is something to change, makes the
+// changes between withdrawing the marker and writing it again.
 func (w *apply) run(opts Options) error {
-	owned, err := w.readManifest()
+	owned, err := w.readOwned(opts.Force)
 	if err != nil {
 		return err
 	}
-	if err := w.checkNoOtherRenderer(owned); err != nil {
-		return err
-	}
-	if len(owned) == 0 && !opts.Force {
-		if err := w.refuseForeignFiles(); err != nil {
-			return err
-		}
-	}
 	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs()), ContainerRoot: w.plan.ContainerRoot}
 	oldMarker, _ := w.d.readFile(MarkerFile, 4096)
-	deep := opts.CompareContent || !bytes.Equal(oldMarker, marker.bytes())
-
-	planned := make(map[string]plan.Kind, len(w.plan.Entries))
-	for _, e := range w.plan.Entries {
-		planned[e.Path] = e.Kind
+	complete := bytes.Equal(oldMarker, marker.bytes())
+	d, err := w.diff(owned, opts.CompareContent || !complete)
+	if err != nil {
+		return err
 	}
-	var changes []change
+	if len(d.changes) == 0 && len(d.stale) == 0 && complete {
+		// A render killed after writing the marker leaves an empty staging
+		// directory behind; the tree is complete, so only that goes.
+		err = w.d.removeAll(stagingDir)
+	} else {
+		err = w.commit(d, owned, marker, opts.SkipSync)
+	}
+	if err != nil {
+		return err
+	}
+	return w.reportForeign(d.planned, owned)
+}
+
+// readOwned reads the manifest of what earlier renders made, refusing a
+// root another renderer holds and, on a first render without force, one
+// that already has files where the plan writes.
+func (w *apply) readOwned(force bool) (map[string]ownedEntry, error) {
+	owned, err := w.readManifest()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.checkNoOtherRenderer(owned); err != nil {
+		return nil, err
+	}
+	if len(owned) == 0 && !force {
+		if err := w.refuseForeignFiles(); err != nil {
+			return nil, err
+		}
+	}
+	return owned, nil
+}
+
+// diff compares the plan with the disk. Without deep, files are compared
+// by size and mode only (see compare).
+func (w *apply) diff(owned map[string]ownedEntry, deep bool) (diff, error) {
+	d := diff{planned: make(map[string]plan.Kind, len(w.plan.Entries))}
+	for _, e := range w.plan.Entries {
+		d.planned[e.Path] = e.Kind
+	}
 	// Directories this render makes in place of something of another kind
 	// (a host device's link, when a render without --host-devices merge
 	// follows one with it): nothing below them is on disk yet, and looking
@@ -215,48 +255,36 @@ func (w *apply) run(opts Options) error {
 	replaced := map[string]bool{}
 	for _, e := range w.plan.Entries {
 		if replaced[path.Dir(e.Path)] {
-			changes = append(changes, change{entry: e})
+			d.changes = append(d.changes, change{entry: e})
 			replaced[e.Path] = e.Kind == plan.Dir
 			continue
 		}
 		c, differs, err := w.compare(e, deep, owned)
 		if err != nil {
-			return err
+			return d, err
 		}
 		replaced[e.Path] = c.replace && e.Kind == plan.Dir
 		if differs {
-			changes = append(changes, c)
+			d.changes = append(d.changes, c)
 		}
 	}
-	var stale []ownedEntry
 	for _, o := range owned {
-		if _, ok := planned[o.path]; !ok && !belowNonDir(o.path, planned) {
-			stale = append(stale, o)
+		if _, ok := d.planned[o.path]; !ok && !belowNonDir(o.path, d.planned) {
+			d.stale = append(d.stale, o)
 		}
 	}
-	slices.SortFunc(stale, func(a, b ownedEntry) int { return a.pos - b.pos })
-	if len(changes) == 0 && len(stale) == 0 && bytes.Equal(oldMarker, marker.bytes()) {
-		// A render killed after writing the marker leaves an empty staging
-		// directory behind; the tree is complete, so only that goes.
-		if err := w.d.removeAll(stagingDir); err != nil {
-			return err
-		}
-		return w.reportForeign(planned, owned)
-	}
+	slices.SortFunc(d.stale, func(a, b ownedEntry) int { return a.pos - b.pos })
+	return d, nil
+}
 
-	// From here the tree changes: withdraw the marker first.
-	if _, err := w.d.remove(MarkerFile, false); err != nil {
+// commit changes the tree: it withdraws the marker, owns the union of the
+// old and new entries, makes the changes in order, and then vouches for
+// the result with the new marker.
+func (w *apply) commit(d diff, owned map[string]ownedEntry, marker Marker, skipSync bool) error {
+	if err := w.withdrawMarker(); err != nil {
 		return err
 	}
-	if err := w.d.mkdir(StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := w.d.removeAll(stagingDir); err != nil {
-		return err
-	}
-	if err := w.d.mkdir(stagingDir, 0o700); err != nil {
-		return err
-	}
+	var err error
 	if w.stage, err = newStager(w.d, stagingDir); err != nil {
 		return err
 	}
@@ -266,11 +294,35 @@ func (w *apply) run(opts Options) error {
 	if err := w.writeManifest(union(owned, w.plan.Entries)); err != nil {
 		return err
 	}
+	if err := w.applyChanges(d); err != nil {
+		return err
+	}
+	return w.vouch(marker, skipSync)
+}
+
+// withdrawMarker removes the marker before the first change and makes a
+// fresh, empty staging directory.
+func (w *apply) withdrawMarker() error {
+	if _, err := w.d.remove(MarkerFile, false); err != nil {
+		return err
+	}
+	if err := w.d.mkdir(StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := w.d.removeAll(stagingDir); err != nil {
+		return err
+	}
+	return w.d.mkdir(stagingDir, 0o700)
+}
+
+// applyChanges writes and prunes in the order that keeps the links
+// directory resolving (order.go).
+func (w *apply) applyChanges(d diff) error {
 	current, err := w.linkTexts()
 	if err != nil {
 		return err
 	}
-	for _, s := range order(w.plan.Entries, changes, stale, current) {
+	for _, s := range order(w.plan.Entries, d.changes, d.stale, current) {
 		if s.change != nil {
 			err = w.write(*s.change)
 		} else {
@@ -280,8 +332,13 @@ func (w *apply) run(opts Options) error {
 			return err
 		}
 	}
-	// The tree reaches the disk before the marker that vouches for it.
-	if !opts.SkipSync {
+	return nil
+}
+
+// vouch records the finished tree: the manifest of exactly the plan, then
+// the marker, and only after the tree has reached the disk.
+func (w *apply) vouch(marker Marker, skipSync bool) error {
+	if !skipSync {
 		if err := unix.Syncfs(w.d.rootFD); err != nil {
 			return fmt.Errorf("sync %s: %w", w.d.root, err)
 		}
@@ -292,10 +349,7 @@ func (w *apply) run(opts Options) error {
 	if err := w.stage.writeFile(MarkerFile, marker.bytes(), 0o644); err != nil {
 		return err
 	}
-	if err := w.d.removeAll(stagingDir); err != nil {
-		return err
-	}
-	return w.reportForeign(planned, owned)
+	return w.d.removeAll(stagingDir)
 }
 
 // refuseForeignFiles refuses a root that no render made (it has no

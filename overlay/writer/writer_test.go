@@ -16,6 +16,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
 func planOf(t *testing.T, name string, edit func(*profile.Profile)) *plan.Plan {
 	t.Helper()
 	p, src, err := builtin.Load(name)
@@ -30,17 +32,22 @@ func planOf(t *testing.T, name string, edit func(*profile.Profile)) *plan.Plan {
 	return pl
 }
 
+// apply renders without syncfs: these tests are not of durability.
 func apply(t *testing.T, root string, p *plan.Plan) writer.Stats {
 	t.Helper()
-	st, err := writer.Apply(root, p, writer.Options{})
+	st, err := writer.Apply(root, p, writer.Options{SkipSync: true})
 	require.NoError(t, err)
 	return st
 }
 
 func TestApplyWritesThePlan(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	p := planOf(t, "hgx-h100", nil)
-	st := apply(t, root, p)
+	// This render syncs, as the product's always do; the other tests skip
+	// syncfs, which flushes the whole filesystem and tests no more here.
+	st, err := writer.Apply(root, p, writer.Options{})
+	require.NoError(t, err)
 	var files, links int
 	for _, e := range p.Entries {
 		full := filepath.Join(root, e.Path)
@@ -94,26 +101,28 @@ func TestApplyWritesThePlan(t *testing.T) {
 // puts its own refuses, naming them, and changes nothing; Force replaces
 // them. Once a render made the tree (its manifest), re-renders never ask.
 func TestFirstRenderRefusesForeignFiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(root, plan.ProfileFile), []byte("mine\n"), 0o644))
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "sys"), 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine\n"), 0o644))
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 	p := planOf(t, "t4-vm", nil)
-	_, err := writer.Apply(root, p, writer.Options{})
+	_, err := writer.Apply(root, p, writer.Options{SkipSync: true})
 	require.ErrorContains(t, err, root+" holds no render (no .nvml-mock-sysfs/manifest) but already has "+plan.ProfileFile+" where a render writes")
 	require.ErrorContains(t, err, "--force replaces them")
 	require.NotContains(t, err.Error(), "notes.txt", "files the plan does not touch are not in the way")
 	require.NotContains(t, err.Error(), "sys,", "directories are shared, not replaced")
 	overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "a refused render")
 
-	_, err = writer.Apply(root, p, writer.Options{Force: true})
+	_, err = writer.Apply(root, p, writer.Options{Force: true, SkipSync: true})
 	require.NoError(t, err)
-	_, err = writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{})
+	_, err = writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{SkipSync: true})
 	require.NoError(t, err, "a rendered root re-renders without --force")
 }
 
 func TestApplyIsDeterministic(t *testing.T) {
+	t.Parallel()
 	a, b := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	apply(t, a, planOf(t, "dgx-a100", nil))
 	apply(t, b, planOf(t, "dgx-a100", nil))
@@ -121,6 +130,7 @@ func TestApplyIsDeterministic(t *testing.T) {
 }
 
 func TestRerenderUnchangedWritesNothing(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	first := apply(t, root, planOf(t, "dgx-a100", nil))
 	again := apply(t, root, planOf(t, "dgx-a100", nil))
@@ -140,6 +150,7 @@ func TestRerenderUnchangedWritesNothing(t *testing.T) {
 }
 
 func TestOneGPUChangeRewritesOnlyIt(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	apply(t, root, planOf(t, "hgx-h100", nil))
 	st := apply(t, root, planOf(t, "hgx-h100", func(p *profile.Profile) {
@@ -163,6 +174,7 @@ func inode(t *testing.T, p string) uint64 {
 }
 
 func TestRerenderReplacesTreeInPlace(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	apply(t, root, planOf(t, "dgx-a100", nil))
 	rootIno, linksIno := inode(t, root), inode(t, filepath.Join(root, plan.LinksDir))
@@ -180,6 +192,7 @@ func TestRerenderReplacesTreeInPlace(t *testing.T) {
 }
 
 func TestForeignEntriesAreKeptAndReported(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	apply(t, root, planOf(t, "t4-vm", nil))
 	require.NoError(t, os.WriteFile(filepath.Join(root, "notes.txt"), []byte("mine"), 0o644))
@@ -192,8 +205,9 @@ func TestForeignEntriesAreKeptAndReported(t *testing.T) {
 }
 
 func TestCheckRoot(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"", "relative/dir", "/", "/var/lib/nvml-mock/", "/var/../lib"} {
-		_, err := writer.Apply(bad, planOf(t, "t4-vm", nil), writer.Options{})
+		_, err := writer.Apply(bad, planOf(t, "t4-vm", nil), writer.Options{SkipSync: true})
 		require.Error(t, err, bad)
 	}
 }
@@ -201,6 +215,7 @@ func TestCheckRoot(t *testing.T) {
 // The installed binary is planned by reference: it is read only to copy or
 // to compare byte for byte, and its fingerprint stands for its content.
 func TestSourceFiles(t *testing.T) {
+	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")
 	src := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.WriteFile(src, []byte("version one"), 0o755))
@@ -231,7 +246,7 @@ func TestSourceFiles(t *testing.T) {
 
 	// Byte-for-byte comparison catches what a fingerprint cannot.
 	require.NoError(t, os.WriteFile(src, []byte("version 3!!"), 0o755))
-	st, err := writer.Apply(root, withBinary("two"), writer.Options{CompareContent: true})
+	st, err := writer.Apply(root, withBinary("two"), writer.Options{CompareContent: true, SkipSync: true})
 	require.NoError(t, err)
 	require.Equal(t, 1, st.FilesWritten)
 	require.Equal(t, "version 3!!", installed())

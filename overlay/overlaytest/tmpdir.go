@@ -1,0 +1,87 @@
+package overlaytest
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// memoryDir is where Main puts the tests' temporary files when it can: a
+// tmpfs on every Linux with systemd or Docker, though Docker's is 64 MiB.
+const memoryDir = "/dev/shm"
+
+// memoryFree is the room Main asks of memoryDir. The largest test binaries
+// here hold a few rendered trees and one build of the binary at a time,
+// well under it; Docker's 64 MiB default is too little, and so not used.
+const memoryFree = 1 << 30
+
+// memoryPrefix names Main's directory in memoryDir.
+const memoryPrefix = "nvml-mock-sysfs-test-"
+
+// Main runs a test binary's tests with their temporary files in memory, and
+// returns m.Run's code. Rendering is creating thousands of small files and
+// removing them again: on a virtual machine's ext4 that costs up to a
+// millisecond of kernel time a file, and most of the suite's time goes to
+// it; on a tmpfs, a twentieth of that. So when TMPDIR is unset and
+// /dev/shm is a tmpfs with a GiB free, Main points TMPDIR at a directory
+// there (t.TempDir, os.MkdirTemp and the go build of BuildBinary follow
+// it) and removes it afterwards. Set TMPDIR to choose the disk: Main
+// leaves it alone. What the tests check does not depend on the filesystem:
+// the writer's renames and syncfs behave the same on both, and no test
+// loses power. A test whose readers race whole renders keeps a node's
+// timing with DiskTempDir.
+func Main(m *testing.M) int {
+	if _, set := os.LookupEnv("TMPDIR"); set || !roomInMemory() {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp(memoryDir, memoryPrefix)
+	if err != nil {
+		return m.Run()
+	}
+	if err := os.Setenv("TMPDIR", dir); err != nil {
+		fmt.Fprintf(os.Stderr, "set TMPDIR: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	if err := os.RemoveAll(dir); err != nil {
+		fmt.Fprintf(os.Stderr, "remove the temporary directory: %v\n", err)
+	}
+	return code
+}
+
+// roomInMemory reports whether memoryDir is a tmpfs with memoryFree free.
+func roomInMemory() bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(memoryDir, &st); err != nil {
+		return false
+	}
+	return st.Type == unix.TMPFS_MAGIC && st.Bavail*uint64(st.Bsize) >= memoryFree
+}
+
+// DiskTempDir is t.TempDir on the disk even when Main moved the temporary
+// files to memory: for a test whose readers race whole renders, which on a
+// tmpfs pass within a few milliseconds, where a node's disk takes a large
+// part of a second; a reader starved of CPU meanwhile would be testing the
+// scheduler rather than the render's order.
+func DiskTempDir(t testing.TB) string {
+	t.Helper()
+	base := os.TempDir()
+	if strings.HasPrefix(base, memoryDir+"/"+memoryPrefix) {
+		// Main's directory: TMPDIR was unset, and os.TempDir's default
+		// on Linux is /tmp.
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "nvml-mock-sysfs-disk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove %s: %v", dir, err)
+		}
+	})
+	return dir
+}
