@@ -25,7 +25,7 @@ import (
 var binaries overlaytest.Binaries
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := overlaytest.Main(m)
 	if err := binaries.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}

@@ -41,12 +41,7 @@ type Trees struct {
 	mu    sync.Mutex
 	dir   string
 	trees map[string]*sharedTree
-	bin   struct {
-		once  sync.Once
-		path  string
-		built bool
-		err   error
-	}
+	bins  overlaytest.Binaries
 }
 
 type sharedTree struct {
@@ -59,6 +54,9 @@ type sharedTree struct {
 // Close removes the trees and the binary; TestMain calls it once the
 // tests have run.
 func (c *Trees) Close() {
+	if err := c.bins.Close(); err != nil {
+		fmt.Fprintf(os.Stderr, "remove the shared binary: %v\n", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dir != "" {
@@ -68,32 +66,12 @@ func (c *Trees) Close() {
 	}
 }
 
-// Binary returns the real nvml-mock-sysfs binary (overlaytest.BuildBinary),
-// built on the first call and kept for the other tests: a build links the
+// Binary returns the real nvml-mock-sysfs binary, built on the first call
+// and kept for the other tests (overlaytest.Binaries): a build links the
 // whole program, which is seconds of CPU for each test that asked.
 func (c *Trees) Binary(tb testing.TB) string {
 	tb.Helper()
-	dir, err := c.directory()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c.bin.once.Do(func() {
-		// BuildBinary builds into the caller's temporary directory, which
-		// goes when that test ends: keep a link to it here.
-		built := overlaytest.BuildBinary(tb)
-		c.bin.path = filepath.Join(dir, filepath.Base(built))
-		if c.bin.err = os.Link(built, c.bin.path); c.bin.err == nil {
-			c.bin.built = true
-		}
-	})
-	switch {
-	case c.bin.err != nil:
-		tb.Fatalf("keep the built binary: %v", c.bin.err)
-	case !c.bin.built:
-		// BuildBinary skipped or failed the first test that asked.
-		tb.Skip("the binary was not built: see the first test that asked for it")
-	}
-	return c.bin.path
+	return c.bins.Binary(tb)
 }
 
 // directory makes the directory of the shared trees on the first call.
