@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -146,7 +147,9 @@ func TestContainerRootComesFromTheRender(t *testing.T) {
 
 func TestVerifyOutsideAContainer(t *testing.T) {
 	t.Parallel()
-	ctr := t.TempDir()
+	// On the disk: a container root may not lie under /dev, where
+	// overlaytest.Main may put t.TempDir.
+	ctr := overlaytest.DiskTempDir(t)
 	code, _, stderr := runCLI(t, "verify", "--container-root", ctr)
 	require.Equal(t, exitFailure, code)
 	require.Equal(t, "nvml-mock-sysfs: verify: no effective profile at "+ctr+"/effective-profile.json: verify checks the container it runs in, "+
