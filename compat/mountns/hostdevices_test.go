@@ -13,14 +13,15 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // hostDevices lists this machine's PCI devices, or skips.
 func hostDevices(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
-		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices to merge (%v)", err)
+		t.Skipf("this machine shows no PCI devices in %s to merge (%v)", sysfs.KernelLinksDir, err)
 	}
 	var out []string
 	for _, e := range entries {
@@ -97,7 +98,7 @@ func TestHostDeviceCollision(t *testing.T) {
 	t.Parallel()
 	host := hostDevices(t)
 	bdf := host[len(host)-1]
-	target, err := os.Readlink("/sys/bus/pci/devices/" + bdf)
+	target, err := os.Readlink(sysfs.KernelLinksDir + "/" + bdf)
 	require.NoError(t, err)
 	prof := filepath.Join(t.TempDir(), "collide.yaml")
 	require.NoError(t, os.WriteFile(prof, []byte(fmt.Sprintf(`device_defaults:

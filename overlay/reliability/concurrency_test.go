@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 const (
@@ -83,13 +84,13 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 func TestRenderedTreeIsSafe(t *testing.T) {
 	t.Parallel()
 	bin := shared.Binary(t)
-	hostDevices, _ := filepath.Glob("/sys/bus/pci/devices/*")
+	hostDevices, _ := filepath.Glob(sysfs.KernelLinksDir + "/*")
 	for _, p := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm", "hgx-h100 --host-devices merge"} {
 		t.Run(p, func(t *testing.T) {
 			t.Parallel()
 			args := strings.Fields(p)
 			if len(args) > 1 && len(hostDevices) == 0 {
-				t.Skip("this machine has no PCI devices in /sys/bus/pci/devices to merge")
+				t.Skip("this machine has no PCI devices in " + sysfs.KernelLinksDir + " to merge")
 			}
 			root := filepath.Join(t.TempDir(), "root")
 			argv := append([]string{"sh", bin, "render", "--root", root, "--profile"}, args...)

@@ -12,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // The reader runs as this test binary re-executed as the child
@@ -24,8 +25,6 @@ import (
 // on stdout.
 const scannerMode = "scanner"
 
-// kernelLinks is where containers and this reader see the links directory.
-const kernelLinks = "/sys/bus/pci/devices"
 
 // nvlibEvery runs go-nvlib's own scan every so many raw scans.
 const nvlibEvery = 25
@@ -70,7 +69,7 @@ func scannerMain(stdin io.Reader, stdout io.Writer) int {
 		}
 		close(cmds)
 	}()
-	fsys := os.DirFS(kernelLinks)
+	fsys := os.DirFS(sysfs.KernelLinksDir)
 	nv := nvpci.New(nvpci.WithLogger(quietLogger{}))
 	var st scannerStats
 	for {
@@ -122,7 +121,7 @@ func (st *scannerStats) addNvlib(nv nvpci.Interface) {
 	const prefix = "error constructing NVIDIA PCI device "
 	msg := err.Error()
 	if rest, ok := strings.CutPrefix(msg, prefix); ok && len(rest) >= 12 {
-		if _, lerr := os.Lstat(kernelLinks + "/" + rest[:12]); errors.Is(lerr, fs.ErrNotExist) {
+		if _, lerr := os.Lstat(sysfs.KernelLinksDir + "/" + rest[:12]); errors.Is(lerr, fs.ErrNotExist) {
 			st.NvlibVanished++
 			return
 		}
