@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 const (

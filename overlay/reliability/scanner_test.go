@@ -25,7 +25,6 @@ import (
 // on stdout.
 const scannerMode = "scanner"
 
-
 // nvlibEvery runs go-nvlib's own scan every so many raw scans.
 const nvlibEvery = 25
 
