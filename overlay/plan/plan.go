@@ -55,21 +55,21 @@ const (
 	DefaultHostSysfs = "/sys"
 )
 
-// Kind is what an entry is on disk.
-type Kind uint8
+// EntryKind is what an entry is on disk.
+type EntryKind uint8
 
 const (
-	Dir Kind = iota
+	Dir EntryKind = iota
 	File
 	Symlink
 )
 
-func (k Kind) String() string { return [...]string{"directory", "file", "symlink"}[k] }
+func (k EntryKind) String() string { return [...]string{"directory", "file", "symlink"}[k] }
 
 // Entry is one path of the overlay.
 type Entry struct {
 	Path   string      // slash-separated, relative to the overlay root
-	Kind   Kind        //
+	Kind   EntryKind   //
 	Mode   fs.FileMode // permission bits of a directory or file
 	Data   []byte      // a file's content
 	Target string      // a symlink's text

@@ -15,7 +15,7 @@ import (
 // "<kind> <path>" line each. Pruning touches nothing else.
 
 type ownedEntry struct {
-	kind plan.Kind // the kind of its first line, which prune removes
+	kind plan.EntryKind // the kind of its first line, which prune removes
 	// kinds holds a bit for every kind the manifest lists for the path: a
 	// render killed while a path changed kind owns both.
 	kinds uint8
@@ -23,7 +23,7 @@ type ownedEntry struct {
 	pos   int // the position of its first line among distinct paths
 }
 
-func (o ownedEntry) has(k plan.Kind) bool { return o.kinds&(1<<k) != 0 }
+func (o ownedEntry) has(k plan.EntryKind) bool { return o.kinds&(1<<k) != 0 }
 
 const maxManifest = 64 << 20
 
@@ -54,7 +54,7 @@ func parseManifest(data []byte) (map[string]ownedEntry, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		k, p, ok := strings.Cut(sc.Text(), " ")
-		kind, known := map[string]plan.Kind{"d": plan.Dir, "f": plan.File, "l": plan.Symlink}[k]
+		kind, known := map[string]plan.EntryKind{"d": plan.Dir, "f": plan.File, "l": plan.Symlink}[k]
 		if !ok || !known || !ownablePath(p) {
 			return nil, fmt.Errorf("bad line %q", sc.Text())
 		}
@@ -81,7 +81,7 @@ func ownablePath(p string) bool {
 	return true
 }
 
-func kindLetter(k plan.Kind) string { return [...]string{"d", "f", "l"}[k] }
+func kindLetter(k plan.EntryKind) string { return [...]string{"d", "f", "l"}[k] }
 
 func manifestOf(entries []plan.Entry) []byte {
 	var b bytes.Buffer

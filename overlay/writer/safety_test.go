@@ -449,6 +449,6 @@ func requireTreeIs(t *testing.T, root string, p *plan.Plan) {
 	require.Equal(t, p.Digest(), m.Digest)
 }
 
-func describeEntry(kind plan.Kind, mode fs.FileMode, data []byte, target string) string {
+func describeEntry(kind plan.EntryKind, mode fs.FileMode, data []byte, target string) string {
 	return fmt.Sprintf("%s %v %x -> %s", kind, mode.Perm(), sha256.Sum256(data), target)
 }

@@ -189,7 +189,7 @@ type change struct {
 // diff is what a render must change: the planned entries that differ from
 // the disk, and the owned entries the plan no longer has.
 type diff struct {
-	planned map[string]plan.Kind
+	planned map[string]plan.EntryKind
 	changes []change
 	stale   []ownedEntry
 }
@@ -244,7 +244,7 @@ func (w *apply) readOwned(force bool) (map[string]ownedEntry, error) {
 // diff compares the plan with the disk. Without deep, files are compared
 // by size and mode only (see compare).
 func (w *apply) diff(owned map[string]ownedEntry, deep bool) (diff, error) {
-	d := diff{planned: make(map[string]plan.Kind, len(w.plan.Entries))}
+	d := diff{planned: make(map[string]plan.EntryKind, len(w.plan.Entries))}
 	for _, e := range w.plan.Entries {
 		d.planned[e.Path] = e.Kind
 	}
@@ -517,7 +517,7 @@ func (w *apply) write(c change) error {
 }
 
 // reportForeign lists links-directory entries that no render made.
-func (w *apply) reportForeign(planned map[string]plan.Kind, owned map[string]ownedEntry) error {
+func (w *apply) reportForeign(planned map[string]plan.EntryKind, owned map[string]ownedEntry) error {
 	names, err := w.d.list(plan.LinksDir)
 	if err != nil {
 		return err
@@ -540,7 +540,7 @@ func (w *apply) reportForeign(planned map[string]plan.Kind, owned map[string]own
 // or a link (a mock directory that --host-devices merge turns into a host
 // device's link): replacing that removes the path with it, and pruning it
 // afterwards would have to go through the new link.
-func belowNonDir(p string, planned map[string]plan.Kind) bool {
+func belowNonDir(p string, planned map[string]plan.EntryKind) bool {
 	for d := path.Dir(p); d != "." && d != "/"; d = path.Dir(d) {
 		if k, ok := planned[d]; ok && k != plan.Dir {
 			return true
@@ -549,7 +549,7 @@ func belowNonDir(p string, planned map[string]plan.Kind) bool {
 	return false
 }
 
-func kindOf(mode uint32) (plan.Kind, bool) {
+func kindOf(mode uint32) (plan.EntryKind, bool) {
 	switch mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		return plan.Dir, true
