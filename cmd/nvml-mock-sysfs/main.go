@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // Exit codes.
@@ -215,9 +216,22 @@ func dashDash(msg string) string {
 
 // fail prints one line and returns the failure exit code.
 func fail(e *env, format string, args ...any) int {
-	msg := fmt.Sprintf(format, args...)
+	msg := fmt.Sprintf(format, args...) + flagHint(args)
 	fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s\n", oneLine(msg))
 	return exitFailure
+}
+
+// flagHint names the flag behind a library error's remedy: the libraries
+// speak of their options, and only the command line knows its flags.
+func flagHint(args []any) string {
+	for _, a := range args {
+		err, ok := a.(error)
+		var host *plan.HostDevicesError
+		if ok && errors.As(err, &host) {
+			return " (drop --host-devices merge)"
+		}
+	}
+	return ""
 }
 
 // usageError prints one line, prefixed with the command and ending with

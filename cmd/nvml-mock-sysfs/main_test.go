@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -232,4 +233,14 @@ func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
 			t.Logf("%s: %s", tt.name, strings.TrimSpace(stderr))
 		})
 	}
+}
+
+// TestFlagHint: a library error whose remedy is an option gets the flag's
+// name from the command line, and no other error does.
+func TestFlagHint(t *testing.T) {
+	t.Parallel()
+	host := fmt.Errorf("plan p.yaml: %w", &plan.HostDevicesError{Reason: "mock gpu 0000:00:1e.0 collides with host device 0000:00:1e.0"})
+	require.Equal(t, " (drop --host-devices merge)", flagHint([]any{"render", host}))
+	require.Empty(t, flagHint([]any{"render", errors.New("plan p.yaml: something else")}))
+	require.Empty(t, flagHint(nil))
 }

@@ -136,7 +136,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	for _, h := range opts.HostDevices {
 		for _, d := range m.Devices {
 			if d.Address == h.Address {
-				return nil, fmt.Errorf("mock %s %s collides with host device %s (%s): move the mock device or drop --host-devices merge", d.Kind, d.Address, h.Address, h.Target)
+				return nil, &HostDevicesError{Reason: fmt.Sprintf("mock %s %s collides with host device %s (%s)", d.Kind, d.Address, h.Address, h.Target)}
 			}
 		}
 	}

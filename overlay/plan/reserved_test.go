@@ -70,6 +70,11 @@ func TestReservedBusThroughNew(t *testing.T) {
 	host := []plan.HostDevice{{Address: pciaddr.Address{Bus: 0x45, Device: 1}, Target: "../../../devices/pci0000:40/0000:40:01.0/0000:45:01.0"}}
 	_, err := plan.New(twoRootComplexes(t), plan.Options{HostDevices: host})
 	require.ErrorContains(t, err, "plan reserved.yaml: pci0000:40: mock gpu 0000:45:00.0 sits on bus 0000:45, which the host's host device 0000:45:01.0 owns")
+	// The remedy names the option; the command line adds its flag.
+	var hostErr *plan.HostDevicesError
+	require.ErrorAs(t, err, &hostErr)
+	require.ErrorContains(t, err, "owns: no mock bridge can lead there: move the mock device, or do not merge the host's devices")
+	require.NotContains(t, err.Error(), "--")
 }
 
 // TestReservedBusElsewhereIsAvoided is the control: a host device on a bus

@@ -258,7 +258,7 @@ func (b *rcBuilder) build(devs []*profile.Device) error {
 			d := d0(byBus[bus])
 			// Name the root complex first, as place's errors do: the bus
 			// alone does not say which host bridge the planner was filling.
-			return fmt.Errorf("%s: mock %s %s sits on bus %04x:%02x, which the host's %s owns: no mock bridge can lead there; move the mock device or drop --host-devices merge", b.root.ID, d.Kind, d.Address, b.root.ID.Domain, bus, b.hostOwner(bus))
+			return &HostDevicesError{Reason: fmt.Sprintf("%s: mock %s %s sits on bus %04x:%02x, which the host's %s owns: no mock bridge can lead there", b.root.ID, d.Kind, d.Address, b.root.ID.Domain, bus, b.hostOwner(bus))}
 		}
 		parent, err := b.place(bus)
 		if err != nil {
