@@ -17,10 +17,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
-func rows(r *compat.Report, consumer string) []compat.Result {
+func rows(r *compat.Report, check string) []compat.Result {
 	var out []compat.Result
 	for _, x := range r.Results {
-		if x.Check == consumer {
+		if x.Check == check {
 			out = append(out, x)
 		}
 	}

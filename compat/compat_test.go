@@ -53,7 +53,7 @@ func requireOK(t *testing.T, r *compat.Report) {
 	require.True(t, r.OK())
 }
 
-// rows counts a report's rows by consumer.
+// rowCounts counts a report's rows by check.
 func rowCounts(r *compat.Report) map[string]int {
 	out := map[string]int{}
 	for _, x := range r.Results {
@@ -124,39 +124,39 @@ func TestNUMAMinusOneIsNotPublished(t *testing.T) {
 // thing a consumer relies on.
 func TestFailuresAreCaught(t *testing.T) {
 	tests := []struct {
-		name     string
-		break_   func(t *testing.T, root string, p *plan.Plan)
-		consumer string
-		detail   string
+		name   string
+		break_ func(t *testing.T, root string, p *plan.Plan)
+		check  string
+		detail string
 	}{
 		{
 			name: "plain escaped link loses pcieRoot",
 			break_: func(t *testing.T, root string, p *plan.Plan) {
 				relink(t, root, p, "0000:53:00.0", func(n *plan.Node) string { return plan.EscapedTarget(p.ContainerRoot, n.SysPath()) })
 			},
-			consumer: compat.PCIeRoot, detail: "it must start with devices/pci",
+			check: compat.PCIeRoot, detail: "it must start with devices/pci",
 		},
 		{
 			name: "unreadable vendor aborts go-nvlib's scan",
 			break_: func(t *testing.T, root string, p *plan.Plan) {
 				require.NoError(t, os.Remove(filepath.Join(root, plan.LinksDir, "0000:50:01.0", "vendor")))
 			},
-			consumer: compat.AllDevices, detail: "unable to read PCI vendor",
+			check: compat.AllDevices, detail: "unable to read PCI vendor",
 		},
 		{
-			name:     "wrong class",
-			break_:   writeAttr("0000:64:00.0", "class", "0x030000\n"),
-			consumer: compat.GPUByBusID, detail: "class 0x30000, want 0x30200",
+			name:   "wrong class",
+			break_: writeAttr("0000:64:00.0", "class", "0x030000\n"),
+			check:  compat.GPUByBusID, detail: "class 0x30000, want 0x30200",
 		},
 		{
-			name:     "wrong numa node",
-			break_:   writeAttr("0000:97:00.0", "numa_node", "0\n"),
-			consumer: compat.NUMAScalar, detail: "got 0, want 1",
+			name:   "wrong numa node",
+			break_: writeAttr("0000:97:00.0", "numa_node", "0\n"),
+			check:  compat.NUMAScalar, detail: "got 0, want 1",
 		},
 		{
-			name:     "missing GPU",
-			break_:   removeEntry("0000:ca:00.0"),
-			consumer: compat.GPUs, detail: "got [",
+			name:   "missing GPU",
+			break_: removeEntry("0000:ca:00.0"),
+			check:  compat.GPUs, detail: "got [",
 		},
 		{
 			name: "BAR1 too small",
@@ -168,14 +168,14 @@ func TestFailuresAreCaught(t *testing.T) {
 				lines[2] = "0x0000200000000000 0x00002000000fffff 0x000000000014220c"
 				require.NoError(t, os.WriteFile(f, []byte(strings.Join(lines, "\n")), 0o644))
 			},
-			consumer: compat.BARMemory, detail: "want",
+			check: compat.BARMemory, detail: "want",
 		},
 		{
 			name: "an HCA's plain escaped link loses pcieRoot",
 			break_: func(t *testing.T, root string, p *plan.Plan) {
 				relink(t, root, p, "0000:54:00.0", func(n *plan.Node) string { return plan.EscapedTarget(p.ContainerRoot, n.SysPath()) })
 			},
-			consumer: compat.HCAPCIeRoot, detail: "it must start with devices/pci",
+			check: compat.HCAPCIeRoot, detail: "it must start with devices/pci",
 		},
 		{
 			name: "an HCA linked under another root complex",
@@ -185,22 +185,22 @@ func TestFailuresAreCaught(t *testing.T) {
 					return "0000:62:00.0/../../../../devices/pci0000:61/0000:61:01.0/0000:54:00.0"
 				})
 			},
-			consumer: compat.HCAPCIeRoot, detail: "pci0000:61, its GPU 0000:53:00.0 pci0000:50",
+			check: compat.HCAPCIeRoot, detail: "pci0000:61, its GPU 0000:53:00.0 pci0000:50",
 		},
 		{
-			name:     "an InfiniBand HCA in Ethernet's class",
-			break_:   writeAttr("0000:65:00.0", "class", "0x020000\n"),
-			consumer: compat.NetworkControllers, detail: "lists HCAs [0000:65:00.0], want exactly the Ethernet-mode ones []",
+			name:   "an InfiniBand HCA in Ethernet's class",
+			break_: writeAttr("0000:65:00.0", "class", "0x020000\n"),
+			check:  compat.NetworkControllers, detail: "lists HCAs [0000:65:00.0], want exactly the Ethernet-mode ones []",
 		},
 		{
-			name:     "a missing HCA",
-			break_:   removeEntry("0000:76:00.0"),
-			consumer: compat.HCAAllDevices, detail: "missing 0000:76:00.0",
+			name:   "a missing HCA",
+			break_: removeEntry("0000:76:00.0"),
+			check:  compat.HCAAllDevices, detail: "missing 0000:76:00.0",
 		},
 		{
-			name:     "an HCA with another device id",
-			break_:   writeAttr("0000:87:00.0", "device", "0x101b\n"),
-			consumer: compat.HCAAllDevices, detail: "0000:87:00.0: device 0x101b, want 0x1021",
+			name:   "an HCA with another device id",
+			break_: writeAttr("0000:87:00.0", "device", "0x101b\n"),
+			check:  compat.HCAAllDevices, detail: "0000:87:00.0: device 0x101b, want 0x1021",
 		},
 	}
 	for _, tt := range tests {
@@ -212,11 +212,11 @@ func TestFailuresAreCaught(t *testing.T) {
 			require.False(t, r.OK())
 			var hit bool
 			for _, f := range r.Failures() {
-				if f.Check == tt.consumer && strings.Contains(f.Detail, tt.detail) {
+				if f.Check == tt.check && strings.Contains(f.Detail, tt.detail) {
 					hit = true
 				}
 			}
-			require.True(t, hit, "want a %s failure with %q, got %+v", tt.consumer, tt.detail, r.Failures())
+			require.True(t, hit, "want a %s failure with %q, got %+v", tt.check, tt.detail, r.Failures())
 		})
 	}
 }

@@ -81,15 +81,15 @@ lspci -tv`)
 	}
 }
 
-func requireRow(t *testing.T, r *compat.Report, consumer string) {
+func requireRow(t *testing.T, r *compat.Report, check string) {
 	t.Helper()
 	for _, x := range r.Results {
-		if x.Check == consumer {
+		if x.Check == check {
 			require.True(t, x.OK, "%+v", x)
 			return
 		}
 	}
-	require.Failf(t, "no row", "compat has no %s row", consumer)
+	require.Failf(t, "no row", "compat has no %s row", check)
 }
 
 // TestHostDeviceCollision puts a mock GPU at the address of one of this
