@@ -1,13 +1,11 @@
 package plan_test
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -48,35 +46,6 @@ func text(t *testing.T, fs map[string]plan.Entry, p string) string {
 	require.True(t, ok, "%s is not planned", p)
 	require.Equal(t, plan.File, e.Kind, p)
 	return string(e.Data)
-}
-
-// resourceLine is one "start end flags" line of a resource file.
-type resourceLine struct{ start, end, flags uint64 }
-
-func (r resourceLine) size() uint64 {
-	if r.end == 0 && r.start == 0 {
-		return 0
-	}
-	return r.end - r.start + 1
-}
-
-func parseResource(t *testing.T, s string) []resourceLine {
-	t.Helper()
-	require.True(t, strings.HasSuffix(s, "\n"))
-	var out []resourceLine
-	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
-		f := strings.Split(line, " ")
-		require.Len(t, f, 3, "line %d %q: go-nvlib wants exactly three fields", i, line)
-		var r resourceLine
-		for j, p := range []*uint64{&r.start, &r.end, &r.flags} {
-			require.Regexp(t, `^0x[0-9a-f]{16}$`, f[j])
-			v, err := strconv.ParseUint(f[j], 0, 64)
-			require.NoError(t, err)
-			*p = v
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 func hex16(v uint16) string { return fmt.Sprintf("0x%04x\n", v) }
@@ -144,60 +113,10 @@ func checkDevice(t *testing.T, fs map[string]plan.Entry, n *plan.Node) {
 		require.Equal(t, n.Device.Link, n.Link, "%s: the profile's pcie block", where)
 	}
 
-	// Config space against the node and its files: plancheck decodes it.
+	// Config space against the node and its files, and the BARs against
+	// the resource file and the board: plancheck decodes them.
 	require.Empty(t, plancheck.Tree(fs).CheckConfig(n), where)
-	cfg := []byte(get("config"))
-	checkBARs(t, cfg, n, parseResource(t, get("resource")))
-}
-
-// checkBARs compares the BARs in config space with the resource file, and
-// an endpoint's sizes with its board's layout.
-func checkBARs(t *testing.T, cfg []byte, n *plan.Node, res []resourceLine) {
-	t.Helper()
-	where := n.Address.String()
-	le32 := func(off int) uint32 { return binary.LittleEndian.Uint32(cfg[off:]) }
-	if n.Role.IsBridge() {
-		require.Len(t, res, 17, "%s: the kernel prints 17 resources for a bridge", where)
-		return
-	}
-	require.Len(t, res, 13, "%s: the kernel prints 13 resources for a device", where)
-	for i := 0; i < 6; i++ {
-		r := res[i]
-		low := le32(0x10 + 4*i)
-		if r.size() == 0 {
-			continue
-		}
-		require.Equal(t, uint32(r.flags&0xf), low&0xf, "%s: BAR%d type bits", where, i)
-		start := uint64(low &^ 0xf)
-		if r.flags&0x4 != 0 {
-			start |= uint64(le32(0x10+4*(i+1))) << 32
-			require.Zero(t, res[i+1].size(), "%s: a 64-bit BAR%d takes the next slot", where, i)
-			i++
-		}
-		require.Equal(t, r.start, start, "%s: BAR%d address in config space", where, i)
-		require.Zero(t, r.start%r.size(), "%s: BAR%d aligned to its size", where, i)
-	}
-	if n.Device.Kind != profile.GPU {
-		require.Equal(t, uint64(32<<20), res[0].size(), where)
-		return
-	}
-	d := n.Device
-	want := boards.BARs(d.DeviceID, d.BAR1Bytes)
-	var got []boards.BAR
-	for i, r := range res[:6] {
-		if r.size() > 0 {
-			got = append(got, boards.BAR{Index: i, Size: r.size(), Is64: r.flags&0x4 != 0, Prefetch: r.flags&0x8 != 0})
-		}
-	}
-	require.Equal(t, want, got, "%s: BAR layout of board %04x with BAR1 %d", where, d.DeviceID, d.BAR1Bytes)
-	// nvidia-smi's BAR1 is the one sized from the profile, 64-bit prefetchable.
-	bar1 := 1
-	if boards.BARLayoutOf(d.DeviceID) == boards.Hopper {
-		bar1 = 2
-	}
-	require.Equal(t, d.BAR1Bytes, res[bar1].size(), where)
-	require.Equal(t, uint64(0x14220c), res[bar1].flags, where)
-	require.Equal(t, uint64(16<<20), res[0].size(), "%s: BAR0 16 MiB", where)
+	require.Empty(t, plancheck.Tree(fs).CheckBARs(n), where)
 }
 
 // TestBridgeWindowsCoverChildren checks that each bridge's windows hold the
@@ -207,38 +126,7 @@ func TestBridgeWindowsCoverChildren(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := plan.New(c.m, plan.Options{})
 			require.NoError(t, err)
-			fs := files(p)
-			res := func(n *plan.Node) []resourceLine {
-				return parseResource(t, text(t, fs, "sys/"+n.SysPath()+"/resource"))
-			}
-			var walk func(n *plan.Node, windows [][2]resourceLine)
-			walk = func(n *plan.Node, windows [][2]resourceLine) {
-				r := res(n)
-				if n.Role.IsBridge() {
-					windows = append(windows, [2]resourceLine{r[14], r[15]})
-				} else {
-					for i, b := range r[:7] {
-						if b.size() == 0 {
-							continue
-						}
-						for _, w := range windows {
-							win := w[0]
-							if b.flags&0x2000 != 0 && i != 6 {
-								win = w[1]
-							}
-							require.True(t, win.start <= b.start && b.end <= win.end, "%s resource %d [%x-%x] outside a window above it [%x-%x]", n.Address, i, b.start, b.end, win.start, win.end)
-						}
-					}
-				}
-				for _, ch := range n.Children {
-					walk(ch, windows)
-				}
-			}
-			for _, rc := range p.Tree.RootComplexes {
-				for _, n := range rc.Children {
-					walk(n, nil)
-				}
-			}
+			require.Empty(t, plancheck.FromEntries(p.Entries).CheckWindows(p.Tree))
 		})
 	}
 }

@@ -29,7 +29,9 @@ import (
 //   - every endpoint's text cleans lexically, as deviceattribute reads it,
 //     to devices/pci.../<bdf>, the very path the kernel resolves;
 //   - every node's config space says what the node and its other files
-//     say (CheckConfig).
+//     say (CheckConfig), and its BARs what its resource file and board say
+//     (CheckBARs); every bridge's windows hold the BARs below it
+//     (CheckWindows).
 func CheckPlan(p *plan.Plan, hostDevices string) []string {
 	c := &checker{m: p.Machine, t: p.Tree, p: p, files: FromEntries(p.Entries), hostDevices: hostDevices}
 	host := make([]pciaddr.Address, 0, len(p.HostDevices))
@@ -42,7 +44,9 @@ func CheckPlan(p *plan.Plan, hostDevices string) []string {
 	c.links()
 	for _, n := range p.Tree.Nodes() {
 		c.bad = append(c.bad, c.files.CheckConfig(n)...)
+		c.bad = append(c.bad, c.files.CheckBARs(n)...)
 	}
+	c.bad = append(c.bad, c.files.CheckWindows(p.Tree)...)
 	return c.bad
 }
 

@@ -171,6 +171,29 @@ func TestCheckPlanFindsBrokenPlans(t *testing.T) {
 		{"a bus number file config space does not say", func(p *plan.Plan) {
 			editFile(p, "sys/"+nodeOf(p, "0000:52:00.0").SysPath()+"/secondary_bus_number", func([]byte) []byte { return []byte("84\n") })
 		}, "secondary_bus_number is \"84\\n\", want 83"},
+
+		// BARs and windows, as CheckBARs and CheckWindows read them.
+		{"a resource line go-nvlib cannot read", func(p *plan.Plan) {
+			editFile(p, gpuDir+"/resource", func(b []byte) []byte { return append([]byte("0x0 0x0\n"), b...) })
+		}, gpuDir + "/resource: line 0 \"0x0 0x0\": go-nvlib wants exactly three fields"},
+		{"config space's BAR0 elsewhere than the resource file's", func(p *plan.Plan) {
+			editFile(p, gpuDir+"/config", func(b []byte) []byte { b[0x13] ^= 0x01; return b })
+		}, gpuDir + "/config: BAR0 at"},
+		{"a BAR1 smaller than the profile's", func(p *plan.Plan) {
+			editFile(p, gpuDir+"/resource", func(b []byte) []byte {
+				lines := strings.Split(string(b), "\n")
+				f := strings.Fields(lines[2])                         // an H100's BAR1 is its third
+				lines[2] = f[0] + " " + f[0][:11] + "00fffff " + f[2] // 1 MiB
+				return []byte(strings.Join(lines, "\n"))
+			})
+		}, "BAR2 1048576 bytes with flags 0x14220c, want the profile's 137438953472"},
+		{"a bridge window that misses the BARs below it", func(p *plan.Plan) {
+			editFile(p, "sys/"+nodeOf(p, "0000:52:00.0").SysPath()+"/resource", func(b []byte) []byte {
+				lines := strings.Split(string(b), "\n")
+				lines[14] = "0x0000000000001000 0x0000000000001fff 0x0000000000000200"
+				return []byte(strings.Join(lines, "\n"))
+			})
+		}, "outside a window above it [1000-1fff]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
