@@ -18,9 +18,9 @@ func modalias(id Identity) string {
 // resourceFile renders the resource file: "start end flags" per line, as
 // many lines as the kernel prints for the header type.
 func resourceFile(n *Node) string {
-	lines := typ0Lines
+	lines := sysfs.ResourceLinesDevice
 	if n.Role.IsBridge() {
-		lines = typ1Lines
+		lines = sysfs.ResourceLinesBridge
 	}
 	byIndex := map[int]bar{}
 	for _, b := range n.bars {

@@ -6,10 +6,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// ConfigSize is the size of the config file of a PCIe function: the kernel
-// exposes the whole 4 KiB extended space.
-const ConfigSize = sysfs.ConfigSize
-
 // Capability layout, as on a real H100: PM at 0x40, MSI at 0x48, the PCI
 // Express capability at 0x60. Exported so that plancheck checks the layout
 // the planner promises rather than a copy of it.
@@ -33,7 +29,7 @@ func (c configRegs) put32(off int, v uint32) { binary.LittleEndian.PutUint32(c[o
 // configSpace renders a node's config space, consistent with its other
 // files: ids, class, revision, BARs, bus numbers, IRQ and link.
 func configSpace(n *Node, irq int, multiFunction bool) []byte {
-	c := configRegs(make([]byte, ConfigSize))
+	c := configRegs(make([]byte, sysfs.ConfigSize)) // a PCIe function shows its whole extended space
 	c.header(n, irq, multiFunction)
 	if n.Role.IsBridge() {
 		c.bridgeHeader(n)
@@ -82,10 +78,10 @@ func (c configRegs) bridgeHeader(n *Node) {
 	c.put16(sysfs.ConfigPrefMemoryLimit, 0x0001)
 	for _, b := range n.bars {
 		switch b.index {
-		case windowMemIndex:
+		case sysfs.ResourceWindowMemLine:
 			c.put16(sysfs.ConfigMemoryBase, uint16(b.start>>16)&0xfff0)
 			c.put16(sysfs.ConfigMemoryLimit, uint16(b.end()>>16)&0xfff0)
-		case windowPrefIndex:
+		case sysfs.ResourceWindowPrefLine:
 			c.put16(sysfs.ConfigPrefMemoryBase, uint16(b.start>>16)&0xfff0|1)
 			c.put16(sysfs.ConfigPrefMemoryLimit, uint16(b.end()>>16)&0xfff0|1)
 			c.put32(sysfs.ConfigPrefBaseUpper32, uint32(b.start>>32))
@@ -99,15 +95,15 @@ func (c configRegs) bridgeHeader(n *Node) {
 func (c configRegs) endpointHeader(n *Node) {
 	for _, b := range n.bars {
 		switch {
-		case b.index == romIndex:
+		case b.index == sysfs.ResourceROMLine:
 			c.put32(sysfs.ConfigROM, uint32(b.start)) // enable bit clear, as the kernel leaves it
-		case b.index < romIndex:
+		case b.index < sysfs.ResourceROMLine:
 			low := uint32(b.start) &^ 0xf
 			if b.is64() {
-				low |= 0x4
+				low |= sysfs.BARType64
 			}
 			if b.prefetch() {
-				low |= 0x8
+				low |= sysfs.BARPrefetchable
 			}
 			c.put32(sysfs.ConfigBAR0+4*b.index, low)
 			if b.is64() {

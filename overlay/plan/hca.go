@@ -7,6 +7,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // HCA is one ConnectX adapter of the profile's infiniband block and the GPU
@@ -22,7 +23,7 @@ const hcaROMBytes = 1 << 20
 // hcaBARs is a ConnectX physical function's layout: one 64-bit
 // prefetchable BAR0, and the ROM.
 func hcaBARs() []barSpec {
-	return []barSpec{{0, boards.HCABAR0Bytes, flagMem64Pref}, {romIndex, hcaROMBytes, flagROM}}
+	return []barSpec{{0, boards.HCABAR0Bytes, sysfs.ResourceFlagsMem64Pref}, {sysfs.ResourceROMLine, hcaROMBytes, sysfs.ResourceFlagsROM}}
 }
 
 // placeHCAs gives every GPU the HCAs of the machine's infiniband block,

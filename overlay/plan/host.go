@@ -136,6 +136,16 @@ func (h HostDevice) SysPath() (string, error) {
 	return p, nil
 }
 
+// HostAddresses lists the host devices' addresses: those a plan beside
+// them must leave to the host.
+func HostAddresses(hs []HostDevice) []pciaddr.Address {
+	out := make([]pciaddr.Address, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, h.Address)
+	}
+	return out
+}
+
 // ReadHostDevices lists the host's PCI devices from a sysfs tree.
 func ReadHostDevices(sys fs.ReadLinkFS) ([]HostDevice, error) {
 	entries, err := fs.ReadDir(sys, sysfs.LinksDir)
@@ -180,7 +190,7 @@ type BusRange struct {
 // numbers. Sysfs lets anyone read the first 64 bytes.
 func readBridgeRange(sys fs.FS, h HostDevice) (BusRange, bool) {
 	config, err := fs.ReadFile(sys, sysfs.LinksDir+"/"+h.Address.String()+"/config")
-	if err != nil || len(config) <= sysfs.ConfigSubordinateBus || config[sysfs.ConfigHeaderType]&0x7f != 1 {
+	if err != nil || len(config) <= sysfs.ConfigSubordinateBus || config[sysfs.ConfigHeaderType]&sysfs.HeaderTypeMask != sysfs.HeaderTypeBridge {
 		return BusRange{}, false
 	}
 	sec, sub := config[sysfs.ConfigSecondaryBus], config[sysfs.ConfigSubordinateBus]

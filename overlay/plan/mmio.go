@@ -5,17 +5,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
-)
-
-// Kernel resource flags, as /sys/bus/pci/devices/*/resource shows them. The
-// low nibble repeats the BAR's own type bits.
-const (
-	flagMem32     = 0x00040200 // IORESOURCE_MEM | IORESOURCE_SIZEALIGN
-	flagMem64     = 0x00140204 // MEM_64 | SIZEALIGN | MEM | 64-bit type bits
-	flagMem64Pref = 0x0014220c // MEM_64 | SIZEALIGN | PREFETCH | MEM | 64-bit prefetchable type bits
-	flagROM       = 0x00046200 // ROM: READONLY | SIZEALIGN | PREFETCH | MEM
-	flagWindow    = 0x00000200 // a bridge's memory window
-	flagWindowPre = 0x00102201 // a bridge's 64-bit prefetchable window
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 const (
@@ -27,15 +17,6 @@ const (
 	romSize     = 512 << 10
 )
 
-// Resource line numbers: BARs 0-5, the ROM, then bridge windows.
-const (
-	romIndex        = 6
-	typ0Lines       = 13 // BARs, ROM and six SR-IOV BARs, as the kernel prints for a device
-	typ1Lines       = 17 // plus four bridge windows
-	windowMemIndex  = 14
-	windowPrefIndex = 15
-)
-
 // bar is one resource line with an address.
 type bar struct {
 	index int
@@ -45,8 +26,8 @@ type bar struct {
 }
 
 func (b bar) end() uint64    { return b.start + b.size - 1 }
-func (b bar) is64() bool     { return b.flags&0x4 != 0 && b.index < romIndex }
-func (b bar) prefetch() bool { return b.flags&0x2000 != 0 }
+func (b bar) is64() bool     { return b.flags&sysfs.BARType64 != 0 && b.index < sysfs.ResourceROMLine }
+func (b bar) prefetch() bool { return b.flags&sysfs.ResourceFlagPrefetch != 0 }
 
 // barSpec is a BAR before it has an address.
 type barSpec struct {
@@ -61,22 +42,22 @@ func endpointBARs(n *Node) []barSpec {
 	d := n.Device
 	switch d.Kind {
 	case profile.NVSwitch:
-		return []barSpec{{0, 32 * mib, flagMem32}}
+		return []barSpec{{0, 32 * mib, sysfs.ResourceFlagsMem32}}
 	case profile.HCA:
 		return hcaBARs()
 	}
 	var specs []barSpec
 	for _, b := range boards.BARs(d.DeviceID, d.BAR1Bytes) {
-		flags := uint64(flagMem32)
+		flags := uint64(sysfs.ResourceFlagsMem32)
 		switch {
 		case b.Is64 && b.Prefetch:
-			flags = flagMem64Pref
+			flags = sysfs.ResourceFlagsMem64Pref
 		case b.Is64:
-			flags = flagMem64
+			flags = sysfs.ResourceFlagsMem64
 		}
 		specs = append(specs, barSpec{b.Index, b.Size, flags})
 	}
-	return append(specs, barSpec{romIndex, romSize, flagROM})
+	return append(specs, barSpec{sysfs.ResourceROMLine, romSize, sysfs.ResourceFlagsROM})
 }
 
 // allocator hands out addresses in depth-first order, so that every
@@ -131,7 +112,7 @@ func (al *allocator) assign(n *Node) {
 			return 0
 		})
 		for _, s := range order {
-			is64 := s.flags&0x4 != 0 && s.index < romIndex
+			is64 := s.flags&sysfs.BARType64 != 0 && s.index < sysfs.ResourceROMLine
 			n.bars = append(n.bars, bar{index: s.index, start: al.take(s.size, is64), size: s.size, flags: s.flags})
 		}
 		slices.SortFunc(n.bars, func(a, b bar) int { return a.index - b.index })
@@ -146,10 +127,10 @@ func (al *allocator) assign(n *Node) {
 	var lo32, hi32, lo64, hi64 uint64
 	walk(n, func(x *Node) {
 		for _, b := range x.bars {
-			if b.index > romIndex {
+			if b.index > sysfs.ResourceROMLine {
 				continue
 			}
-			if b.prefetch() && b.index != romIndex {
+			if b.prefetch() && b.index != sysfs.ResourceROMLine {
 				if lo64 == 0 || b.start < lo64 {
 					lo64 = b.start
 				}
@@ -165,11 +146,11 @@ func (al *allocator) assign(n *Node) {
 	if hi32 != 0 {
 		lo32 &^= mib - 1
 		hi32 = alignUp(hi32+1, mib) - 1
-		n.bars = append(n.bars, bar{index: windowMemIndex, start: lo32, size: hi32 - lo32 + 1, flags: flagWindow})
+		n.bars = append(n.bars, bar{index: sysfs.ResourceWindowMemLine, start: lo32, size: hi32 - lo32 + 1, flags: sysfs.ResourceFlagsWindow})
 	}
 	if hi64 != 0 {
 		lo64 &^= mib - 1
 		hi64 = alignUp(hi64+1, mib) - 1
-		n.bars = append(n.bars, bar{index: windowPrefIndex, start: lo64, size: hi64 - lo64 + 1, flags: flagWindowPre})
+		n.bars = append(n.bars, bar{index: sysfs.ResourceWindowPrefLine, start: lo64, size: hi64 - lo64 + 1, flags: sysfs.ResourceFlagsWindowPref})
 	}
 }

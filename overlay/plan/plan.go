@@ -129,10 +129,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if opts.Host.Possible == 0 {
 		opts.Host = SingleCPU()
 	}
-	var reserved []pciaddr.Address
-	for _, h := range opts.HostDevices {
-		reserved = append(reserved, h.Address)
-	}
+	reserved := HostAddresses(opts.HostDevices)
 	for _, h := range opts.HostDevices {
 		for _, d := range m.Devices {
 			if d.Address == h.Address {

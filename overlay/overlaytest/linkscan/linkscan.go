@@ -15,6 +15,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // Entry is what a scan read through one entry of the links directory:
@@ -110,8 +111,8 @@ func CheckAttr(name, s string) error {
 			return fmt.Errorf("read %d bytes that do not end in a newline: partial", len(s))
 		}
 		lines = lines[:len(lines)-1]
-		if len(lines) != 13 && len(lines) != 17 {
-			return fmt.Errorf("%d lines; want 13 (device) or 17 (bridge)", len(lines))
+		if len(lines) != sysfs.ResourceLinesDevice && len(lines) != sysfs.ResourceLinesBridge {
+			return fmt.Errorf("%d lines; want %d (device) or %d (bridge)", len(lines), sysfs.ResourceLinesDevice, sysfs.ResourceLinesBridge)
 		}
 		for i, l := range lines {
 			fields := strings.Split(strings.TrimSuffix(l, "\n"), " ")

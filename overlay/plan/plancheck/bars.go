@@ -3,7 +3,6 @@ package plancheck
 import (
 	"encoding/binary"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,30 +24,12 @@ func (r Resource) Size() uint64 {
 	return r.End - r.Start + 1
 }
 
-// Flags of a resource line (the kernel's IORESOURCE_* bits) and of a
-// memory BAR's low bits, as the planner writes them.
-const (
-	barMem64      = 0x4      // memory BAR type: 64-bit, so it takes two slots
-	barPrefetch   = 0x8      // memory BAR: prefetchable
-	resPrefetch   = 0x2000   // IORESOURCE_PREFETCH
-	gpuBAR1Flags  = 0x14220c // a GPU's BAR1: memory, 64-bit, prefetchable, as on real boards
-	bridgeLines   = 17       // the kernel prints 17 resources for a bridge
-	endpointLines = 13       // and 13 for a device
-	romSlot       = 6        // the expansion ROM, after the six BARs
-	windowMem     = 14       // a bridge's memory window
-	windowPref    = 15       // and its prefetchable window
-)
-
-// resourceField is one field as go-nvlib's parser wants it.
-func resourceField() *regexp.Regexp { return regexp.MustCompile(`^0x[0-9a-f]{16}$`) }
-
 // ParseResources reads a resource file: a newline-ended line per resource,
 // each exactly three 0x%016x fields, as go-nvlib insists.
 func ParseResources(text string) ([]Resource, error) {
 	if !strings.HasSuffix(text, "\n") {
 		return nil, fmt.Errorf("no final newline")
 	}
-	field := resourceField()
 	var out []Resource
 	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
 		f := strings.Split(line, " ")
@@ -57,12 +38,11 @@ func ParseResources(text string) ([]Resource, error) {
 		}
 		var r Resource
 		for j, p := range []*uint64{&r.Start, &r.End, &r.Flags} {
-			if !field.MatchString(f[j]) {
-				return nil, fmt.Errorf("line %d %q: field %q is not 0x and 16 hex digits", i, line, f[j])
-			}
+			// The kernel's 0x%016llx, exactly: a value that prints back as
+			// the field was written so.
 			v, err := strconv.ParseUint(f[j], 0, 64)
-			if err != nil {
-				return nil, fmt.Errorf("line %d %q: %w", i, line, err)
+			if err != nil || fmt.Sprintf("0x%016x", v) != f[j] {
+				return nil, fmt.Errorf("line %d %q: field %q is not 0x and 16 hex digits", i, line, f[j])
 			}
 			*p = v
 		}
@@ -89,13 +69,13 @@ func (t Tree) CheckBARs(n *plan.Node) []string {
 		return []string{dir + "resource: " + err.Error()}
 	}
 	if n.Role.IsBridge() {
-		if len(res) != bridgeLines {
-			fail("%sresource: %d lines, but the kernel prints %d for a bridge", dir, len(res), bridgeLines)
+		if len(res) != sysfs.ResourceLinesBridge {
+			fail("%sresource: %d lines, but the kernel prints %d for a bridge", dir, len(res), sysfs.ResourceLinesBridge)
 		}
 		return bad
 	}
-	if len(res) != endpointLines {
-		return []string{fmt.Sprintf("%sresource: %d lines, but the kernel prints %d for a device", dir, len(res), endpointLines)}
+	if len(res) != sysfs.ResourceLinesDevice {
+		return []string{fmt.Sprintf("%sresource: %d lines, but the kernel prints %d for a device", dir, len(res), sysfs.ResourceLinesDevice)}
 	}
 	cfg := t[dir+"config"].Data
 	if len(cfg) < sysfs.ConfigHeaderSize {
@@ -112,7 +92,7 @@ func (t Tree) CheckBARs(n *plan.Node) []string {
 			fail("%sconfig: BAR%d type bits %x, resource says %x", dir, index, low&0xf, r.Flags&0xf)
 		}
 		start := uint64(low &^ 0xf)
-		if r.Flags&barMem64 != 0 {
+		if r.Flags&sysfs.BARType64 != 0 {
 			// The upper half sits in the next slot, which lists nothing.
 			start |= uint64(bar(index+1)) << 32
 			if res[index+1].Size() != 0 {
@@ -138,19 +118,20 @@ func (t Tree) CheckBARs(n *plan.Node) []string {
 	var got []boards.BAR
 	for i, r := range res[:6] {
 		if r.Size() > 0 {
-			got = append(got, boards.BAR{Index: i, Size: r.Size(), Is64: r.Flags&barMem64 != 0, Prefetch: r.Flags&barPrefetch != 0})
+			got = append(got, boards.BAR{Index: i, Size: r.Size(), Is64: r.Flags&sysfs.BARType64 != 0, Prefetch: r.Flags&sysfs.BARPrefetchable != 0})
 		}
 	}
 	if !slices.Equal(got, want) {
 		fail("%sresource: BARs %+v, but board %04x with BAR1 %d has %+v", dir, got, d.DeviceID, d.BAR1Bytes, want)
 	}
-	// nvidia-smi's BAR1 is the one sized from the profile.
+	// nvidia-smi's BAR1 is the one sized from the profile, 64-bit
+	// prefetchable as on real boards.
 	bar1 := 1
 	if boards.BARLayoutOf(d.DeviceID) == boards.Hopper {
 		bar1 = 2
 	}
-	if res[bar1].Size() != d.BAR1Bytes || res[bar1].Flags != gpuBAR1Flags {
-		fail("%sresource: BAR%d %d bytes with flags %#x, want the profile's %d with %#x", dir, bar1, res[bar1].Size(), res[bar1].Flags, d.BAR1Bytes, gpuBAR1Flags)
+	if res[bar1].Size() != d.BAR1Bytes || res[bar1].Flags != sysfs.ResourceFlagsMem64Pref {
+		fail("%sresource: BAR%d %d bytes with flags %#x, want the profile's %d with %#x", dir, bar1, res[bar1].Size(), res[bar1].Flags, d.BAR1Bytes, sysfs.ResourceFlagsMem64Pref)
 	}
 	if res[0].Size() != 16<<20 {
 		fail("%sresource: BAR0 of %d bytes, want 16 MiB", dir, res[0].Size())
@@ -172,19 +153,19 @@ func (t Tree) CheckWindows(tree *plan.Tree) []string {
 			return
 		}
 		if n.Role.IsBridge() {
-			if len(res) <= windowPref {
+			if len(res) <= sysfs.ResourceWindowPrefLine {
 				bad = append(bad, fmt.Sprintf("%sresource: %d lines, no windows", dir, len(res)))
 				return
 			}
-			windows = append(windows, [2]Resource{res[windowMem], res[windowPref]})
+			windows = append(windows, [2]Resource{res[sysfs.ResourceWindowMemLine], res[sysfs.ResourceWindowPrefLine]})
 		} else {
-			for i, b := range res[:min(len(res), romSlot+1)] {
+			for i, b := range res[:min(len(res), sysfs.ResourceROMLine+1)] {
 				if b.Size() == 0 {
 					continue
 				}
 				for _, w := range windows {
 					win := w[0]
-					if b.Flags&resPrefetch != 0 && i != romSlot {
+					if b.Flags&sysfs.ResourceFlagPrefetch != 0 && i != sysfs.ResourceROMLine {
 						win = w[1]
 					}
 					if b.Start < win.Start || b.End > win.End {

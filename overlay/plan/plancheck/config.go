@@ -36,8 +36,8 @@ func (t Tree) CheckConfig(n *plan.Node) []string {
 	dir := "sys/" + n.SysPath() + "/"
 	file := func(name string) string { return string(t[dir+name].Data) }
 	cfg := t[dir+"config"].Data
-	if len(cfg) != plan.ConfigSize {
-		fail("%sconfig: %d bytes, not the %d of a PCIe function", dir, len(cfg), plan.ConfigSize)
+	if len(cfg) != sysfs.ConfigSize {
+		fail("%sconfig: %d bytes, not the %d of a PCIe function", dir, len(cfg), sysfs.ConfigSize)
 		return bad
 	}
 	le16 := func(off int) uint16 { return binary.LittleEndian.Uint16(cfg[off:]) }

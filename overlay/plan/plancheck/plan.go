@@ -5,7 +5,6 @@ import (
 	"path"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -34,11 +33,7 @@ import (
 //     (CheckWindows).
 func CheckPlan(p *plan.Plan, hostDevices string) []string {
 	c := &checker{m: p.Machine, t: p.Tree, p: p, files: FromEntries(p.Entries), hostDevices: hostDevices}
-	host := make([]pciaddr.Address, 0, len(p.HostDevices))
-	for _, h := range p.HostDevices {
-		host = append(host, h.Address)
-	}
-	c.hierarchy(host)
+	c.hierarchy(plan.HostAddresses(p.HostDevices))
 	c.hcas()
 	c.entries()
 	c.links()
