@@ -2,6 +2,7 @@ package writer
 
 import (
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -10,7 +11,8 @@ import (
 // step is one write or one removal of a render.
 type step struct {
 	change *change     // a write, or
-	stale  *ownedEntry // a removal
+	stale  *ownedEntry // a removal, or
+	settle bool        // a pause for readers' walks in flight (readerGrace)
 }
 
 // order sequences a render so that every entry of the links directory
@@ -38,6 +40,16 @@ type step struct {
 //     ensure after a killed render (it lists the old plan, then the new);
 //  8. everything else stale, in reverse manifest order: contents before
 //     their directories.
+//
+// A reader's walk reads an entry's text and then follows it, and a reader
+// the scheduler pauses in between may follow a text replaced meanwhile.
+// Steps 2 to 5 keep such old texts resolving, but steps 6 and 7 rewrite
+// old anchors (into endpoints, or bridges elsewhere) and steps 7 and 8
+// remove old anchors and directories. So before step 6, and again before
+// the removals, a settle step pauses the writer (readerGrace) for walks in
+// flight to end, when texts changed since the last pause: as the kernel
+// waits out a grace period before freeing what lock-free readers may
+// still hold. The replay in order_test.go checks both kinds of reader.
 //
 // current holds the link text on disk of each links-directory entry.
 func order(entries []plan.Entry, changes []change, stale []ownedEntry, current map[string]string) []step {
@@ -74,14 +86,44 @@ func order(entries []plan.Entry, changes []change, stale []ownedEntry, current m
 	writeIf(func(c change) bool { return !endpointText(c.entry.Target) && !isBridgeNow(c.entry.Path) })
 	writeIf(func(c change) bool { return anchors[c.entry.Path] })
 	writeIf(func(c change) bool { return endpointText(c.entry.Target) && !isBridgeNow(c.entry.Path) })
+	settled := 0 // steps before the last settle step
+	settle := func() {
+		if slices.ContainsFunc(steps[settled:], rewritesLink(current)) {
+			steps = append(steps, step{settle: true})
+			settled = len(steps)
+		}
+	}
+	settle()
 	writeIf(func(c change) bool { return endpointText(c.entry.Target) })
 	writeIf(func(change) bool { return true })
+	if slices.Contains(removed, false) {
+		settle()
+	}
 	removeIf(func(o ownedEntry) bool { return inLinksDir(o.path) })
 	removeIf(func(ownedEntry) bool { return true })
+	if n := len(steps); n > 0 && steps[n-1].settle {
+		steps = steps[:n-1] // nothing left to wait for
+	}
 	return steps
 }
 
 func inLinksDir(p string) bool { return path.Dir(p) == plan.LinksDir }
+
+// rewritesLink reports whether a step replaces or removes a text that a
+// links-directory entry had before the render.
+func rewritesLink(current map[string]string) func(step) bool {
+	return func(s step) bool {
+		var p string
+		switch {
+		case s.change != nil:
+			p = s.change.entry.Path
+		case s.stale != nil:
+			p = s.stale.path
+		}
+		_, had := current[p]
+		return had && inLinksDir(p)
+	}
+}
 
 // endpointText reports whether a links-directory entry's text is an
 // endpoint's, which starts at its anchor's entry; a bridge's (and a host

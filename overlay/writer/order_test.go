@@ -97,10 +97,34 @@ type orderFunc func(entries []plan.Entry, changes []change, stale []ownedEntry, 
 
 // replayer applies a render to a tree in memory, one step at a time, as
 // Apply does on disk, and checks after every step that can matter that
-// each entry of the links directory resolves to its own device.
+// each entry of the links directory resolves to its own device: both its
+// text now and every text it had since the render's last settle step,
+// which a reader's walk may have read and not finished following.
 type replayer struct {
 	order      orderFunc
 	violations []string
+}
+
+// inFlight holds, for each links-directory entry, the texts a reader may
+// still be following.
+type inFlight map[string][]string
+
+func (f inFlight) add(p, text string) {
+	if !slices.Contains(f[p], text) {
+		f[p] = append(f[p], text)
+	}
+}
+
+// texts is what readers may follow right after a settle step (or before
+// the render): the links-directory entries' texts now.
+func (s *sim) texts() inFlight {
+	f := inFlight{}
+	for l := range s.links {
+		if e := s.tree[l]; e.Kind == plan.Symlink {
+			f.add(l, e.Target)
+		}
+	}
+	return f
 }
 
 // steps is what a render of p over s would do, as Apply computes it.
@@ -138,17 +162,36 @@ func (r *replayer) replay(s *sim, owned map[string]ownedEntry, p *plan.Plan, sto
 	if err != nil {
 		panic(err)
 	}
+	flying := s.texts()
 	for i, st := range steps {
 		if i == stop {
 			return unionOwned
+		}
+		if st.settle {
+			flying = s.texts()
+			continue
 		}
 		what := r.apply(s, st)
 		if what == "" {
 			continue
 		}
+		if st.change != nil {
+			flying.add(st.change.entry.Path, st.change.entry.Target)
+		}
 		for l := range s.links {
 			if v := s.tree.CheckEntry(l); v != "" {
 				r.violations = append(r.violations, fmt.Sprintf("after step %d (%s) of %s: %s", i, what, p.Machine.Source, v))
+			}
+			// A walk that read an earlier text of an entry since removed
+			// fails as on a hot-unplug; one whose entry is still there
+			// must reach the device.
+			for _, text := range flying[l] {
+				if text == s.tree[l].Target {
+					continue // checked above
+				}
+				if v := s.tree.CheckText(l, text); v != "" {
+					r.violations = append(r.violations, fmt.Sprintf("after step %d (%s) of %s, a reader that read an earlier text: %s", i, what, p.Machine.Source, v))
+				}
 			}
 		}
 	}
@@ -248,7 +291,39 @@ func naiveOrder(_ []plan.Entry, changes []change, stale []ownedEntry, _ map[stri
 // through it, which the flip test saw as torn reads.
 func TestNaiveOrderTears(t *testing.T) {
 	t.Parallel()
-	var a, b *plan.Plan
+	a, b := flipPair(t)
+	r := &replayer{order: naiveOrder}
+	state, owned := freshState(b)
+	r.replay(state, owned, a, -1)
+	require.NotEmpty(t, r.violations)
+	require.Contains(t, strings.Join(r.violations, "\n"), "0000:07:00.0")
+}
+
+// TestReadersInFlightNeedSettling is the settle steps' negative control:
+// without the pauses, a flip between the flip test's profiles turns an old
+// anchor into an endpoint and removes old directories while a reader may
+// still be following an old text through them.
+func TestReadersInFlightNeedSettling(t *testing.T) {
+	t.Parallel()
+	unsettled := func(entries []plan.Entry, changes []change, stale []ownedEntry, current map[string]string) []step {
+		return slices.DeleteFunc(order(entries, changes, stale, current), func(s step) bool { return s.settle })
+	}
+	a, b := flipPair(t)
+	settled, bare := &replayer{order: order}, &replayer{order: unsettled}
+	for _, r := range []*replayer{settled, bare} {
+		for _, flip := range [][2]*plan.Plan{{a, b}, {b, a}} {
+			state, owned := freshState(flip[0])
+			r.replay(state, owned, flip[1], -1)
+		}
+	}
+	require.Empty(t, settled.violations)
+	require.NotEmpty(t, bare.violations)
+	require.Contains(t, strings.Join(bare.violations, "\n"), "a reader that read an earlier text")
+}
+
+// flipPair is the flip test's two plans, whose anchors move between them.
+func flipPair(t *testing.T) (a, b *plan.Plan) {
+	t.Helper()
 	for _, p := range replayPlans(t) {
 		switch p.Machine.Source {
 		case "a.yaml":
@@ -257,11 +332,7 @@ func TestNaiveOrderTears(t *testing.T) {
 			b = p
 		}
 	}
-	r := &replayer{order: naiveOrder}
-	state, owned := freshState(b)
-	r.replay(state, owned, a, -1)
-	require.NotEmpty(t, r.violations)
-	require.Contains(t, strings.Join(r.violations, "\n"), "0000:07:00.0")
+	return a, b
 }
 
 func first(s []string, n int) []string {

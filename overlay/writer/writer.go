@@ -57,6 +57,13 @@ type Options struct {
 	SkipSync bool
 }
 
+// readerGrace is how long a settle step (order.go) waits for readers'
+// walks in flight to end. A walk takes microseconds; the pause covers a
+// reader the scheduler stopped midway on a busy node. A render waits it at
+// most twice, and only when it changes links, which takes a new profile or
+// finishing a killed render.
+const readerGrace = 50 * time.Millisecond
+
 // Stats count what a render did.
 type Stats struct {
 	DirsCreated    int
@@ -323,9 +330,12 @@ func (w *apply) applyChanges(d diff) error {
 		return err
 	}
 	for _, s := range order(w.plan.Entries, d.changes, d.stale, current) {
-		if s.change != nil {
+		switch {
+		case s.settle:
+			time.Sleep(readerGrace)
+		case s.change != nil:
 			err = w.write(*s.change)
-		} else {
+		default:
 			err = w.prune(*s.stale)
 		}
 		if err != nil {

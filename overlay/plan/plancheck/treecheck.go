@@ -142,15 +142,24 @@ func (t Tree) CheckEntry(p string) string {
 	if e.Kind != plan.Symlink {
 		return fmt.Sprintf("%s is a %s, not a symlink", p, e.Kind)
 	}
-	dir, err := t.Resolve(p)
+	return t.CheckText(p, e.Target)
+}
+
+// CheckText checks that text, read from the links-directory entry p now
+// or earlier, resolves in t to p's own device directory, with a vendor
+// file: what a reader whose walk read p's text before a change and follows
+// it after must find.
+func (t Tree) CheckText(p, text string) string {
+	// Not path.Join: it would clean "anchor/.." away lexically.
+	dir, err := t.Resolve(path.Dir(p) + "/" + text)
 	if err != nil {
-		return fmt.Sprintf("%s -> %s: %v", p, e.Target, err)
+		return fmt.Sprintf("%s -> %s: %v", p, text, err)
 	}
-	if path.Base(dir) != name {
-		return fmt.Sprintf("%s -> %s resolves to %s, another device", p, e.Target, dir)
+	if path.Base(dir) != path.Base(p) {
+		return fmt.Sprintf("%s -> %s resolves to %s, another device", p, text, dir)
 	}
 	if f, ok := t[dir+"/vendor"]; !ok || f.Kind != plan.File {
-		return fmt.Sprintf("%s -> %s resolves to %s, which has no vendor file", p, e.Target, dir)
+		return fmt.Sprintf("%s -> %s resolves to %s, which has no vendor file", p, text, dir)
 	}
 	return ""
 }
