@@ -32,8 +32,7 @@ const memoryPrefix = "nvml-mock-sysfs-test-"
 // it) and removes it afterwards. Set TMPDIR to choose the disk: Main
 // leaves it alone. What the tests check does not depend on the filesystem:
 // the writer's renames and syncfs behave the same on both, and no test
-// loses power. A test whose readers race whole renders keeps a node's
-// timing with DiskTempDir.
+// loses power. DiskTempDir is for paths that may not lie under /dev.
 func Main(m *testing.M) int {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		// go-nvlib parses the whole pci.ids for every device it builds,
@@ -71,10 +70,8 @@ func roomInMemory() bool {
 }
 
 // DiskTempDir is t.TempDir on the disk even when Main moved the temporary
-// files to memory: for a test whose readers race whole renders, which on a
-// tmpfs pass within a few milliseconds, where a node's disk takes a large
-// part of a second; a reader starved of CPU meanwhile would be testing the
-// scheduler rather than the render's order.
+// files to memory: for a path that may not lie under /dev, such as a
+// container root.
 func DiskTempDir(t testing.TB) string {
 	t.Helper()
 	base := os.TempDir()
