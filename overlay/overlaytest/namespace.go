@@ -203,6 +203,9 @@ func (s Served) Reexec(t testing.TB, mode string, args ...string) *exec.Cmd {
 		t.Fatalf("find the test binary to re-execute: %v", err)
 	}
 	s.Env = append(s.Env, childModeEnv+"="+mode)
+	if _, set := os.LookupEnv("GOGC"); !set {
+		s.Env = append(s.Env, "GOGC="+strconv.Itoa(testGCPercent))
+	}
 	return s.Command(self, append([]string{"-test.run=^$"}, args...)...)
 }
 

@@ -22,6 +22,14 @@ const memoryFree = 1 << 30
 // memoryPrefix names Main's directory in memoryDir.
 const memoryPrefix = "nvml-mock-sysfs-test-"
 
+// testGCPercent is the GOGC of test binaries, and of their children
+// (Reexec), unless GOGC is set. go-nvlib parses the whole pci.ids for
+// every device it builds, about 300 MB of garbage per compat run of an
+// 8-GPU tree; at the default GOGC a fifth of that run goes to collecting
+// it. A test binary has the memory to collect four times less often. The
+// product binary the tests run keeps its own.
+const testGCPercent = 400
+
 // Main runs a test binary's tests with their temporary files in memory and
 // less frequent garbage collection, and returns m.Run's code. Rendering is
 // creating thousands of small files and removing them again: on a virtual
@@ -35,12 +43,7 @@ const memoryPrefix = "nvml-mock-sysfs-test-"
 // loses power. DiskTempDir is for paths that may not lie under /dev.
 func Main(m *testing.M) int {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		// go-nvlib parses the whole pci.ids for every device it builds,
-		// about 300 MB of garbage per compat run of an 8-GPU tree; at the
-		// default GOGC a fifth of that run goes to collecting it. A test
-		// binary has the memory to collect four times less often. Only
-		// this process: the product binary the tests run keeps its own.
-		debug.SetGCPercent(400)
+		debug.SetGCPercent(testGCPercent)
 	}
 	if _, set := os.LookupEnv("TMPDIR"); set || !roomInMemory() {
 		return m.Run()
