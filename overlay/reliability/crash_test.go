@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +26,9 @@ import (
 const (
 	// crashTrials is how many renders the crash test kills.
 	crashTrials = 300
+	// crashWorkers share the trials, each in a root of its own: a trial
+	// mostly waits for its kill, and the others run meanwhile.
+	crashWorkers = 3
 	// wipeEvery starts a trial from an empty root now and then, so that
 	// first renders are killed too.
 	wipeEvery = 25
@@ -87,9 +91,9 @@ func TestCrashSafety(t *testing.T) {
 		render(t, bin, ref, p, "--no-binary")
 		refs[p] = overlaytest.Snapshot(t, ref, overlaytest.SnapshotOptions{})
 	}
+	// Kills land anywhere within a typical flip: measure the median one.
 	root := filepath.Join(t.TempDir(), "root")
 	render(t, bin, root, profiles[0], "--no-binary")
-	// Kills land anywhere within a typical flip: measure the median one.
 	var took []time.Duration
 	for i := range 7 {
 		start := time.Now()
@@ -100,30 +104,44 @@ func TestCrashSafety(t *testing.T) {
 	typical := took[len(took)/2]
 	seed := crashSeed(t)
 	t.Logf("seed %d (set %s to replay), kills within %v", seed, crashSeedEnv, typical)
-	rng := rand.New(rand.NewPCG(seed, seed))
 
-	outcomes := map[crashOutcome]int{}
-	nvlibScans, entriesRead := 0, 0
-	for trial := range crashTrials {
-		if trial%wipeEvery == 0 {
-			require.NoError(t, os.RemoveAll(root))
+	var (
+		mu                      sync.Mutex
+		outcomes                = map[crashOutcome]int{}
+		nvlibScans, entriesRead int
+	)
+	t.Run("workers", func(t *testing.T) {
+		for w := range crashWorkers {
+			t.Run(strconv.Itoa(w), func(t *testing.T) {
+				t.Parallel()
+				rng := rand.New(rand.NewPCG(seed, uint64(w)))
+				root := filepath.Join(t.TempDir(), "root")
+				for trial := range crashTrials / crashWorkers {
+					if trial%wipeEvery == 0 {
+						require.NoError(t, os.RemoveAll(root))
+					}
+					profile := profiles[rng.IntN(len(profiles))]
+					delay := time.Duration(rng.Int64N(int64(typical)))
+					outcome := killRender(t, bin, root, profile, delay)
+					n, read := 0, false
+					if outcome == killedMidway {
+						n, read = requireConsumersRead(t, root)
+					}
+					mu.Lock()
+					outcomes[outcome]++
+					if read {
+						nvlibScans++
+						entriesRead += n
+					}
+					mu.Unlock()
+					next := profiles[rng.IntN(len(profiles))]
+					render(t, bin, root, next, "--no-binary")
+					overlaytest.RequireSameTree(t, refs[next], overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}),
+						"worker "+strconv.Itoa(w)+", trial "+strconv.Itoa(trial)+": "+profile+" killed after "+delay.String()+", then "+next)
+				}
+			})
 		}
-		profile := profiles[rng.IntN(len(profiles))]
-		delay := time.Duration(rng.Int64N(int64(typical)))
-		outcome := killRender(t, bin, root, profile, delay)
-		outcomes[outcome]++
-		if outcome == killedMidway {
-			n, ok := requireConsumersRead(t, root)
-			if ok {
-				nvlibScans++
-				entriesRead += n
-			}
-		}
-		next := profiles[rng.IntN(len(profiles))]
-		render(t, bin, root, next, "--no-binary")
-		overlaytest.RequireSameTree(t, refs[next], overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{}),
-			"trial "+strconv.Itoa(trial)+": "+profile+" killed after "+delay.String()+", then "+next)
-	}
+	})
 	t.Logf("FIGURES crash: %d kills (seed %d): %d inside the changes (marker withdrawn), %d before or after them, %d renders finished first; "+
 		"every following render succeeded and matched a clean render byte for byte; on the %d interrupted trees with a links directory, "+
 		"go-nvlib's GetAllDevices succeeded every time and %d entries read whole",

@@ -1,12 +1,17 @@
 package reliability
 
 import (
+	"flag"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
 )
+
+// waitingTests is how many of this package's tests run at once.
+const waitingTests = 8
 
 // shared holds the real binary, built once for all the tests.
 var shared rendered.Trees
@@ -16,6 +21,19 @@ var shared rendered.Trees
 func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == scannerMode {
 		os.Exit(scannerMain(os.Stdin, os.Stdout))
+	}
+	// The trials here wait, on the real binary's renders, on their kills
+	// and on the reader in its own process, far more than they use this
+	// process's CPU: unless -parallel is given, let them wait together
+	// rather than GOMAXPROCS at a time (the crash test's workers would
+	// otherwise queue behind the flip test).
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(waitingTests)); err != nil {
+			panic(err)
+		}
 	}
 	code := overlaytest.Main(m)
 	shared.Close()
