@@ -102,6 +102,13 @@ type checker struct {
 	m      *profile.Machine
 	sysfs  string
 	report *Report
+	// bus is go-nvlib's GetAllDevices answer, which the NVIDIA rows and the
+	// HCA rows both check: one scan, as a consumer makes one. Each scan
+	// parses pci.ids once per function, most of a run's time.
+	bus struct {
+		devs []*nvpci.NvidiaPCIDevice
+		err  error
+	}
 }
 
 func (c *checker) add(check, device string, ok bool, format string, args ...any) {
@@ -205,7 +212,8 @@ func (c *checker) nvpci() (nvpci.Interface, *warnings) {
 // its bus id; last, what the library logged on the way.
 func (c *checker) nvpciScan() {
 	lib, warn := c.nvpci()
-	c.allDevices(lib)
+	c.bus.devs, c.bus.err = lib.GetAllDevices()
+	c.allDevices()
 	c.setCheck(GPUs, profile.GPU, lib.GetGPUs)
 	if hasKind(c.m, profile.NVSwitch) {
 		c.setCheck(NVSwitches, profile.NVSwitch, lib.GetNVSwitches)
@@ -219,8 +227,8 @@ func (c *checker) nvpciScan() {
 // allDevices checks GetAllDevices: every NVIDIA function the library finds
 // must be one the profile declares, with its identity, and none missing;
 // Mellanox functions are the host's.
-func (c *checker) allDevices(lib nvpci.Interface) {
-	all, err := lib.GetAllDevices()
+func (c *checker) allDevices() {
+	all, err := c.bus.devs, c.bus.err
 	if err != nil {
 		c.add(AllDevices, "*", false, "%v", err)
 		return

@@ -52,7 +52,7 @@ func (c *checker) hcas() {
 			ethernet = append(ethernet, h.Node.Address.String())
 		}
 	}
-	all, err := lib.GetAllDevices()
+	all, err := c.bus.devs, c.bus.err
 	if err != nil {
 		c.add(HCAAllDevices, "*", false, "%v", err)
 		return
