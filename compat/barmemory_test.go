@@ -11,9 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -42,17 +40,17 @@ func TestBARMemory(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.profile, func(t *testing.T) {
 			t.Parallel()
-			m, err := overlay.LoadMachine(tc.profile, "")
-			require.NoError(t, err)
-			root, _ := overlaytest.Render(t, m, plan.Options{})
-			r := compat.Run(m, filepath.Join(root, "sys"))
+			r, _, p := sharedReport(t, tc.profile)
 			require.True(t, r.OK(), "%+v", r.Failures())
+			m := p.Machine
 			bars := rows(r, compat.BARMemory)
 			require.Len(t, bars, len(m.GPUs()))
 			require.Equal(t, tc.detail, bars[0].Detail)
 			gpu := m.GPUs()[0]
 
-			// Shrink BAR1 to 1 MiB in the resource file: the row turns red.
+			// Shrink BAR1 to 1 MiB in the resource file of a tree of its
+			// own: the row turns red.
+			root, _ := render(t, tc.profile)
 			res := filepath.Join(root, plan.LinksDir, gpu.Address.String(), "resource")
 			data, err := os.ReadFile(res)
 			require.NoError(t, err)

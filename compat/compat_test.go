@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,6 +34,41 @@ func TestMain(m *testing.M) {
 func shared(t *testing.T, prof string) (string, *plan.Plan) {
 	t.Helper()
 	return trees.Render(t, overlay.Options{Profile: prof})
+}
+
+// cleanReports holds the report on each shared tree, run once: the tree
+// does not change, and a run is seconds of CPU, most of it go-nvlib
+// parsing pci.ids for every function of every scan.
+var cleanReports reportCache
+
+type reportCache struct {
+	mu      sync.Mutex
+	reports map[string]*onceReport
+}
+
+type onceReport struct {
+	once   sync.Once
+	report *compat.Report
+}
+
+// sharedReport is compat's report on the profile's shared tree; the
+// caller must change neither.
+func sharedReport(t *testing.T, prof string) (*compat.Report, string, *plan.Plan) {
+	t.Helper()
+	root, p := shared(t, prof)
+	c := &cleanReports
+	c.mu.Lock()
+	if c.reports == nil {
+		c.reports = map[string]*onceReport{}
+	}
+	r, ok := c.reports[root]
+	if !ok {
+		r = &onceReport{}
+		c.reports[root] = r
+	}
+	c.mu.Unlock()
+	r.once.Do(func() { r.report = compat.Run(p.Machine, filepath.Join(root, "sys")) })
+	return r.report, root, p
 }
 
 // render writes a profile into a new root of the caller's own, to break.
@@ -85,8 +121,7 @@ func TestHostSideEveryProfile(t *testing.T) {
 }
 
 func checkHostSide(t *testing.T, prof string) {
-	root, p := shared(t, prof)
-	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
+	r, root, p := sharedReport(t, prof)
 	requireOK(t, r)
 	n := len(p.Machine.Devices)
 	got := rowCounts(r)
@@ -110,8 +145,7 @@ func checkHostSide(t *testing.T, prof string) {
 
 func TestNUMAMinusOneIsNotPublished(t *testing.T) {
 	t.Parallel()
-	root, p := shared(t, "t4-vm")
-	r := compat.Run(p.Machine, filepath.Join(root, "sys"))
+	r, _, _ := sharedReport(t, "t4-vm")
 	requireOK(t, r)
 	for _, x := range r.Results {
 		if x.Check == compat.NUMAScalar {
