@@ -160,6 +160,7 @@ func TestConsumers(t *testing.T) {
 	} else {
 		os.Stdout.Write(buf.Bytes())
 	}
+	s.syncDocs(t, buf.String())
 }
 
 // readNode learns the node's own devices and what nfd-worker and ghw say
