@@ -24,7 +24,7 @@ func KeepHostRoot(run func() int) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if added := NewEntries(before, after); len(added) > 0 {
+	if added := newEntries(before, after); len(added) > 0 {
 		fmt.Fprintf(os.Stderr, "FAIL: the tests left %q in the host's root directory: nothing may be created outside a temporary directory\n", added)
 		return 1
 	}
@@ -44,8 +44,8 @@ func rootEntries() ([]string, error) {
 	return names, nil
 }
 
-// NewEntries returns the names in after that before lacks.
-func NewEntries(before, after []string) []string {
+// newEntries returns the names in after that before lacks.
+func newEntries(before, after []string) []string {
 	var added []string
 	for _, name := range after {
 		if !slices.Contains(before, name) {

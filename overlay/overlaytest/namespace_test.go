@@ -52,5 +52,5 @@ func TestServedCreatesNothingOnTheHost(t *testing.T) {
 
 	after, err := rootEntries()
 	require.NoError(t, err)
-	require.Empty(t, NewEntries(before, after), "Served created these in the host's root")
+	require.Empty(t, newEntries(before, after), "Served created these in the host's root")
 }
