@@ -298,3 +298,34 @@ func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, podtest.ConfigMapUpdateWait, 2*time.Minute, "tests on a real kubelet wait longer than the 90 s seen")
 }
+
+// TestReadmeKubernetesQuickStart checks the README's Kubernetes quick
+// start against the manifests, line by line: the image it builds and loads
+// is the DaemonSet's, it applies the files that hold the ConfigMap and the
+// DaemonSet (in that order, the namespace first), it waits on that
+// DaemonSet in its namespace, and the annotation it shows names our
+// device. The Kubernetes suite runs the same lines through the API.
+func TestReadmeKubernetesQuickStart(t *testing.T) {
+	steps := overlaytest.ReadmeShell(t)["Kubernetes quick start"]
+	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
+	image := ds.Spec.Template.Spec.Containers[0].Image
+	require.Equal(t, []string{
+		"make build",
+		"docker build -t " + image + " -f deploy/kubernetes/Dockerfile .",
+		"kind load docker-image " + image,
+		"kubectl apply -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
+		"kubectl apply -f deploy/kubernetes/nvml-mock-sysfs.yaml",
+		"kubectl -n " + ds.Namespace + " rollout status daemonset/" + ds.Name + " --timeout=2m",
+		"kubectl get nodes -o jsonpath='{.items[0].metadata.labels}'",
+		"kubectl get resourceslices -o yaml",
+	}, steps)
+	for _, step := range steps {
+		if file, ok := strings.CutPrefix(step, "kubectl apply -f deploy/"); ok {
+			_, err := os.Stat(file)
+			require.NoError(t, err, "README: %s", step)
+		}
+	}
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "cdi-devices.noderesource.dev/container.<container-name>: |\n  - "+deploy.DefaultKind+"="+deploy.DeviceName+"\n")
+}
