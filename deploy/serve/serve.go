@@ -307,6 +307,17 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	}
 	took := time.Since(start)
 
+	// Logged before the status says so, so whoever sees /readyz change
+	// finds the line that explains it already written.
+	switch {
+	case err != nil && err.Error() != prev.Err:
+		// One line per distinct failure: a resync of the same bad profile
+		// says nothing new.
+		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
+	case err == nil && prev.Err != "":
+		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
+	}
+
 	s.mu.Lock()
 	s.syncing = time.Time{}
 	s.status.Syncs++
@@ -322,15 +333,6 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 		s.status.Stats = st
 	}
 	s.mu.Unlock()
-
-	switch {
-	case err != nil && err.Error() != prev.Err:
-		// One line per distinct failure: a resync of the same bad profile
-		// says nothing new.
-		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
-	case err == nil && prev.Err != "":
-		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
-	}
 }
 
 // logRender logs a render that succeeded: at info when it changed the
