@@ -1,97 +1,17 @@
 package consumers_test
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-// suiteProfile is one profile of the suite: a file that both the renderer
-// and the mock NVML read, so NVML and sysfs describe one machine.
-type suiteProfile struct {
-	Name string // the matrix's row label
-	File string
-}
+// suiteProfile is one profile of the suite (consumers.SuiteProfile, the
+// one profile set of every end-to-end suite).
+type suiteProfile = consumers.SuiteProfile
 
-// extraProfilesEnv names a variable listing more profile files for the
-// suite, separated by colons: make e2e E2E_PROFILES=a.yaml:b.yaml runs
-// profiles the suite was not written against through the same programs.
-const extraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
-
-// suiteProfiles lists every built-in, every profile of
-// ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
-// the k8s-test-infra tarball, the suite's own (two PCI domains, VGA
-// class), and any named in extraProfilesEnv.
+// suiteProfiles is consumers.SuiteProfiles.
 func suiteProfiles(t *testing.T) []suiteProfile {
 	t.Helper()
-	var out []suiteProfile
-	for _, name := range builtin.Names() {
-		out = append(out, suiteProfile{Name: "built-in " + name, File: builtinFile(t, name)})
-	}
-	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
-	if err != nil || len(shared) == 0 {
-		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
-	}
-	for _, f := range shared {
-		out = append(out, suiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
-	}
-	configs := consumers.Need(t, consumers.NvmlMockConfigs())
-	for _, f := range consumers.NvmlMockConfigs().Outputs {
-		out = append(out, suiteProfile{Name: "nvml-mock " + strings.TrimSuffix(strings.TrimPrefix(f, "mock-nvml-config-"), ".yaml"), File: filepath.Join(configs, f)})
-	}
-	own, err := filepath.Glob("testdata/profiles/*.yaml")
-	if err != nil || len(own) == 0 {
-		t.Fatalf("no profiles in testdata/profiles: %v", err)
-	}
-	for _, f := range own {
-		abs, err := filepath.Abs(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: abs})
-	}
-	for _, f := range filepath.SplitList(os.Getenv(extraProfilesEnv)) {
-		abs, err := filepath.Abs(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := os.ReadFile(abs)
-		if err != nil {
-			t.Fatalf("%s: %v", extraProfilesEnv, err)
-		}
-		out = append(out, suiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
-	}
-	return out
-}
-
-// builtinFile writes a built-in as a profile file the mock NVML accepts:
-// its effective profile, with every value explicit.
-func builtinFile(t *testing.T, name string) string {
-	t.Helper()
-	m, err := overlay.LoadMachine(name, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := profile.Marshal(m.Effective(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return servable(t, name, "", data)
-}
-
-// servable is consumers.ServableProfile in a test's temporary directory.
-func servable(t *testing.T, name, file string, data []byte) string {
-	t.Helper()
-	out, err := consumers.ServableProfile(t.TempDir(), name, file, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return consumers.SuiteProfiles(t)
 }

@@ -111,10 +111,17 @@ func Crictl() Program {
 
 // NFDWorker is node-feature-discovery's worker, built with the /host-
 // hostpath prefix as upstream's image is, so it reads
-// /host-sys/bus/pci/devices. The proxy serves the module but go install
-// refuses it (replace directives), so it is copied out of the module cache
-// and built in place, with its nested api module from the proxy.
+// /host-sys/bus/pci/devices.
 func NFDWorker() Program {
+	return nfd("nfd-worker")
+}
+
+// nfd builds one command of node-feature-discovery v0.19.0 as upstream's
+// image does (with the /host- hostpath prefix). The proxy serves the
+// module but go install refuses it (replace directives), so it is copied
+// out of the module cache and built in place, with its nested api module
+// from the proxy.
+func nfd(command string) Program {
 	const (
 		mod = "sigs.k8s.io/node-feature-discovery"
 		v   = "v0.19.0"
@@ -126,12 +133,12 @@ cp -a "$d"/. .
 chmod -R u+w .
 api=$(dir ` + mod + `/api/nfd@` + v + `)
 go mod edit -replace ` + mod + `/api/nfd="$api"
-go build -trimpath -ldflags "-X ` + mod + `/pkg/utils/hostpath.pathPrefix=/host-" -o {out}/nfd-worker ./cmd/nfd-worker
+go build -trimpath -ldflags "-X ` + mod + `/pkg/utils/hostpath.pathPrefix=/host-" -o {out}/` + command + ` ./cmd/` + command + `
 `
 	return Program{
-		Name:    "nfd-worker",
+		Name:    command,
 		Steps:   []Step{{Args: []string{"sh", "-c", script}, Env: []string{"CGO_ENABLED=0", "GOFLAGS=-mod=mod -buildvcs=false"}}},
-		Outputs: []string{"nfd-worker"},
+		Outputs: []string{command},
 	}
 }
 
@@ -183,5 +190,7 @@ func ourModule(name string, cgo bool) Program {
 // build-consumers builds them: the quick ones first, so a cold run shows
 // progress early.
 func All() []Program {
-	return []Program{MockNVML(), NvmlMockConfigs(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd()}
+	return []Program{MockNVML(), NvmlMockConfigs(), GHWList(), NVMLList(), RenderPCISysfs(), NvmlMockNRI(), DeviceInjector(), Crictl(), GFD(), DRADiscovery(), NFDWorker(), Containerd(),
+		// The Kubernetes node's (deploy/cluster), the slowest last.
+		KubevirtGPUDevicePlugin(), GPUKubeletPlugin(), Etcd(), NFDMaster(), Kube()}
 }

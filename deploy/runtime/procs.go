@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ownProcesses lists the processes a harness started that are still
@@ -41,7 +43,7 @@ func ownProcesses(mountNS string) []int {
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		if slices.Contains(own, pid) || !processExists(pid) {
+		if slices.Contains(own, pid) || !Alive(pid) {
 			continue // seen, or a zombie: dead, only not yet reaped
 		}
 		own = append(own, pid)
@@ -68,8 +70,8 @@ func parentOf(pid int) (int, bool) {
 	return ppid, err == nil
 }
 
-// processExists reports whether pid is alive and not a zombie.
-func processExists(pid int) bool {
+// Alive reports whether pid is alive and not a zombie.
+func Alive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return false
@@ -82,10 +84,10 @@ func processExists(pid int) bool {
 // cgroupRoot is where the cgroup hierarchies are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// removeCgroup removes a cgroup and the cgroups below it in every
+// RemoveCgroup removes a cgroup and the cgroups below it in every
 // hierarchy (v1 controllers, or the one v2 tree), deepest first: rmdir is
 // how a cgroup is removed, and it fails while one still has processes.
-func removeCgroup(cgroup string) error {
+func RemoveCgroup(cgroup string) error {
 	dirs := []string{filepath.Join(cgroupRoot, cgroup)}
 	if hierarchies, err := os.ReadDir(cgroupRoot); err == nil {
 		for _, h := range hierarchies {
@@ -110,4 +112,33 @@ func removeCgroup(cgroup string) error {
 		}
 	}
 	return nil
+}
+
+// Enter returns a command that runs name with args in the mount, network
+// and pid namespaces of the process target (nsenter). nsenter forks the
+// program into the pid namespace and waits for it, forwarding no signal:
+// signal the program itself, by EnteredPID.
+func Enter(target int, name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(target), "--mount", "--net", "--pid", "--", name}, args...)...)
+}
+
+// childTimeout bounds the wait for nsenter's (or unshare's) fork.
+const childTimeout = 10 * time.Second
+
+// ChildPID returns the PID (as this process sees it) of a started
+// command's one child: the program an Enter command (nsenter) or
+// `unshare --fork` runs.
+func ChildPID(cmd *exec.Cmd) (int, error) {
+	pid := cmd.Process.Pid
+	file := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
+	for deadline := time.Now().Add(childTimeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return 0, fmt.Errorf("%s (pid %d) exited before its program started: %w", filepath.Base(cmd.Path), pid, err)
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			return strconv.Atoi(f[0])
+		}
+	}
+	return 0, fmt.Errorf("%s (pid %d) forked no program within %s", filepath.Base(cmd.Path), pid, childTimeout)
 }

@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,6 +59,18 @@ type Options struct {
 	// Progress receives a line per startup step and at shutdown; nil
 	// means standard error.
 	Progress io.Writer
+	// Namespace, when not zero, is the PID of a process whose mount,
+	// network and pid namespaces containerd joins (nsenter) instead of a
+	// private mount namespace of its own: a kubelet must share
+	// containerd's mount namespace (deploy/cluster). The caller owns that
+	// namespace: it gives it a private /run, and that process is left
+	// running. CRI then also reads CDI specs from /var/run/cdi, which lies
+	// in that private /run, as a node's containerd does.
+	Namespace int
+	// CNIPlugins is the directory of the CNI plugin binaries and
+	// CNIConfList the one network configuration CRI gives pods; empty
+	// means no CNI, for pods on the host network only.
+	CNIPlugins, CNIConfList string
 }
 
 // Harness is one running private containerd.
@@ -81,6 +94,9 @@ type Harness struct {
 	bin      string // containerd, ctr and the runc shim
 	crictl   string
 	progress io.Writer
+	opts     Options
+	stopped  bool
+	pid      int // containerd's own (not nsenter's)
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when containerd has exited
 	mountNS  string        // containerd's mount namespace, as /proc/PID/ns/mnt reads
@@ -96,6 +112,7 @@ func Start(t testing.TB, opts Options) *Harness {
 		bin:      consumers.Need(t, consumers.Containerd()),
 		crictl:   consumers.NeedBinary(t, consumers.Crictl()),
 		progress: opts.Progress,
+		opts:     opts,
 		Dir:      t.TempDir(),
 	}
 	if h.progress == nil {
@@ -111,13 +128,17 @@ func Start(t testing.TB, opts Options) *Harness {
 			t.Fatalf("runtime: socket path %s is %d bytes, over the %d a Unix socket allows: shorten the test's name", s, len(s), maxSocketPath)
 		}
 	}
-	for _, d := range []string{h.CDIDir, filepath.Join(h.Dir, "nri-plugins"), filepath.Join(h.Dir, "nri-conf"), filepath.Join(h.Dir, "fifo")} {
+	for _, d := range []string{h.CDIDir, filepath.Join(h.Dir, "nri-plugins"), filepath.Join(h.Dir, "nri-conf"), filepath.Join(h.Dir, "fifo"), filepath.Join(h.Dir, "cni/conf")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	h.ConfigFile = filepath.Join(h.Dir, "config.toml")
-	for file, content := range map[string]string{h.ConfigFile: h.config(), filepath.Join(h.Dir, "crictl.yaml"): h.crictlConfig()} {
+	files := map[string]string{h.ConfigFile: h.config(), filepath.Join(h.Dir, "crictl.yaml"): h.crictlConfig()}
+	if opts.CNIConfList != "" {
+		files[filepath.Join(h.Dir, "cni/conf/10-harness.conflist")] = opts.CNIConfList
+	}
+	for file, content := range files {
 		if err := os.WriteFile(file, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -137,6 +158,13 @@ func (h *Harness) config() string {
 	runc, _ := exec.LookPath("runc")
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	d := func(sub string) string { return q(filepath.Join(h.Dir, sub)) }
+	cdiDirs, cniBin := q(h.CDIDir), d("cni/bin")
+	if h.opts.Namespace != 0 {
+		cdiDirs += ", " + q("/var/run/cdi")
+	}
+	if h.opts.CNIPlugins != "" {
+		cniBin = q(h.opts.CNIPlugins)
+	}
 	return strings.Join([]string{
 		`version = 3`,
 		`root = ` + d("root"),
@@ -153,12 +181,12 @@ func (h *Harness) config() string {
 		// CDI from this harness's directory (containerd 2.4 always enables
 		// CDI; enable_cdi is gone).
 		`[plugins."io.containerd.cri.v1.runtime"]`,
-		`  cdi_spec_dirs = [` + q(h.CDIDir) + `]`,
+		`  cdi_spec_dirs = [` + cdiDirs + `]`,
 		// Without CAP_SYS_RESOURCE containerd may not lower a container's
 		// oom_score_adj below its own.
 		`  restrict_oom_score_adj = true`,
 		`  [plugins."io.containerd.cri.v1.runtime".cni]`,
-		`    bin_dirs = [` + d("cni/bin") + `]`,
+		`    bin_dirs = [` + cniBin + `]`,
 		`    conf_dir = ` + d("cni/conf"),
 		`  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]`,
 		`    BinaryName = ` + q(runc),
@@ -193,12 +221,22 @@ func (h *Harness) start(t testing.TB) {
 		Env: []string{"PATH=" + h.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 	}
 	h.cmd = served.Command(filepath.Join(h.bin, "containerd"), "--config", h.ConfigFile)
+	if h.opts.Namespace != 0 {
+		h.cmd = Enter(h.opts.Namespace, filepath.Join(h.bin, "containerd"), "--config", h.ConfigFile)
+		h.cmd.Env = append(os.Environ(), served.Env...)
+	}
 	h.cmd.Stdout, h.cmd.Stderr = log, log
 	// Its own process group, and a SIGKILL if this test binary dies first.
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := h.cmd.Start(); err != nil {
 		log.Close()
 		t.Fatalf("runtime: start containerd: %v", err)
+	}
+	h.pid = h.cmd.Process.Pid
+	if h.opts.Namespace != 0 {
+		if h.pid, err = ChildPID(h.cmd); err != nil {
+			t.Fatalf("runtime: containerd: %v", err)
+		}
 	}
 	h.exited = make(chan struct{})
 	go func() {
@@ -219,10 +257,14 @@ func (h *Harness) start(t testing.TB) {
 			t.Fatalf("runtime: containerd did not answer within %s:\n%s", readyTimeout, h.logTail())
 		}
 	}
-	if h.mountNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", h.cmd.Process.Pid)); err != nil {
+	nsOf := h.cmd.Process.Pid
+	if h.opts.Namespace != 0 {
+		nsOf = h.opts.Namespace
+	}
+	if h.mountNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", nsOf)); err != nil {
 		t.Fatalf("runtime: containerd's mount namespace: %v", err)
 	}
-	h.logf("containerd (pid %d) ready in %s; gRPC %s, NRI %s, CDI specs from %s", h.cmd.Process.Pid, time.Since(began).Round(time.Millisecond), h.Address, h.NRISocket, h.CDIDir)
+	h.logf("containerd (pid %d) ready in %s; gRPC %s, NRI %s, CDI specs from %s", h.pid, time.Since(began).Round(time.Millisecond), h.Address, h.NRISocket, h.CDIDir)
 }
 
 // ConfigDump is the configuration containerd runs with: ConfigFile
@@ -316,13 +358,19 @@ func (h *Harness) CtrRun(t testing.TB, cdiDir string, flags []string, image stri
 	return 0, stdout.String(), stderr.String()
 }
 
-// stop removes every pod and container, stops containerd, and kills what
+// Stop removes every pod and container, stops containerd, and kills what
 // is left of the processes it started, then waits for them to be gone.
+// Start registers it to run when the test ends; a caller that must stop
+// containerd earlier (deploy/cluster, before its namespace goes) calls it
+// itself, and the end of the test then does nothing.
+func (h *Harness) Stop(t testing.TB) { h.stop(t) }
+
 func (h *Harness) stop(t testing.TB) {
 	began := time.Now()
-	if h.cmd == nil || h.cmd.Process == nil {
+	if h.cmd == nil || h.cmd.Process == nil || h.stopped {
 		return
 	}
+	h.stopped = true
 	select {
 	case <-h.exited:
 		t.Errorf("runtime: containerd exited before the end of the test (%v):\n%s", h.cmd.ProcessState, h.logTail())
@@ -332,7 +380,7 @@ func (h *Harness) stop(t testing.TB) {
 			t.Errorf("runtime: remove the pods: %v", err)
 		}
 		h.removeCtrContainers(t)
-		_ = h.cmd.Process.Signal(syscall.SIGTERM)
+		_ = syscall.Kill(h.pid, syscall.SIGTERM)
 		select {
 		case <-h.exited:
 		case <-time.After(stopTimeout):
@@ -343,8 +391,21 @@ func (h *Harness) stop(t testing.TB) {
 	}
 	// The shims exit by themselves once their last container is gone;
 	// give them a moment before killing what is left.
-	left := ownProcesses(h.mountNS)
-	for wait := time.Now().Add(shimExitGrace); len(left) > 0 && time.Now().Before(wait); left = ownProcesses(h.mountNS) {
+	own := func() []int { return ownProcesses(h.mountNS) }
+	if h.opts.Namespace != 0 {
+		// The namespace's owner keeps its init, and the nsenter and
+		// unshare processes that entered it stay in the host's pid
+		// namespace: containerd's are only those inside.
+		pidNS, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", h.opts.Namespace))
+		own = func() []int {
+			return slices.DeleteFunc(ownProcesses(h.mountNS), func(pid int) bool {
+				ns, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid))
+				return pid == h.opts.Namespace || ns != pidNS
+			})
+		}
+	}
+	left := own()
+	for wait := time.Now().Add(shimExitGrace); len(left) > 0 && time.Now().Before(wait); left = own() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	for _, pid := range left {
@@ -352,14 +413,14 @@ func (h *Harness) stop(t testing.TB) {
 	}
 	deadline := time.Now().Add(stopTimeout)
 	for _, pid := range left {
-		for processExists(pid) && time.Now().Before(deadline) {
+		for Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if processExists(pid) {
+		if Alive(pid) {
 			t.Errorf("runtime: process %d outlived SIGKILL by %s", pid, stopTimeout)
 		}
 	}
-	if err := removeCgroup(h.CgroupParent); err != nil {
+	if err := RemoveCgroup(h.CgroupParent); err != nil {
 		t.Errorf("runtime: %v", err)
 	}
 	h.logf("stopped containerd in %s; %d leftover processes killed %v", time.Since(began).Round(time.Millisecond), len(left), left)

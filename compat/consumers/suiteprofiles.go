@@ -1,0 +1,96 @@
+package consumers
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// SuiteProfile is one profile of the end-to-end suites: a file that both
+// the renderer and the mock NVML read, so NVML and sysfs describe one
+// machine.
+type SuiteProfile struct {
+	Name string // the matrix's row label
+	File string
+}
+
+// ExtraProfilesEnv names a variable listing more profile files for the
+// suites, separated by colons: make e2e (or e2e-k8s)
+// E2E_PROFILES=a.yaml:b.yaml runs profiles the suites were not written
+// against through the same programs.
+const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
+
+// SuiteProfiles lists every built-in, every profile of
+// ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
+// the k8s-test-infra tarball, the consumer suite's own (two PCI domains,
+// VGA class, in compat/consumers/testdata/profiles), and any named in
+// ExtraProfilesEnv: the one profile set of the consumer matrix and the
+// Kubernetes suites.
+func SuiteProfiles(t testing.TB) []SuiteProfile {
+	t.Helper()
+	var out []SuiteProfile
+	for _, name := range builtin.Names() {
+		out = append(out, SuiteProfile{Name: "built-in " + name, File: builtinFile(t, name)})
+	}
+	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+	if err != nil || len(shared) == 0 {
+		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
+	}
+	for _, f := range shared {
+		out = append(out, SuiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
+	}
+	configs := Need(t, NvmlMockConfigs())
+	for _, f := range NvmlMockConfigs().Outputs {
+		out = append(out, SuiteProfile{Name: "nvml-mock " + strings.TrimSuffix(strings.TrimPrefix(f, "mock-nvml-config-"), ".yaml"), File: filepath.Join(configs, f)})
+	}
+	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "compat/consumers/testdata/profiles/*.yaml"))
+	if err != nil || len(own) == 0 {
+		t.Fatalf("no profiles in compat/consumers/testdata/profiles: %v", err)
+	}
+	for _, f := range own {
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
+	}
+	for _, f := range filepath.SplitList(os.Getenv(ExtraProfilesEnv)) {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(abs)
+		if err != nil {
+			t.Fatalf("%s: %v", ExtraProfilesEnv, err)
+		}
+		out = append(out, SuiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
+	}
+	return out
+}
+
+// builtinFile writes a built-in as a profile file the mock NVML accepts:
+// its effective profile, with every value explicit.
+func builtinFile(t testing.TB, name string) string {
+	t.Helper()
+	m, err := overlay.LoadMachine(name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := profile.Marshal(m.Effective(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servable(t, name, "", data)
+}
+
+// servable is ServableProfile in a test's temporary directory.
+func servable(t testing.TB, name, file string, data []byte) string {
+	t.Helper()
+	out, err := ServableProfile(t.TempDir(), name, file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
