@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
@@ -20,12 +21,18 @@ func runMounts(e *env, args []string) int {
 	if code, ok := format.check(e, "mounts"); !ok {
 		return code
 	}
-	mounts, rendered, code, ok := a.resolve(e, "mounts")
+	sv, code, ok := a.resolve(e, "mounts")
 	if !ok {
 		return code
 	}
-	if !rendered {
+	mounts := sv.mounts
+	if !sv.rendered {
 		mounts = []deploy.Mount{}
+	}
+	// The list stays mounts alone (its JSON is a contract); the variables
+	// the CDI spec sets go to standard error, for whoever applies the list.
+	for _, v := range sv.env {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: mounts: the CDI spec also sets %s; set it in the container too\n", v)
 	}
 	err := format.write(e.stdout, mounts, func() error {
 		var rows [][]string
