@@ -3,6 +3,7 @@ package consumers_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -57,6 +58,17 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 		}
 		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: abs})
 	}
+	// The repository's profiles of nvml-mock's newest shapes (issue 25).
+	for _, f := range overlaytest.RepoProfiles(t) {
+		if !slices.Contains(newestShapes(), filepath.Base(f)) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servable(t, filepath.Base(f), f, data)})
+	}
 	for _, f := range filepath.SplitList(os.Getenv(extraProfilesEnv)) {
 		abs, err := filepath.Abs(f)
 		if err != nil {
@@ -69,6 +81,14 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 		out = append(out, suiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
 	}
 	return out
+}
+
+// newestShapes are the repository's profiles shaped as nvml-mock's newest:
+// non-zero domains with upper-case bus ids, NVL72 switches off the bus,
+// switches with device ids, ConnectX-8 and -9 HCAs two per GPU, a cpu
+// block, boards known by name behind placeholder ids.
+func newestShapes() []string {
+	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml"}
 }
 
 // builtinFile writes a built-in as a profile file the mock NVML accepts:

@@ -58,20 +58,16 @@ type GFDRun struct {
 	// the tree was rendered from.
 	Profile string
 	// OutputFile is where GFD writes its labels, one key=value a line.
+	// Its machine type file is the default (the node's own) unless the
+	// run's environment names one, as a served spec does
+	// (deploy.MachineTypeFileEnv).
 	OutputFile string
-	// MachineTypeFile is GFD's --machine-type-file, whose one line it
-	// labels as nvidia.com/gpu.machine; empty keeps GFD's default, the
-	// node's /sys/class/dmi/id/product_name.
-	MachineTypeFile string
 }
 
 // Invocation runs GFD once, writing its labels to OutputFile and nothing
 // to the API server.
 func (r GFDRun) Invocation() Invocation {
 	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
-	if r.MachineTypeFile != "" {
-		args = append(args, "--machine-type-file", r.MachineTypeFile)
-	}
 	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
 }
 
