@@ -29,17 +29,23 @@ func runMounts(e *env, args []string) int {
 	if !sv.rendered {
 		mounts = []deploy.Mount{}
 	}
-	// The list stays mounts alone (its JSON is a contract); the variables
-	// the CDI spec sets go to standard error, for whoever applies the list.
-	for _, v := range sv.env {
-		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: mounts: the CDI spec also sets %s; set it in the container too\n", v)
-	}
 	err := format.write(e.stdout, mounts, func() error {
 		var rows [][]string
 		for _, m := range mounts {
 			rows = append(rows, []string{m.Source, m.Destination, strings.Join(m.Options, ",")})
 		}
-		return writeTable(e.stdout, []string{"SOURCE", "DESTINATION", "OPTIONS"}, rows)
+		if err := writeTable(e.stdout, []string{"SOURCE", "DESTINATION", "OPTIONS"}, rows); err != nil {
+			return err
+		}
+		// The JSON list stays mounts alone (plugins parse it, often with
+		// stderr folded in); the table, for a person, names the variables
+		// the CDI spec also sets, which whoever applies the list must set.
+		for _, v := range sv.env {
+			if _, err := fmt.Fprintf(e.stdout, "and in the container's environment: %s (the CDI spec sets it)\n", v); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fail(e, "mounts: %v", err)

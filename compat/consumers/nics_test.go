@@ -7,7 +7,6 @@ package consumers_test
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -24,15 +23,6 @@ const (
 	gfdMachineLabel = "nvidia.com/gpu.machine"
 )
 
-// gfdSanitised is the label value GFD makes of a machine type: it drops
-// every character outside [A-Za-z0-9-_. ] and joins the words with "-"
-// (sanitise, internal/lm/resource.go). It is the expectation, stated from
-// GFD's source; the label itself always comes from GFD.
-func gfdSanitised(machine string) string {
-	kept := regexp.MustCompile(`[^A-Za-z0-9-_. ]`).ReplaceAllString(machine, "")
-	return strings.Join(strings.Fields(kept), "-")
-}
-
 // gfdMachine checks nvidia.com/gpu.machine: the profile's machine type
 // where GFD ran as a served pod does, with the CDI spec's variables and no
 // flag (the tree row); the node's own without them, with no tree and with
@@ -44,7 +34,7 @@ func gfdMachine(t *testing.T, x *subject, gfd map[string]map[string]string, row 
 	node := gfd[servedNone][gfdMachineLabel]
 	want := node
 	if x.m.ProductName != "" {
-		want = gfdSanitised(x.m.ProductName)
+		want = consumers.GFDMachineLabel(x.m.ProductName)
 	}
 	got := gfd[servedTree][gfdMachineLabel]
 	row(servedTree).check(t, colGFDMachine, got+" (spec's "+deploy.MachineTypeFileEnv+", no flag)", got == want,

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,6 +70,16 @@ type GFDRun struct {
 func (r GFDRun) Invocation() Invocation {
 	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
 	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
+}
+
+// GFDMachineLabel is the nvidia.com/gpu.machine value GFD makes of a
+// machine type: it drops every character outside [A-Za-z0-9-_. ] and joins
+// the words with "-" (sanitise, internal/lm/resource.go). It is the
+// expectation, stated from GFD's source; the label itself always comes
+// from GFD.
+func GFDMachineLabel(machine string) string {
+	kept := regexp.MustCompile(`[^A-Za-z0-9-_. ]`).ReplaceAllString(machine, "")
+	return strings.Join(strings.Fields(kept), "-")
 }
 
 // ParseGFDLabels reads GFD's output file: one label=value a line.
