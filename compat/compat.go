@@ -314,7 +314,7 @@ func (c *checker) warnings(w *warnings) {
 func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 	bdf := d.Address.String()
 	got32, got64 := g.Resources.GetTotalAddressableMemory(false)
-	want32, want64 := boards.BARTotals(d.DeviceID, d.BAR1Bytes)
+	want32, want64 := boards.BARTotals(d.Name, d.DeviceID, d.BAR1Bytes)
 	if got32 != want32 || got64 != want64 {
 		c.add(BARMemory, bdf, false, "32-bit %d, 64-bit %d; want %d and %d (BAR1 %d)", got32, got64, want32, want64, d.BAR1Bytes)
 		return

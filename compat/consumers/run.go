@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,21 +59,27 @@ type GFDRun struct {
 	// the tree was rendered from.
 	Profile string
 	// OutputFile is where GFD writes its labels, one key=value a line.
+	// Its machine type file is the default (the node's own) unless the
+	// run's environment names one, as a served spec does
+	// (deploy.MachineTypeFileEnv).
 	OutputFile string
-	// MachineTypeFile is GFD's --machine-type-file, whose one line it
-	// labels as nvidia.com/gpu.machine; empty keeps GFD's default, the
-	// node's /sys/class/dmi/id/product_name.
-	MachineTypeFile string
 }
 
 // Invocation runs GFD once, writing its labels to OutputFile and nothing
 // to the API server.
 func (r GFDRun) Invocation() Invocation {
 	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
-	if r.MachineTypeFile != "" {
-		args = append(args, "--machine-type-file", r.MachineTypeFile)
-	}
 	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
+}
+
+// GFDMachineLabel is the nvidia.com/gpu.machine value GFD makes of a
+// machine type: it drops every character outside [A-Za-z0-9-_. ] and joins
+// the words with "-" (sanitise, internal/lm/resource.go). It is the
+// expectation, stated from GFD's source; the label itself always comes
+// from GFD.
+func GFDMachineLabel(machine string) string {
+	kept := regexp.MustCompile(`[^A-Za-z0-9-_. ]`).ReplaceAllString(machine, "")
+	return strings.Join(strings.Fields(kept), "-")
 }
 
 // ParseGFDLabels reads GFD's output file: one label=value a line.

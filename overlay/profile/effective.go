@@ -40,12 +40,27 @@ func (m *Machine) Effective() *Profile {
 			BAR1Memory: MemoryConfig{TotalBytes: ptr(d.BAR1Bytes)},
 		})
 	}
+	offBus := len(switches) // switches[offBus:] are off the bus
+	switches = append(switches, m.OffBusSwitches...)
 	if len(switches) > 0 {
+		configs := make([]NVSwitchConfig, len(switches))
+		for i, d := range switches {
+			configs[i] = NVSwitchConfig{BDF: d.Address.String(), DeviceID: Pack(d.Vendor, d.DeviceID)}
+			if i >= offBus {
+				// As the profile gave it, without a device_id: Normalize
+				// leaves it off the bus again.
+				configs[i].DeviceID = nil
+			}
+		}
 		// Keep the declared order, so that each switch keeps its index.
-		slices.SortFunc(switches, func(a, b Device) int { return a.Index - b.Index })
+		order := make([]int, len(switches))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return switches[a].Index - switches[b].Index })
 		p.NVLink = &NVLink{}
-		for _, d := range switches {
-			p.NVLink.Switches = append(p.NVLink.Switches, NVSwitchConfig{BDF: d.Address.String(), DeviceID: Pack(d.Vendor, d.DeviceID)})
+		for _, i := range order {
+			p.NVLink.Switches = append(p.NVLink.Switches, configs[i])
 		}
 	}
 	for _, rc := range m.RootComplexes {
