@@ -58,9 +58,10 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 		}
 		out = append(out, suiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: abs})
 	}
-	// The repository's profiles of nvml-mock's newest shapes (issue 25).
+	// The repository's profiles of nvml-mock's newest shapes (issue 25) and
+	// of a passthrough node (issue 26).
 	for _, f := range overlaytest.RepoProfiles(t) {
-		if !slices.Contains(newestShapes(), filepath.Base(f)) {
+		if !slices.Contains(repoShapes(), filepath.Base(f)) {
 			continue
 		}
 		data, err := os.ReadFile(f)
@@ -83,12 +84,13 @@ func suiteProfiles(t *testing.T) []suiteProfile {
 	return out
 }
 
-// newestShapes are the repository's profiles shaped as nvml-mock's newest:
-// non-zero domains with upper-case bus ids, NVL72 switches off the bus,
-// switches with device ids, ConnectX-8 and -9 HCAs two per GPU, a cpu
-// block, boards known by name behind placeholder ids.
-func newestShapes() []string {
-	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml"}
+// repoShapes are the repository's profiles the suite runs: nvml-mock's
+// newest shapes (non-zero domains with upper-case bus ids, NVL72 switches
+// off the bus, switches with device ids, ConnectX-8 and -9 HCAs two per
+// GPU, a cpu block, boards known by name behind placeholder ids) and a
+// passthrough node (GPUs bound to vfio-pci).
+func repoShapes() []string {
+	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml", "vfio-passthrough.yaml"}
 }
 
 // builtinFile writes a built-in as a profile file the mock NVML accepts:
