@@ -283,3 +283,17 @@ func TestRenderNewestShapes(t *testing.T) {
 	require.Contains(t, stderr, bad+`: nvlink.switches[2].device_id: value "0x22A310DE": puts the switch at 0000:03:00.0 on this tray's PCIe bus, but no root complex in pcie_topology covers bus 03`)
 	require.Empty(t, overlaytest.DiffSnapshots(before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})), "a refused profile leaves the tree as it was")
 }
+
+// A passthrough profile's render says how many GPUs are bound to vfio-pci
+// (issue 26).
+func TestRenderVFIOSummary(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "overlay")
+	code, out, stderr := runCLI(t, "render", "--root", root, "--profile", "../../testdata/profiles/vfio-passthrough.yaml", "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+	require.Empty(t, stderr, "no warning: pci.driver is a known key")
+	require.Contains(t, out, "  vfio-pci    3 of 4 GPUs bound for passthrough (own IOMMU group, vfio-dev entry); a real node's NVML lists none of them\n")
+	code, out, _ = runCLI(t, "render", "--dry-run", "--root", root, "--profile", "hgx-h100")
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, out, "vfio-pci", "an nvidia-bound profile binds no GPU to vfio-pci")
+}

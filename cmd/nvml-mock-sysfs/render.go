@@ -171,6 +171,9 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	if n := len(m.OffBusSwitches); n > 0 {
 		fmt.Fprintf(e.stdout, "  NVSwitches off the bus %d: on buses no root complex covers and without device_id, so in switch trays of their own (as on NVL72); not rendered\n", n)
 	}
+	if n := m.VFIOGPUs(); n > 0 {
+		fmt.Fprintf(e.stdout, "  vfio-pci    %d of %d GPUs bound for passthrough (own IOMMU group, vfio-dev entry); a real node's NVML lists none of them\n", n, len(m.GPUs()))
+	}
 	if s := m.HCAs; s != nil {
 		fmt.Fprintf(e.stdout, "  HCAs %d (%s %s, %s), one PCIe switch or root port beside each GPU\n", len(p.Tree.HCAs), s.Type, s.Name, s.LinkLayer)
 	}

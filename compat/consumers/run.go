@@ -63,12 +63,19 @@ type GFDRun struct {
 	// run's environment names one, as a served spec does
 	// (deploy.MachineTypeFileEnv).
 	OutputFile string
+	// Strategy is GFD's --device-discovery-strategy; empty keeps its
+	// default (auto: NVML). "vfio" labels the GPUs go-nvlib finds bound to
+	// vfio-pci, from PCI sysfs alone.
+	Strategy string
 }
 
 // Invocation runs GFD once, writing its labels to OutputFile and nothing
 // to the API server.
 func (r GFDRun) Invocation() Invocation {
 	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
+	if r.Strategy != "" {
+		args = append(args, "--device-discovery-strategy", r.Strategy)
+	}
 	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
 }
 

@@ -290,8 +290,9 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		if name == servedTree {
 			sv.Env = append(sv.Env, specEnv(t, x.root)...)
 		}
-		gfd[name] = s.runGFD(t, sv, p.File)
+		gfd[name] = s.runGFD(t, sv, p.File, "")
 	}
+	gfdVFIO(t, x, s, served, row)
 	gfdMachine(t, x, gfd, row)
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
 		labels, want := gfd[name], x.mode
@@ -707,10 +708,10 @@ func specEnv(t *testing.T, root string) []string {
 	return spec.Devices[0].ContainerEdits.Env
 }
 
-func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof string) map[string]string {
+func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, strategy string) map[string]string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "gfd-labels")
-	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file}
+	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file, Strategy: strategy}
 	s.run(t, "gpu-feature-discovery", r.Invocation().In(served))
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)

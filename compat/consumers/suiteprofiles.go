@@ -31,7 +31,7 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 // ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
 // the k8s-test-infra tarball, the consumer suite's own (two PCI domains,
 // VGA class, in compat/consumers/testdata/profiles), the repository's
-// profiles of nvml-mock's newest shapes (newestShapes), and any named in
+// profiles of nvml-mock's newest shapes and a passthrough node (repoShapes), and any named in
 // ExtraProfilesEnv: the one profile set of the consumer matrix and the
 // Kubernetes suites.
 func SuiteProfiles(t testing.TB) []SuiteProfile {
@@ -58,9 +58,10 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 	for _, f := range own {
 		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
 	}
-	// The repository's profiles of nvml-mock's newest shapes.
+	// The repository's profiles of nvml-mock's newest shapes and of a
+	// passthrough node.
 	for _, f := range overlaytest.RepoProfiles(t) {
-		if !slices.Contains(newestShapes(), filepath.Base(f)) {
+		if !slices.Contains(repoShapes(), filepath.Base(f)) {
 			continue
 		}
 		data, err := os.ReadFile(f)
@@ -83,12 +84,13 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 	return out
 }
 
-// newestShapes are the repository's profiles shaped as nvml-mock's newest:
-// non-zero domains with upper-case bus ids, NVL72 switches off the bus,
-// switches with device ids, ConnectX-8 and -9 HCAs two per GPU, a cpu
-// block, boards known by name behind placeholder ids.
-func newestShapes() []string {
-	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml"}
+// repoShapes are the repository's profiles the suites run: nvml-mock's
+// newest shapes (non-zero domains with upper-case bus ids, NVL72 switches
+// off the bus, switches with device ids, ConnectX-8 and -9 HCAs two per
+// GPU, a cpu block, boards known by name behind placeholder ids) and a
+// passthrough node (GPUs bound to vfio-pci).
+func repoShapes() []string {
+	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml", "vfio-passthrough.yaml"}
 }
 
 // builtinFile writes a built-in as a profile file the mock NVML accepts:

@@ -202,6 +202,7 @@ type builder struct {
 	inTree  []Entry         // symlinks inside the device tree
 	bridges []Entry         // links-directory entries of bridges and host devices
 	ends    []Entry         // links-directory entries of endpoints
+	vfio    int             // vfio-pci devices planned so far: the next vfio-dev/vfioN
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,
@@ -376,7 +377,15 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "broken_parity_status", "0\n")
 	b.text(dir, "msi_bus", "1\n")
 	b.text(dir, "ari_enabled", "0\n")
-	b.text(dir, "driver_override", "(null)\n")
+	// A GPU bound for passthrough is as the GPU Operator's vfio-manager
+	// leaves it: driver_override set, and the vfio-dev/vfioN entry the
+	// kernel adds for the device's iommufd character device.
+	override := "(null)"
+	if driver == profile.DriverVFIO {
+		override = driver
+		b.vfioDev(dir)
+	}
+	b.text(dir, "driver_override", override+"\n")
 	b.inTree = append(b.inTree, link(dir+"/subsystem", upToSys(dir)+"bus/pci"))
 	if driver != "" {
 		ddir := "sys/bus/pci/drivers/" + driver
@@ -399,6 +408,25 @@ func (b *builder) node(n *Node, multiFunction bool) {
 		return
 	}
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
+}
+
+// vfioMajor is the character major the kernel gives vfio's device files
+// (/dev/vfio/devices/vfioN): dynamically allocated, from the top of the
+// extended dynamic range down (CHRDEV_MAJOR_DYN_EXT_START, 511), as on a
+// node where vfio loads first.
+const vfioMajor = 511
+
+// vfioDev adds the vfio-dev/vfioN directory of a vfio-pci device at dir:
+// the kernel's (drivers/vfio/device_cdev.c, since Linux 6.2) names the
+// iommufd device, which go-nvlib's IommuFD and kubevirt-gpu-device-plugin
+// read; dev and uevent carry its number, as in /sys/class/vfio-dev.
+func (b *builder) vfioDev(dir string) {
+	name := "vfio" + strconv.Itoa(b.vfio)
+	vdir := dir + "/vfio-dev/" + name
+	b.dir(vdir)
+	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", vfioMajor, b.vfio))
+	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", vfioMajor, b.vfio, name))
+	b.vfio++
 }
 
 // EscapedTarget is the plain form: out of sysfs and into the overlay at the

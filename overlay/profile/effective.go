@@ -32,6 +32,7 @@ func (m *Machine) Effective() *Profile {
 				DeviceID:    Pack(d.Vendor, d.DeviceID),
 				SubsystemID: Pack(d.SubsystemVendor, d.SubsystemDevice),
 				Class:       ptr(Word(d.Class)),
+				Driver:      vfioOnly(d.Driver),
 			},
 			PCIe: PCIeConfig{
 				MaxLinkGen: ptr(d.Link.MaxGen), CurrentLinkGen: ptr(d.Link.CurrentGen),
@@ -103,3 +104,12 @@ func Marshal(p *Profile, header string) ([]byte, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// vfioOnly writes a GPU's driver back only where it is not the default, so
+// that effective profiles of nvidia-bound GPUs stay as they were.
+func vfioOnly(driver string) string {
+	if driver == DriverNVIDIA {
+		return ""
+	}
+	return driver
+}

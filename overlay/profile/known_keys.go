@@ -309,7 +309,9 @@ device_defaults.features.fp6_support
 // name too (its vrnvl72 leaves it off the switches of its switch trays).
 const extensionKeys = `
 device_defaults.pci.class
+device_defaults.pci.driver
 nvlink.switches[].device_id
+nvlink.switches[].driver
 pcie_topology.hierarchy
 system.product_name
 `

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
@@ -61,7 +62,17 @@ type Device struct {
 	Revision        uint8
 	BAR1Bytes       uint64
 	Link            Link
+	// Driver is the driver the function is bound to: for a GPU DriverNVIDIA
+	// or DriverVFIO; NVSwitches and HCAs keep their own (the planner's).
+	Driver string
 }
+
+// Drivers a profile may bind its devices to (pci.driver, nvlink.switches[].driver).
+const (
+	DriverNVIDIA   = "nvidia"
+	DriverVFIO     = "vfio-pci"
+	DriverNVSwitch = "nvidia-nvswitch"
+)
 
 // RootComplex is a host bridge and its NUMA node.
 type RootComplex struct {
@@ -363,7 +374,25 @@ func (n *normalizer) identity(d Device, dc, def DeviceConfig, field func(string)
 		return d, err
 	}
 	d.Link = link
+	d.Driver = DriverNVIDIA
+	if drv := firstString(dc.PCI.Driver, def.PCI.Driver); drv != "" {
+		d.Driver = strings.TrimSpace(drv)
+		if d.Driver != DriverNVIDIA && d.Driver != DriverVFIO {
+			return d, n.fail(from("pci.driver", dc.PCI.Driver != ""), drv, "want %s (the default) or %s (a GPU for passthrough)", DriverNVIDIA, DriverVFIO)
+		}
+	}
 	return d, nil
+}
+
+// VFIOGPUs counts the GPUs bound to vfio-pci.
+func (m *Machine) VFIOGPUs() int {
+	n := 0
+	for _, d := range m.GPUs() {
+		if d.Driver == DriverVFIO {
+			n++
+		}
+	}
+	return n
 }
 
 func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, gpu Device) (Link, error) {
@@ -422,6 +451,14 @@ func (n *normalizer) nvswitch(i int, gpu Device) (Device, error) {
 		}
 	}
 	d.SubsystemVendor, d.SubsystemDevice = d.Vendor, d.DeviceID
+	d.Driver = DriverNVSwitch
+	switch drv := strings.TrimSpace(sc.Driver); drv {
+	case "", DriverNVSwitch:
+	case DriverVFIO:
+		return d, n.fail(fmt.Sprintf("nvlink.switches[%d].driver", i), sc.Driver, "only a GPU can be bound to %s (pci.driver in devices[] or device_defaults); an NVSwitch keeps %s", DriverVFIO, DriverNVSwitch)
+	default:
+		return d, n.fail(fmt.Sprintf("nvlink.switches[%d].driver", i), sc.Driver, "want %s, an NVSwitch's own driver", DriverNVSwitch)
+	}
 	return d, nil
 }
 

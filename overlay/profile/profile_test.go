@@ -461,3 +461,42 @@ func TestProductNameWins(t *testing.T) {
 	require.Equal(t, "My Rack", m.ProductName)
 	require.Equal(t, ProductNameFromProfile, m.ProductNameFrom)
 }
+
+// A passthrough node (issue 26): pci.driver binds GPUs, all or some, to
+// vfio-pci; the default is nvidia; an unknown driver, or vfio-pci asked of
+// a device that is not a GPU, is refused in one line naming the file, the
+// field and the value.
+func TestVFIODriver(t *testing.T) {
+	m := load(t, "../../testdata/profiles/vfio-passthrough.yaml")
+	var drivers []string
+	for _, g := range m.GPUs() {
+		drivers = append(drivers, g.Driver)
+	}
+	require.Equal(t, []string{DriverVFIO, DriverVFIO, DriverVFIO, DriverNVIDIA}, drivers)
+	require.Equal(t, 3, m.VFIOGPUs())
+	again, err := Normalize("effective", m.Effective(), Options{})
+	require.NoError(t, err)
+	again.Source = m.Source
+	require.Equal(t, m, again, "the effective profile keeps each GPU's driver")
+	require.Equal(t, DriverNVIDIA, load(t, "../../testdata/profiles/domains.yaml").GPUs()[0].Driver, "nvidia by default")
+
+	tests := []struct{ name, doc, err string }{
+		{"unknown driver", "device_defaults: {pci: {device_id: 0x233010DE, driver: nouveau}}\ndevices: [{}]\n",
+			`profile x.yaml: device_defaults.pci.driver: value "nouveau": want nvidia (the default) or vfio-pci (a GPU for passthrough)`},
+		{"unknown driver on one device", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}, {pci: {driver: vfio}}]\n",
+			`profile x.yaml: devices[1].pci.driver: value "vfio": want nvidia (the default) or vfio-pci (a GPU for passthrough)`},
+		{"vfio-pci on an NVSwitch", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", driver: vfio-pci}]}\n",
+			`profile x.yaml: nvlink.switches[0].driver: value "vfio-pci": only a GPU can be bound to vfio-pci (pci.driver in devices[] or device_defaults); an NVSwitch keeps nvidia-nvswitch`},
+		{"unknown NVSwitch driver", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", driver: nvidia}]}\n",
+			`profile x.yaml: nvlink.switches[0].driver: value "nvidia": want nvidia-nvswitch, an NVSwitch's own driver`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse("x.yaml", []byte(tc.doc))
+			require.NoError(t, err)
+			require.Empty(t, p.Unknown, "pci.driver and switches[].driver are known keys")
+			_, err = Normalize("x.yaml", p, Options{})
+			require.EqualError(t, err, tc.err)
+		})
+	}
+}
