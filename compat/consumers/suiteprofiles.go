@@ -31,9 +31,9 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 // ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
 // the k8s-test-infra tarball, the consumer suite's own (two PCI domains,
 // VGA class, in compat/consumers/testdata/profiles), the repository's
-// profiles of nvml-mock's newest shapes and a passthrough node (repoShapes), and any named in
-// ExtraProfilesEnv: the one profile set of the consumer matrix and the
-// Kubernetes suites.
+// profiles of nvml-mock's newest shapes and of a passthrough node
+// (repoShapes), and any named in ExtraProfilesEnv: the one profile set of
+// the consumer matrix and the Kubernetes suites.
 func SuiteProfiles(t testing.TB) []SuiteProfile {
 	t.Helper()
 	var out []SuiteProfile
