@@ -410,22 +410,15 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
 }
 
-// vfioMajor is the character major the kernel gives vfio's device files
-// (/dev/vfio/devices/vfioN): dynamically allocated, from the top of the
-// extended dynamic range down (CHRDEV_MAJOR_DYN_EXT_START, 511), as on a
-// node where vfio loads first.
-const vfioMajor = 511
-
-// vfioDev adds the vfio-dev/vfioN directory of a vfio-pci device at dir:
-// the kernel's (drivers/vfio/device_cdev.c, since Linux 6.2) names the
-// iommufd device, which go-nvlib's IommuFD and kubevirt-gpu-device-plugin
-// read; dev and uevent carry its number, as in /sys/class/vfio-dev.
+// vfioDev adds the sysfs.VFIODevDir entry of a vfio-pci device at dir,
+// numbered in plan order; dev and uevent carry its number, as in
+// /sys/class/vfio-dev.
 func (b *builder) vfioDev(dir string) {
-	name := "vfio" + strconv.Itoa(b.vfio)
-	vdir := dir + "/vfio-dev/" + name
+	name := sysfs.VFIODevName(b.vfio)
+	vdir := dir + "/" + sysfs.VFIODevDir + "/" + name
 	b.dir(vdir)
-	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", vfioMajor, b.vfio))
-	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", vfioMajor, b.vfio, name))
+	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", sysfs.VFIODevMajor, b.vfio))
+	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", sysfs.VFIODevMajor, b.vfio, name))
 	b.vfio++
 }
 
