@@ -96,8 +96,11 @@ type Cluster struct {
 	host     hostState
 	procs    []*Process
 	stopped  bool
-	bins     struct{ kube, etcd string }
-	token    string
+	// containers are the IDs of the pod sandboxes and containers
+	// containerd had at the end, whose cgroups are the cluster's.
+	containers []string
+	bins       struct{ kube, etcd string }
+	token      string
 }
 
 func (c *Cluster) logf(format string, args ...any) {
@@ -489,6 +492,7 @@ func (c *Cluster) Stop(t testing.TB) {
 	// over CRI and stops, killing what is left in the namespace but its
 	// init.
 	if c.Runtime != nil {
+		c.recordContainers(t)
 		c.Runtime.Stop(t)
 	}
 	if c.holder != nil && c.holder.Process != nil {
