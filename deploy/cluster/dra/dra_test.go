@@ -416,6 +416,14 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 		}
 		return nil
 	})
+	// Publishing is the plugin's own doing; NodePrepareResources needs
+	// the kubelet to have registered it too.
+	s.c.Wait(t, "the kubelet registered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg+1 {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
 	return devices, func() { proc.Stop(t) }
 }
 
@@ -424,6 +432,14 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 func (s *suite) unpublish(t *testing.T, stop func()) {
 	t.Helper()
 	stop()
+	// The next plugin has the same endpoint: the kubelet must have let
+	// go of this one first, or its late unregistration removes the next.
+	s.c.Wait(t, "the kubelet unregistered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
 	ctx := context.Background()
 	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
 	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
@@ -654,4 +670,21 @@ func (s *suite) driverLibraries(t *testing.T, file string) {
 	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
 		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755))
 	}
+}
+
+// registrations counts the kubelet's registrations and unregistrations of
+// the driver's plugin, from its log.
+func (s *suite) registrations() (registered, unregistered int) {
+	for _, line := range strings.Split(s.c.Kubelet.Log(), "\n") {
+		if !strings.Contains(line, `driverName="`+driverName+`"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"Registered DRA plugin"`):
+			registered++
+		case strings.Contains(line, `"Unregistered DRA plugin"`):
+			unregistered++
+		}
+	}
+	return registered, unregistered
 }
