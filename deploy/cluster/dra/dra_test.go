@@ -633,6 +633,7 @@ func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
 		}
 	}
 	require.Len(t, gpus, n, "the claim's GPUs as device nodes in verify's container")
+	slices.Sort(gpus)
 	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
 }
 
