@@ -61,11 +61,6 @@ const (
 	verifyImage = "docker.io/library/nvml-mock-sysfs-verify:test"
 	// namespace holds the suite's claims and pods.
 	namespace = metav1.NamespaceDefault
-	// sabotageEnv breaks the tree runs on purpose, as the consumer
-	// matrix's: escaped serves them the plainly escaped links.
-	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
-	sabotageEscaped = "escaped"
-	sabotageNoTree  = "no-tree" // the tree runs get no tree at all
 	// objectsEnv names the directory of the API objects the suite judged
 	// (make e2e-k8s: bin/k8s); matrixEnv the file the matrix goes to.
 	objectsEnv = "NVML_MOCK_SYSFS_K8S_OBJECTS"
@@ -94,15 +89,8 @@ func TestDRA(t *testing.T) {
 	s := &suite{
 		plugin:   consumers.NeedBinary(t, consumers.GPUKubeletPlugin()),
 		bin:      overlaytest.BuildBinary(t),
-		sabotage: os.Getenv(sabotageEnv),
+		sabotage: consumers.Sabotage(t),
 		objects:  cmp.Or(os.Getenv(objectsEnv), filepath.Join(overlaytest.Repo(t), "bin", "k8s")),
-	}
-	switch s.sabotage {
-	case "":
-	case sabotageEscaped, sabotageNoTree:
-		t.Logf("%s=%s: the tree runs are broken on purpose and must fail", sabotageEnv, s.sabotage)
-	default:
-		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
 	}
 	mockNVML := consumers.Need(t, consumers.MockNVML())
 	injector := consumers.NeedBinary(t, consumers.DeviceInjector())
@@ -142,11 +130,7 @@ func TestDRA(t *testing.T) {
 	var buf bytes.Buffer
 	writeMatrix(&buf, s.rows)
 	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in %s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second), s.objects)
-	if file := os.Getenv(matrixEnv); file != "" {
-		require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
-	} else {
-		os.Stdout.Write(buf.Bytes())
-	}
+	consumers.WriteReport(t, matrixEnv, buf.Bytes())
 }
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -225,9 +209,9 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 
 	served := x.root
 	switch s.sabotage {
-	case sabotageEscaped:
+	case consumers.SabotageEscaped:
 		served = x.escaped
-	case sabotageNoTree:
+	case consumers.SabotageNoTree:
 		served = ""
 	}
 	devices, stop := s.publish(t, x, served, "the tree")
