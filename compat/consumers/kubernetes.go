@@ -54,12 +54,7 @@ func Etcd() Program {
 // GPUKubeletPlugin is the NVIDIA DRA driver's kubelet plugin itself, the
 // binary a cluster runs (DRADiscovery is its discovery alone, as a test).
 func GPUKubeletPlugin() Program {
-	return Program{
-		Name:    "gpu-kubelet-plugin",
-		Tarball: "dra-driver-nvidia-gpu.tar.xz",
-		Steps:   []Step{goBuild(true, "-mod=vendor", "-o", "{out}/gpu-kubelet-plugin", "./cmd/gpu-kubelet-plugin")},
-		Outputs: []string{"gpu-kubelet-plugin"},
-	}
+	return vendoredCgo("gpu-kubelet-plugin", "dra-driver-nvidia-gpu.tar.xz", "./cmd/gpu-kubelet-plugin")
 }
 
 // NFDMaster is node-feature-discovery's master, which turns NodeFeature
@@ -72,11 +67,17 @@ func NFDMaster() Program {
 // KubevirtGPUDevicePlugin is the GPU Operator's sandbox device plugin,
 // which advertises GPUs bound to vfio-pci to the kubelet.
 func KubevirtGPUDevicePlugin() Program {
+	return vendoredCgo("kubevirt-gpu-device-plugin", "kubevirt-gpu-device-plugin.tar.xz", "./cmd")
+}
+
+// vendoredCgo builds one cgo command of a third-party tarball from its
+// vendor directory into {out}/name.
+func vendoredCgo(name, tarball, pkg string) Program {
 	return Program{
-		Name:    "kubevirt-gpu-device-plugin",
-		Tarball: "kubevirt-gpu-device-plugin.tar.xz",
-		Steps:   []Step{goBuild(true, "-mod=vendor", "-o", "{out}/kubevirt-gpu-device-plugin", "./cmd")},
-		Outputs: []string{"kubevirt-gpu-device-plugin"},
+		Name:    name,
+		Tarball: tarball,
+		Steps:   []Step{goBuild(true, "-mod=vendor", "-o", "{out}/"+name, pkg)},
+		Outputs: []string{name},
 	}
 }
 

@@ -45,18 +45,18 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
 	}
 	for _, f := range shared {
-		out = append(out, SuiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
+		out = append(out, SuiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
 	}
 	configs := Need(t, NvmlMockConfigs())
 	for _, f := range NvmlMockConfigs().Outputs {
-		out = append(out, SuiteProfile{Name: "nvml-mock " + strings.TrimSuffix(strings.TrimPrefix(f, "mock-nvml-config-"), ".yaml"), File: filepath.Join(configs, f)})
+		out = append(out, SuiteProfile{Name: "nvml-mock " + strings.TrimSuffix(strings.TrimPrefix(f, "mock-nvml-config-"), ".yaml"), File: servableFile(t, filepath.Join(configs, f))})
 	}
 	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "compat/consumers/testdata/profiles/*.yaml"))
 	if err != nil || len(own) == 0 {
 		t.Fatalf("no profiles in compat/consumers/testdata/profiles: %v", err)
 	}
 	for _, f := range own {
-		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
 	}
 	// The repository's profiles of nvml-mock's newest shapes and of a
 	// passthrough node.
@@ -64,11 +64,7 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		if !slices.Contains(repoShapes(), filepath.Base(f)) {
 			continue
 		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servable(t, filepath.Base(f), f, data)})
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
 	}
 	for _, f := range filepath.SplitList(os.Getenv(ExtraProfilesEnv)) {
 		abs, err := filepath.Abs(f)
@@ -91,6 +87,17 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 // passthrough node (GPUs bound to vfio-pci).
 func repoShapes() []string {
 	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml", "vfio-passthrough.yaml"}
+}
+
+// servableFile is servable of a profile file: the file itself when the
+// mock NVML can serve it as it is.
+func servableFile(t testing.TB, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servable(t, strings.TrimSuffix(filepath.Base(file), ".yaml"), file, data)
 }
 
 // builtinFile writes a built-in as a profile file the mock NVML accepts:

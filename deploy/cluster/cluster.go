@@ -89,6 +89,9 @@ type Cluster struct {
 	// KubeletRootDir is the kubelet's --root-dir: plugins_registry and
 	// plugins (a DRA or CSI plugin's sockets) are below it.
 	KubeletRootDir string
+	// Kubelet is the kubelet's process. It logs at -v=3, which names
+	// each plugin it registers and unregisters ("Registered DRA plugin").
+	Kubelet *Process
 
 	progress io.Writer
 	holder   *exec.Cmd // unshare, whose child is the namespace's init
@@ -96,8 +99,11 @@ type Cluster struct {
 	host     hostState
 	procs    []*Process
 	stopped  bool
-	bins     struct{ kube, etcd string }
-	token    string
+	// containers are the IDs of the pod sandboxes and containers
+	// containerd had at the end, whose cgroups are the cluster's.
+	containers []string
+	bins       struct{ kube, etcd string }
+	token      string
 }
 
 func (c *Cluster) logf(format string, args ...any) {
@@ -417,7 +423,7 @@ func (c *Cluster) startKubelet(t testing.TB) {
 		t.Fatal(err)
 	}
 	kubelet := c.start(t, Program{Name: "kubelet", Args: []string{filepath.Join(c.bins.kube, "kubelet"),
-		"--config", config, "--kubeconfig", c.Kubeconfig,
+		"--config", config, "--kubeconfig", c.Kubeconfig, "--v", "3",
 		"--root-dir", c.KubeletRootDir, "--cert-dir", filepath.Join(c.KubeletRootDir, "pki"),
 		"--hostname-override", NodeName, "--node-ip", "127.0.0.1"}})
 	c.waitFor(t, kubelet, "kubelet (Node "+NodeName+" Ready)", startTimeout, func() error {
@@ -435,6 +441,7 @@ func (c *Cluster) startKubelet(t testing.TB) {
 		}
 		return fmt.Errorf("node %s has no Ready condition yet", NodeName)
 	})
+	c.Kubelet = kubelet
 	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"Hostname","address":%q}]}}`, NodeName)
 	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), NodeName, []byte(patch)); err != nil {
 		t.Fatalf("cluster: give the node its Hostname address: %v", err)
@@ -489,6 +496,7 @@ func (c *Cluster) Stop(t testing.TB) {
 	// over CRI and stops, killing what is left in the namespace but its
 	// init.
 	if c.Runtime != nil {
+		c.recordContainers(t)
 		c.Runtime.Stop(t)
 	}
 	if c.holder != nil && c.holder.Process != nil {

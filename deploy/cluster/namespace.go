@@ -240,13 +240,14 @@ func (c *Cluster) dialLocked(ctx context.Context, network, address string) (net.
 type hostState struct {
 	sysctls map[string]string // kubeletSysctls' values
 	paths   map[string]bool   // which kubeletHostPaths existed
-	cgroups map[string]bool   // the cgroup directories below podCgroup
-	pidNS   string            // the namespace's, once it runs
+	// podCgroup is whether podCgroup existed, in which hierarchies.
+	podCgroup map[string]bool
+	pidNS     string // the namespace's, once it runs
 }
 
 // readHost reads the host's state.
 func readHost() hostState {
-	h := hostState{sysctls: map[string]string{}, paths: map[string]bool{}, cgroups: map[string]bool{}}
+	h := hostState{sysctls: map[string]string{}, paths: map[string]bool{}, podCgroup: map[string]bool{}}
 	for _, s := range kubeletSysctls() {
 		b, _ := os.ReadFile("/proc/sys/" + s)
 		h.sysctls[s] = strings.TrimSpace(string(b))
@@ -255,42 +256,49 @@ func readHost() hostState {
 		_, err := os.Lstat(p)
 		h.paths[p] = err == nil
 	}
-	for _, d := range podCgroupDirs() {
-		h.cgroups[d] = true
+	for _, d := range cgroupDirs(podCgroup) {
+		if _, err := os.Stat(d); err == nil {
+			h.podCgroup[d] = true
+		}
 	}
 	return h
 }
 
-// podCgroupDirs lists podCgroup and the directories below it in every
-// hierarchy.
-func podCgroupDirs() []string {
-	var dirs []string
+// cgroupDirs is a cgroup's directory in every hierarchy.
+func cgroupDirs(cgroup string) []string {
+	dirs := []string{filepath.Join(cgroupRoot, cgroup)}
 	hierarchies, _ := os.ReadDir(cgroupRoot)
-	for _, h := range append(hierarchies, nil) {
-		top := filepath.Join(cgroupRoot, podCgroup)
-		if h != nil {
-			top = filepath.Join(cgroupRoot, h.Name(), podCgroup)
-		}
-		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
+	for _, h := range hierarchies {
+		dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroup))
 	}
 	return dirs
 }
 
-// removeCgroups removes the cgroups the pods left below podCgroup, and
-// podCgroup itself where the cluster made it.
+// recordContainers remembers the pod sandboxes and containers containerd
+// has, whose cgroups (podCgroup/ID) outlive them: another cluster on the
+// host may have its own there, so only these are the cluster's to remove.
+func (c *Cluster) recordContainers(t testing.TB) {
+	for _, args := range [][]string{{"pods", "--quiet", "--no-trunc"}, {"ps", "--all", "--quiet", "--no-trunc"}} {
+		for _, id := range strings.Fields(c.Runtime.Crictl(t, args...)) {
+			if !slices.Contains(c.containers, id) {
+				c.containers = append(c.containers, id)
+			}
+		}
+	}
+}
+
+// removeCgroups removes the cgroups of the cluster's pods and containers,
+// and podCgroup where the cluster made it and nothing else uses it.
 func (c *Cluster) removeCgroups() error {
 	var errs []error
-	for _, d := range slices.Backward(podCgroupDirs()) {
-		if c.host.cgroups[d] {
-			continue
+	for _, id := range c.containers {
+		if err := runtime.RemoveCgroup(filepath.Join("/", podCgroup, id)); err != nil {
+			errs = append(errs, err)
 		}
-		if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", d, err))
+	}
+	for _, d := range cgroupDirs(podCgroup) {
+		if !c.host.podCgroup[d] {
+			_ = os.Remove(d) // fails while another cluster's cgroups are in it
 		}
 	}
 	return errors.Join(errs...)
@@ -313,8 +321,15 @@ func (c *Cluster) Leftovers() []string {
 			left = append(left, "directory "+p)
 		}
 	}
-	for _, d := range podCgroupDirs() {
-		if !c.host.cgroups[d] {
+	for _, id := range c.containers {
+		for _, d := range cgroupDirs(filepath.Join(podCgroup, id)) {
+			if _, err := os.Stat(d); err == nil {
+				left = append(left, "cgroup "+d)
+			}
+		}
+	}
+	for _, d := range cgroupDirs(podCgroup) {
+		if entries, err := os.ReadDir(d); err == nil && !c.host.podCgroup[d] && !slices.ContainsFunc(entries, fs.DirEntry.IsDir) {
 			left = append(left, "cgroup "+d)
 		}
 	}

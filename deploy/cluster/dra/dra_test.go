@@ -61,11 +61,6 @@ const (
 	verifyImage = "docker.io/library/nvml-mock-sysfs-verify:test"
 	// namespace holds the suite's claims and pods.
 	namespace = metav1.NamespaceDefault
-	// sabotageEnv breaks the tree runs on purpose, as the consumer
-	// matrix's: escaped serves them the plainly escaped links.
-	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
-	sabotageEscaped = "escaped"
-	sabotageNoTree  = "no-tree" // the tree runs get no tree at all
 	// objectsEnv names the directory of the API objects the suite judged
 	// (make e2e-k8s: bin/k8s); matrixEnv the file the matrix goes to.
 	objectsEnv = "NVML_MOCK_SYSFS_K8S_OBJECTS"
@@ -94,15 +89,8 @@ func TestDRA(t *testing.T) {
 	s := &suite{
 		plugin:   consumers.NeedBinary(t, consumers.GPUKubeletPlugin()),
 		bin:      overlaytest.BuildBinary(t),
-		sabotage: os.Getenv(sabotageEnv),
+		sabotage: consumers.Sabotage(t),
 		objects:  cmp.Or(os.Getenv(objectsEnv), filepath.Join(overlaytest.Repo(t), "bin", "k8s")),
-	}
-	switch s.sabotage {
-	case "":
-	case sabotageEscaped, sabotageNoTree:
-		t.Logf("%s=%s: the tree runs are broken on purpose and must fail", sabotageEnv, s.sabotage)
-	default:
-		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
 	}
 	mockNVML := consumers.Need(t, consumers.MockNVML())
 	injector := consumers.NeedBinary(t, consumers.DeviceInjector())
@@ -142,11 +130,7 @@ func TestDRA(t *testing.T) {
 	var buf bytes.Buffer
 	writeMatrix(&buf, s.rows)
 	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in %s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second), s.objects)
-	if file := os.Getenv(matrixEnv); file != "" {
-		require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
-	} else {
-		os.Stdout.Write(buf.Bytes())
-	}
+	consumers.WriteReport(t, matrixEnv, buf.Bytes())
 }
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -225,9 +209,9 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 
 	served := x.root
 	switch s.sabotage {
-	case sabotageEscaped:
+	case consumers.SabotageEscaped:
 		served = x.escaped
-	case sabotageNoTree:
+	case consumers.SabotageNoTree:
 		served = ""
 	}
 	devices, stop := s.publish(t, x, served, "the tree")
@@ -416,6 +400,14 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 		}
 		return nil
 	})
+	// Publishing is the plugin's own doing; NodePrepareResources needs
+	// the kubelet to have registered it too.
+	s.c.Wait(t, "the kubelet registered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg+1 {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
 	return devices, func() { proc.Stop(t) }
 }
 
@@ -424,6 +416,14 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 func (s *suite) unpublish(t *testing.T, stop func()) {
 	t.Helper()
 	stop()
+	// The next plugin has the same endpoint: the kubelet must have let
+	// go of this one first, or its late unregistration removes the next.
+	s.c.Wait(t, "the kubelet unregistered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
 	ctx := context.Background()
 	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
 	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
@@ -617,6 +617,7 @@ func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
 		}
 	}
 	require.Len(t, gpus, n, "the claim's GPUs as device nodes in verify's container")
+	slices.Sort(gpus)
 	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
 }
 
@@ -654,4 +655,21 @@ func (s *suite) driverLibraries(t *testing.T, file string) {
 	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
 		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755))
 	}
+}
+
+// registrations counts the kubelet's registrations and unregistrations of
+// the driver's plugin, from its log.
+func (s *suite) registrations() (registered, unregistered int) {
+	for _, line := range strings.Split(s.c.Kubelet.Log(), "\n") {
+		if !strings.Contains(line, `driverName="`+driverName+`"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"Registered DRA plugin"`):
+			registered++
+		case strings.Contains(line, `"Unregistered DRA plugin"`):
+			unregistered++
+		}
+	}
+	return registered, unregistered
 }
