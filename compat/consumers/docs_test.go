@@ -22,7 +22,7 @@ func (s *suite) syncDocs(t *testing.T, table string) {
 	t.Helper()
 	switch {
 	case s.sabotage != "", os.Getenv(consumers.ExtraProfilesEnv) != "":
-		t.Logf("this run's matrix is not the committed one (%s or %s set): docs/consumers.md not compared", sabotageEnv, consumers.ExtraProfilesEnv)
+		t.Logf("this run's matrix is not the committed one (%s or %s set): docs/consumers.md not compared", consumers.SabotageEnv, consumers.ExtraProfilesEnv)
 	case t.Failed():
 	default:
 		consumersPage().Sync(t, table, os.Getenv("NVML_MOCK_SYSFS_MATRIX"))

@@ -100,14 +100,6 @@ type suite struct {
 	sabotage string
 }
 
-// sabotageEnv names the variable that breaks the tree rows on purpose:
-// make e2e E2E_SABOTAGE=escaped (or no-tree) must turn them red.
-const (
-	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
-	sabotageEscaped = "escaped" // the tree rows get plain escaped links
-	sabotageNoTree  = "no-tree" // the tree rows get no tree at all
-)
-
 // TestConsumers runs the real consumers, built from their own sources,
 // against every suite profile rendered and served as a container sees it,
 // and without it, and prints the matrix of what each program reported.
@@ -123,14 +115,7 @@ func TestConsumers(t *testing.T) {
 		nvmlList: consumers.NeedBinary(t, consumers.NVMLList()),
 		mockNVML: consumers.Need(t, consumers.MockNVML()),
 		matrix:   newMatrix(),
-		sabotage: os.Getenv(sabotageEnv),
-	}
-	switch s.sabotage {
-	case "":
-	case sabotageEscaped, sabotageNoTree:
-		t.Logf("%s=%s: the tree rows are broken on purpose and must fail", sabotageEnv, s.sabotage)
-	default:
-		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
+		sabotage: consumers.Sabotage(t),
 	}
 	profiles := suiteProfiles(t)
 	t.Logf("programs ready in %s", time.Since(start).Round(time.Millisecond))
@@ -152,14 +137,7 @@ func TestConsumers(t *testing.T) {
 	var buf bytes.Buffer
 	s.matrix.write(&buf, profiles)
 	fmt.Fprintf(&buf, "\n%d profiles, %d program runs in %s\n", len(profiles), s.matrix.runs.Load(), time.Since(start).Round(time.Second))
-	// To a file that make e2e prints (go test shows a passing package's
-	// output only with -v), else straight to standard output: t.Log would
-	// indent it.
-	if file := os.Getenv("NVML_MOCK_SYSFS_MATRIX"); file != "" {
-		require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
-	} else {
-		os.Stdout.Write(buf.Bytes())
-	}
+	consumers.WriteReport(t, "NVML_MOCK_SYSFS_MATRIX", buf.Bytes())
 	s.syncDocs(t, buf.String())
 }
 
@@ -266,9 +244,9 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	x := s.render(t, p)
 	tree := x.root
 	switch s.sabotage {
-	case sabotageEscaped:
+	case consumers.SabotageEscaped:
 		tree = x.escaped
-	case sabotageNoTree:
+	case consumers.SabotageNoTree:
 		tree = ""
 	}
 	served := map[string]overlaytest.Served{
