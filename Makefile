@@ -75,6 +75,15 @@ e2e: consumers
 	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) $(GO) test -count=1 -timeout 30m ./compat/consumers/; \
 		status=$$?; [ ! -f $(MATRIX) ] || cat $(MATRIX); exit $$status
 
+# The matrices in docs/ (consumers.md, runtime.md), rewritten from fresh
+# runs of the suites that write them (as root); every full run of each
+# suite checks its committed copy's shape and says to run this when it
+# drifted. A Kubernetes suite's page (docs/kubernetes.md) joins the same way.
+.PHONY: docs
+docs: consumers
+	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(MAKE) --no-print-directory e2e
+	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(GO) test -count=1 -timeout 20m -run '^TestContainerd$$' ./deploy/runtime/
+
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
 

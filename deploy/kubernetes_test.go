@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -234,4 +235,97 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	require.Equal(t, nvmlMockConfigMap, pod.Spec.Volumes[0].ConfigMap.Name)
 	require.Equal(t, c.VolumeMounts[0].Name, pod.Spec.Volumes[0].Name)
 	require.Contains(t, c.Env, corev1.EnvVar{Name: "MOCK_NVML_CONFIG", Value: path.Join(c.VolumeMounts[0].MountPath, nvmlMockProfileKey)})
+}
+
+// The image is loaded onto the node, never pulled: a node without it says
+// so (ErrImageNeverPull) rather than asking a registry. The name has no
+// registry, so containerd resolves it under docker.io/library.
+func TestDaemonSetImageIsLocal(t *testing.T) {
+	c := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0].Spec.Template.Spec.Containers[0]
+	require.Equal(t, corev1.PullNever, c.ImagePullPolicy)
+	require.NotContains(t, c.Image, "/", "a bare name, which containerd resolves as %s", containerdName(c.Image))
+}
+
+// containerdName is the full reference containerd resolves a bare image
+// name to, the name a kubelet asks it for.
+func containerdName(image string) string { return "docker.io/library/" + image }
+
+// TestKindStepsLoadTheManifestsImage checks docs/deploy.md's kind steps
+// against the manifest: docker builds and loads the manifest's name;
+// podman, which would name a local build localhost/..., builds under the
+// name containerd resolves and loads that through an archive.
+func TestKindStepsLoadTheManifestsImage(t *testing.T) {
+	image := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0].Spec.Template.Spec.Containers[0].Image
+	doc, err := os.ReadFile("../docs/deploy.md")
+	require.NoError(t, err)
+	steps := map[string][]string{} // the command's first words -> its other words
+	for _, line := range strings.Split(string(doc), "\n") {
+		f := strings.Fields(line)
+		for _, cmd := range []string{"docker build", "podman build", "podman save", "kind load image-archive", "kind load docker-image"} {
+			n := len(strings.Fields(cmd))
+			if len(f) > n && strings.Join(f[:n], " ") == cmd {
+				require.NotContains(t, steps, cmd, "docs/deploy.md has one %q step", cmd)
+				steps[cmd] = f[n:]
+			}
+		}
+	}
+	tag := func(cmd string) string {
+		i := slices.Index(steps[cmd], "-t")
+		require.True(t, i >= 0 && i+1 < len(steps[cmd]), "docs/deploy.md: %s names its image with -t: %q", cmd, steps[cmd])
+		return steps[cmd][i+1]
+	}
+	require.Equal(t, image, tag("docker build"))
+	require.Equal(t, containerdName(image), tag("podman build"), "podman's local build would be localhost/%s, which the kubelet looks for in a registry", image)
+	require.Equal(t, []string{"-o", "nvml-mock-sysfs.tar", containerdName(image)}, steps["podman save"])
+	require.Equal(t, []string{"nvml-mock-sysfs.tar"}, steps["kind load image-archive"])
+	require.Equal(t, []string{image}, steps["kind load docker-image"])
+}
+
+// TestDocsSayHowLongAConfigMapUpdateTakes: a changed ConfigMap reached the
+// pod 44 to 90 s after the API update on a real node, not "within about a
+// minute", and the manifest and the docs say so.
+func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
+	for _, name := range []string{"../README.md", "../docs/deploy.md", "kubernetes/nvml-mock-sysfs.yaml", "serve/serve.go"} {
+		b, err := os.ReadFile(name)
+		require.NoError(t, err)
+		text := strings.Join(strings.Fields(string(b)), " ")
+		text = strings.ReplaceAll(text, " # ", " ")
+		text = strings.ReplaceAll(text, " // ", " ")
+		require.False(t, strings.Contains(text, "about a minute"), "%s says a ConfigMap change arrives in about a minute", name)
+		if name != "../README.md" {
+			require.True(t, strings.Contains(text, "44 to 90 s"), "%s does not say how long it took (44 to 90 s)", name)
+		}
+	}
+	require.GreaterOrEqual(t, podtest.ConfigMapUpdateWait, 2*time.Minute, "tests on a real kubelet wait longer than the 90 s seen")
+}
+
+// TestReadmeKubernetesQuickStart checks the README's Kubernetes quick
+// start against the manifests, line by line: the image it builds and loads
+// is the DaemonSet's, it applies the files that hold the ConfigMap and the
+// DaemonSet (in that order, the namespace first), it waits on that
+// DaemonSet in its namespace, and the annotation it shows names our
+// device. The Kubernetes suite runs the same lines through the API.
+func TestReadmeKubernetesQuickStart(t *testing.T) {
+	steps := overlaytest.ReadmeShell(t)["Kubernetes quick start"]
+	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
+	image := ds.Spec.Template.Spec.Containers[0].Image
+	require.Equal(t, []string{
+		"make build",
+		"docker build -t " + image + " -f deploy/kubernetes/Dockerfile .",
+		"kind load docker-image " + image,
+		"kubectl apply -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
+		"kubectl apply -f deploy/kubernetes/nvml-mock-sysfs.yaml",
+		"kubectl -n " + ds.Namespace + " rollout status daemonset/" + ds.Name + " --timeout=2m",
+		"kubectl get nodes -o jsonpath='{.items[0].metadata.labels}'",
+		"kubectl get resourceslices -o yaml",
+	}, steps)
+	for _, step := range steps {
+		if file, ok := strings.CutPrefix(step, "kubectl apply -f deploy/"); ok {
+			_, err := os.Stat(file)
+			require.NoError(t, err, "README: %s", step)
+		}
+	}
+	readme, err := os.ReadFile("../README.md")
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "cdi-devices.noderesource.dev/container.<container-name>: |\n  - "+deploy.DefaultKind+"="+deploy.DeviceName+"\n")
 }

@@ -72,6 +72,21 @@ func TestImageFromScratch(t *testing.T) {
 	}))
 	podmanOut(t, "image", "unmount", image)
 	require.Equal(t, []string{"nvml-mock-sysfs"}, files)
+
+	// docs/deploy.md's podman steps: an image built under the name
+	// containerd resolves keeps it in podman save's archive, which kind
+	// load image-archive (ctr images import) names it by.
+	full := "docker.io/library/nvml-mock-sysfs-test:" + hex.EncodeToString(b)
+	podmanOut(t, "tag", image, full)
+	t.Cleanup(func() { _ = exec.Command("podman", "rmi", "-f", full).Run() })
+	archive := filepath.Join(t.TempDir(), "image.tar")
+	podmanOut(t, "save", "-o", archive, full)
+	manifest, err := exec.Command("tar", "-xOf", archive, "manifest.json").Output()
+	require.NoError(t, err)
+	var saved []struct{ RepoTags []string }
+	require.NoError(t, json.Unmarshal(manifest, &saved))
+	require.Len(t, saved, 1)
+	require.Equal(t, []string{full}, saved[0].RepoTags, "podman save keeps the docker.io/library name")
 	var layers []json.RawMessage
 	require.NoError(t, json.Unmarshal([]byte(podmanOut(t, "image", "inspect", "--format", "{{json .RootFS.Layers}}", image)), &layers))
 	require.Len(t, layers, 1)

@@ -78,6 +78,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	require.Equal(t, exitOK, code)
 }
 
+// The README's quick start, run: render the default profile into a fresh
+// root, and compat finds nothing failed.
 func TestRenderThenCompat(t *testing.T) {
 	t.Parallel()
 	root := filepath.Join(t.TempDir(), "overlay")

@@ -64,7 +64,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 // help CMD is CMD -h: the usage line, every flag spelled --flag as the
-// usage line and the README spell them, and the command's notes.
+// usage line and docs/commands.md spell them, and the command's notes.
 func TestHelpCommand(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands() {

@@ -8,16 +8,22 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
-// readmeCommands returns the README's Commands block as command name ->
-// synopsis, continuation lines joined and spaces collapsed.
-func readmeCommands(t *testing.T) map[string]string {
+// commandsPage is the page with the Commands block, which the README
+// links.
+const commandsPage = "../../docs/commands.md"
+
+// pageCommands returns the Commands block of docs/commands.md as command
+// name -> synopsis, continuation lines joined and spaces collapsed.
+func pageCommands(t *testing.T) map[string]string {
 	t.Helper()
-	data, err := os.ReadFile("../../README.md")
+	data, err := os.ReadFile(commandsPage)
 	require.NoError(t, err)
-	_, rest, ok := strings.Cut(string(data), "\n## Commands\n")
-	require.True(t, ok, "README has a Commands section")
+	_, rest, ok := strings.Cut(string(data), "# Commands\n")
+	require.True(t, ok, "%s has a Commands heading", commandsPage)
 	_, rest, ok = strings.Cut(rest, "```\n")
 	require.True(t, ok)
 	block, _, ok := strings.Cut(rest, "```\n")
@@ -44,12 +50,13 @@ func readmeCommands(t *testing.T) map[string]string {
 
 var flagName = regexp.MustCompile(`--[a-z][a-z-]*`)
 
-// The README's Commands block, each command's usage line and its flag set
-// say the same: the block is each usage line, and each usage line names
-// every flag the command has and no other, so none of them can drift.
-func TestReadmeCommandsMatchTheFlagSets(t *testing.T) {
+// The Commands block of docs/commands.md, each command's usage line and
+// its flag set say the same: the block is each usage line, and each usage
+// line names every flag the command has and no other, so none of them can
+// drift.
+func TestCommandsPageMatchesTheFlagSets(t *testing.T) {
 	t.Parallel()
-	readme := readmeCommands(t)
+	page := pageCommands(t)
 	var names []string
 	for _, c := range commands() {
 		names = append(names, c.name)
@@ -59,7 +66,7 @@ func TestReadmeCommandsMatchTheFlagSets(t *testing.T) {
 			usage, _, _ := strings.Cut(help, "\n")
 			synopsis, ok := strings.CutPrefix(usage, "Usage: nvml-mock-sysfs "+c.name+" ")
 			require.True(t, ok, usage)
-			require.Equal(t, synopsis, readme[c.name], "README's Commands block against %s -h", c.name)
+			require.Equal(t, synopsis, page[c.name], "%s's Commands block against %s -h", commandsPage, c.name)
 
 			var defined []string
 			for _, line := range strings.Split(help, "\n") {
@@ -74,7 +81,35 @@ func TestReadmeCommandsMatchTheFlagSets(t *testing.T) {
 			require.Equal(t, defined, named, "flags of %s against its usage line", c.name)
 		})
 	}
-	for name := range readme {
-		require.Contains(t, names, name, "the README lists a command that does not exist")
+	for name := range page {
+		require.Contains(t, names, name, "%s lists a command that does not exist", commandsPage)
+	}
+}
+
+// The README's quick start, as a newcomer types it.
+const (
+	readmeQuickStart = `make build && ./bin/nvml-mock-sysfs render --root "$PWD/_out" && ./bin/nvml-mock-sysfs compat --root "$PWD/_out"`
+	readmeMakeTest   = "make test"
+)
+
+// Every command the README shows is checked by a test: its shell blocks
+// are the quick start (its render and compat are TestRenderThenCompat; its
+// make targets are checked here) and the Kubernetes quick start (deploy's
+// TestReadmeKubernetesQuickStart, and the Kubernetes suite, which runs it
+// step for step).
+func TestReadmeShowsOnlyCheckedCommands(t *testing.T) {
+	t.Parallel()
+	blocks := overlaytest.ReadmeShell(t)
+	var sections []string
+	for s := range blocks {
+		sections = append(sections, s)
+	}
+	require.ElementsMatch(t, []string{"Quick start", "Kubernetes quick start"}, sections, "a README shell block that no test checks")
+	require.Equal(t, []string{readmeQuickStart, readmeMakeTest}, blocks["Quick start"])
+
+	makefile, err := os.ReadFile("../../Makefile")
+	require.NoError(t, err)
+	for _, target := range []string{"build", "test"} {
+		require.Regexp(t, `(?m)^`+target+`:`, string(makefile), "make %s", target)
 	}
 }

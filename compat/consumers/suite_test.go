@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == compatChild {
 		os.Exit(runCompat(os.Args[len(os.Args)-1]))
 	}
-	os.Exit(m.Run())
+	os.Exit(overlaytest.KeepHostRoot(m.Run))
 }
 
 // runCompat runs compat with the consumers' defaults (/sys) for the
@@ -160,6 +160,7 @@ func TestConsumers(t *testing.T) {
 	} else {
 		os.Stdout.Write(buf.Bytes())
 	}
+	s.syncDocs(t, buf.String())
 }
 
 // readNode learns the node's own devices and what nfd-worker and ghw say

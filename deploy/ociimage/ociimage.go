@@ -13,6 +13,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"cmp"
+	// go-digest hashes through crypto.SHA256, which is only available once
+	// crypto/sha256 is linked in; without this import every program but our
+	// test binaries (whose other imports pull it in) panics with "sha256 not
+	// available" at the first digest.
+	_ "crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"

@@ -160,3 +160,13 @@ func TestPodmanLoads(t *testing.T) {
 		_ = exec.Command("podman", "--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"), "--storage-driver", "vfs", "system", "reset", "--force").Run()
 	})
 }
+
+// A program that imports only ociimage writes an image. This test binary
+// cannot show it by calling Write: testify and the other test imports link
+// crypto/sha256 in, which hides a missing import of it in the package
+// (go-digest then panics "sha256 not available" in every other program).
+func TestWriteFromAProgramOfItsOwn(t *testing.T) {
+	bin := overlaytest.BuildStatic(t, "./deploy/ociimage/testdata/writeimage")
+	out, err := exec.Command(bin).CombinedOutput()
+	require.NoError(t, err, "a program that links only ociimage:\n%s", out)
+}

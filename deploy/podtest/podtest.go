@@ -21,6 +21,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// ConfigMapUpdateWait is how long a test on a real kubelet waits for a
+// changed ConfigMap to reach a pod's volume. The kubelet swaps it in after
+// its sync period (a minute, jittered) plus its ConfigMap cache's delay:
+// 44 to 90 s after the API update on the test node. Twice the longest seen
+// gives a loaded machine room.
+const ConfigMapUpdateWait = 3 * time.Minute
+
 // ConfigMap is a directory laid out as the kubelet lays out a ConfigMap
 // volume with one key: the data in a timestamped directory, ..data a
 // symlink to it, and the key a symlink through ..data. Swap updates it as

@@ -94,11 +94,13 @@ func testConsumers(t *testing.T, s *served) {
 		return labels
 	}
 	t.Run("GFD labels compute", func(t *testing.T) {
+		s.routes.expect(t, "NRI device-injector, GPU Feature Discovery", "`cdi-devices.noderesource.dev/container.<name>`", "`nvidia.com/gpu.mode=compute`")
 		labels := gfd(t, gfdContainer)
 		require.Equal(t, "compute", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
 		t.Logf("GFD: nvidia.com/gpu.mode=%s, nvidia.com/gpu.count=%s, nvidia.com/gpu.product=%s", labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"])
 	})
 	t.Run("GFD without the device labels unknown", func(t *testing.T) {
+		s.routes.expect(t, "NRI device-injector, GPU Feature Discovery", "nothing (a container the annotation does not name)", "`nvidia.com/gpu.mode=unknown`")
 		labels := gfd(t, gfdContainer+"-unannotated")
 		require.Equal(t, "unknown", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
 	})
@@ -120,6 +122,7 @@ func testConsumers(t *testing.T, s *served) {
 		return found
 	}
 	t.Run("DRA discovery finds pcieRoot", func(t *testing.T) {
+		s.routes.expect(t, "NRI device-injector, DRA driver's discovery", "`cdi-devices.noderesource.dev/container.<name>`", "each GPU's `resource.kubernetes.io/pcieRoot` is its root complex")
 		want, got := map[string]string{}, map[string]string{}
 		for _, d := range s.machine.Devices {
 			if d.Kind == profile.GPU {
@@ -135,6 +138,7 @@ func testConsumers(t *testing.T, s *served) {
 		require.Equal(t, want, got, "each GPU's pcieRoot is its root complex")
 	})
 	t.Run("DRA discovery without the device finds no pcieRoot", func(t *testing.T) {
+		s.routes.expect(t, "NRI device-injector, DRA driver's discovery", "nothing (a container the annotation does not name)", "no GPU has a pcieRoot")
 		found := dra(t, draContainer+"-unannotated")
 		require.Len(t, found, len(s.machine.Devices)-countSwitches(s.machine), "the mock NVML still lists every GPU")
 		for _, d := range found {

@@ -29,6 +29,7 @@ func testCRIContainer(t *testing.T, s *served) {
 		return res.Stdout + res.Stderr, res.ExitCode
 	}
 	t.Run("restricted", func(t *testing.T) {
+		s.routes.expect(t, "CRI container security", "the DaemonSet's securityContext", "no capabilities, no_new_privs, read-only root")
 		root := int64(0)
 		out, code := status(t, "restricted", runtime.Security{ReadOnlyRootfs: true, DropCapabilities: []string{"ALL"}, NoNewPrivs: true, RunAsUser: &root})
 		require.NotEqual(t, 0, code, out)
@@ -37,6 +38,7 @@ func testCRIContainer(t *testing.T, s *served) {
 		require.Contains(t, out, "Read-only file system")
 	})
 	t.Run("default", func(t *testing.T) {
+		s.routes.expect(t, "CRI container security", "no securityContext", "capabilities, a writable root (the control)")
 		out, code := status(t, "default", runtime.Security{})
 		require.Equal(t, 0, code, out)
 		require.NotContains(t, out, "CapEff:\t0000000000000000")
@@ -62,9 +64,11 @@ func testCRIContainer(t *testing.T, s *served) {
 		return c.Wait(t, 30*time.Second)
 	}
 	t.Run("stop: SIGTERM handled", func(t *testing.T) {
+		s.routes.expect(t, "CRI StopContainer", "a container that handles SIGTERM", "exit 0")
 		require.Equal(t, 0, stop(t, "term-exits", "exit 0"))
 	})
 	t.Run("stop: SIGTERM ignored, SIGKILL after the grace period", func(t *testing.T) {
+		s.routes.expect(t, "CRI StopContainer", "a container that ignores SIGTERM", "SIGKILL after the grace period, exit 137")
 		require.Equal(t, 137, stop(t, "term-ignored", ""))
 	})
 }

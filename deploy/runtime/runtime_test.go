@@ -54,6 +54,8 @@ type served struct {
 	// containerRoot is where the render puts the overlay in containers,
 	// when not the default.
 	containerRoot string
+	// routes are TestContainerd's rows for docs/runtime.md.
+	routes *routes
 }
 
 func (s *served) cli(t *testing.T, args ...string) string {
@@ -144,6 +146,8 @@ func (s *served) verifyIn(t *testing.T, pod runtime.Pod, c runtime.Container) (i
 func TestContainerd(t *testing.T) {
 	h := runtime.Start(t, runtime.Options{})
 	s := serve(t, h)
+	s.routes = &routes{}
+	t.Cleanup(func() { s.routes.writeDocs(t) })
 
 	t.Run("the settings are containerd's", func(t *testing.T) {
 		// A key containerd does not know is silently ignored: read them back.
@@ -159,11 +163,13 @@ func TestContainerd(t *testing.T) {
 	})
 
 	t.Run("ctr run --device", func(t *testing.T) {
+		s.routes.expect(t, "ctr run", "`--device mock.nvidia.com/pcisysfs=all`", "verify passes")
 		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--device", device}, verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json")
 		s.requireAllGreen(t, code, report(t, code, stdout, stderr))
 	})
 
 	t.Run("ctr run without the device", func(t *testing.T) {
+		s.routes.expect(t, "ctr run", "nothing", "verify fails: no links directory mounted")
 		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--mount", "type=bind,src=" + s.profile + ",dst=" + profileInImage + ",options=rbind:ro"},
 			verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json", "--profile", profileInImage)
 		require.Equal(t, 1, code)
@@ -173,18 +179,21 @@ func TestContainerd(t *testing.T) {
 	t.Run("CRI", func(t *testing.T) {
 		pod := h.RunPod(t, runtime.Pod{Name: "cri"})
 		t.Run("CDI_devices", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "`CDI_devices` (a device plugin's or DRA driver's answer)", "verify passes")
 			c := s.verifyContainer("cdi-devices")
 			c.CDIDevices = []string{device}
 			res := pod.Run(t, c)
 			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 		})
 		t.Run("cdi.k8s.io annotation", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "a `cdi.k8s.io/` annotation", "verify passes")
 			c := s.verifyContainer("cdi-annotation")
 			c.Annotations = map[string]string{"cdi.k8s.io/nvml-mock-sysfs": device}
 			res := pod.Run(t, c)
 			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 		})
 		t.Run("plain container fails", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "nothing", "verify fails: no links directory, no overlay, no pcieRoot")
 			c := s.verifyContainer("plain")
 			c.Args = append(c.Args, "--profile", profileInImage)
 			res := pod.Run(t, c)
@@ -201,6 +210,7 @@ func TestContainerd(t *testing.T) {
 	})
 
 	t.Run("CRI merged spec", func(t *testing.T) {
+		s.routes.expect(t, "CRI, nvml-mock's spec merged", "`CDI_devices` `nvidia.com/gpu=all`", "verify fails before `cdi --merge-into` (a whole /sys/devices mounted), passes after")
 		testMergedSpec(t, s)
 	})
 
@@ -256,12 +266,14 @@ func testNRI(t *testing.T, s *served) {
 	t.Run("device-injector", func(t *testing.T) {
 		s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
 		t.Run("CDI annotation", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-cdi", Annotations: map[string]string{
 				"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
 			}}, s.verifyContainer("gpu-feature-discovery"))
 			s.requireAllGreen(t, code, r)
 		})
 		t.Run("mounts annotation", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "`mounts.noderesource.dev/container.<name>` (`mounts --format json`)", "verify passes")
 			mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-mounts", Annotations: map[string]string{
 				"mounts.noderesource.dev/container.nfd-worker": mounts,
@@ -269,6 +281,7 @@ func testNRI(t *testing.T, s *served) {
 			s.requireAllGreen(t, code, r)
 		})
 		t.Run("no annotation fails", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "nothing", "verify fails: no links directory mounted")
 			c := s.verifyContainer("unannotated")
 			c.Args = append(c.Args, "--profile", profileInImage)
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-none"}, c)
@@ -302,6 +315,7 @@ func testNRI(t *testing.T, s *served) {
 			return c
 		}
 		t.Run("annotated pod", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify passes, NVML's GPUs = sysfs's")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
 				"nvml-mock.nvidia.com/devices": "true",
 			}}, pairedVerify())
@@ -309,6 +323,7 @@ func testNRI(t *testing.T, s *served) {
 		})
 		// Negative control: the plugin's defaults, a pod that leaves them.
 		t.Run("its defaults are a second PCI mock", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify fails: libpcimocksys preloaded")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-defaults", Annotations: map[string]string{
 				"nvml-mock.nvidia.com/devices": "true",
 			}}, s.verifyContainer("verify"))
@@ -318,6 +333,7 @@ func testNRI(t *testing.T, s *served) {
 		// Without the annotation it still mounts the overlay, but not the
 		// links directory: consumers see the node's own PCI devices.
 		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "nothing", "verify fails: the overlay without the links directory")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nvml-mock-plain"}, pairedVerify())
 			require.Equal(t, 1, code)
 			failed := r.FailedChecks()
@@ -329,6 +345,7 @@ func testNRI(t *testing.T, s *served) {
 		// --ld-preload-shims means its defaults). Our overlay has no shims
 		// (the loader warns and goes on) and static programs ignore both.
 		t.Run("its environment", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "nothing (any pod)", "`LD_PRELOAD` of its shims and `MOCK_PCI_ROOT` set")
 			res := s.h.RunPod(t, runtime.Pod{Name: "nvml-mock-env"}).Run(t, runtime.Container{
 				Name: "env", Image: consumerImage, Command: []string{"/usr/bin/env"},
 				Mounts: []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},

@@ -64,9 +64,8 @@ type Served struct {
 	// LinksAt lists where the links directory appears; empty means the
 	// kernel's own /sys/bus/pci/devices. A target under a directory that
 	// does not exist (node-feature-discovery's /host-sys) gets a tmpfs on
-	// its top-level directory; that top-level directory is created on the
-	// host if missing and left there empty, since removing it would detach
-	// the mounts of any other namespace using it.
+	// its top-level directory; a top-level directory the host lacks exists
+	// only in the namespace's private root (see Script), never on the host.
 	LinksAt []string
 	// NoLinks mounts the overlay but not the links directory: a container
 	// that got the overlay without the device.
@@ -75,7 +74,9 @@ type Served struct {
 	// for a private daemon's sockets and state.
 	Tmpfs []string
 	// Binds are read-only bind mounts made after the tmpfs mounts, so a
-	// target may lie in one: a CDI spec directory at /run/cdi.
+	// target may lie in one: a CDI spec directory at /run/cdi. A missing
+	// target must lie in one of Tmpfs or in a top-level directory the host
+	// lacks, or its mkdir would write to the host.
 	Binds []Bind
 	// HostSysAt lists where the node's own /sys also appears, read-only,
 	// under the links directory when LinksAt names a path below it: as
@@ -103,10 +104,23 @@ func (s Served) containerRoot() string {
 // shellQuote quotes for sh: Go's %q is not shell quoting.
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
-// Script is the shell that sets the mounts up inside the namespace. A
-// tmpfs over the container root's parent keeps the host's own directory
-// untouched.
+// Script is the shell that sets the mounts up inside the namespace and then
+// runs its arguments. A tmpfs over the container root's parent keeps the
+// host's own directory untouched. Nothing is created on the host: where a
+// mount's top-level directory is missing there (node-feature-discovery's
+// /host-sys), the mounts are made in a private root instead (privateRoot).
 func (s Served) Script() string {
+	mounts := s.mounts()
+	tops := s.missingTops()
+	if len(tops) == 0 {
+		return mounts + `exec "$@"` + "\n"
+	}
+	return s.privateRoot(tops, mounts+`exec "$@"`+"\n")
+}
+
+// mounts is the shell that makes the mounts, in a root where every
+// mountpoint's top-level directory exists.
+func (s Served) mounts() string {
 	q := shellQuote
 	lines := []string{"set -eu"}
 	// bindRO is a read-only bind mount, as runc makes a CDI "ro" mount.
@@ -121,7 +135,6 @@ func (s Served) Script() string {
 		bindRO(b.Source, b.Target)
 	}
 	for _, dir := range s.HostSysAt {
-		// Created on the host and left there empty, like LinksAt's tops.
 		lines = append(lines, "mkdir -p "+q(dir))
 		bindRO("/sys", dir)
 	}
@@ -134,14 +147,10 @@ func (s Served) Script() string {
 	if s.NoLinks {
 		return strings.Join(lines, "\n") + "\n"
 	}
-	targets := s.LinksAt
-	if len(targets) == 0 {
-		targets = []string{"/" + plan.LinksDir}
-	}
 	tmpfsOn := map[string]bool{}
-	for _, target := range targets {
+	for _, target := range s.linksTargets() {
 		if _, err := os.Stat(target); err != nil && !s.underHostSys(target) {
-			top := "/" + strings.SplitN(strings.TrimPrefix(target, "/"), "/", 2)[0]
+			top := topDir(target)
 			if !tmpfsOn[top] {
 				lines = append(lines, "mkdir -p "+q(top), "mount -t tmpfs -o mode=0755 tmpfs "+q(top))
 				tmpfsOn[top] = true
@@ -150,6 +159,82 @@ func (s Served) Script() string {
 		}
 		bindRO(filepath.Join(s.Root, plan.LinksDir), target)
 	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+// linksTargets is LinksAt or its default.
+func (s Served) linksTargets() []string {
+	if len(s.LinksAt) == 0 {
+		return []string{"/" + plan.LinksDir}
+	}
+	return s.LinksAt
+}
+
+// topDir is the top-level directory of an absolute path: /host-sys for
+// /host-sys/bus/pci/devices.
+func topDir(path string) string {
+	return "/" + strings.SplitN(strings.TrimPrefix(path, "/"), "/", 2)[0]
+}
+
+// missingTops lists the top-level directories that a mountpoint lies in
+// and that the host's root lacks, sorted. A mkdir of one would create it
+// on the host's disk, private mount namespace or not. Paths whose top
+// exists are made inside a tmpfs mounted there (LinksAt) or must lie in
+// one of Tmpfs (Binds).
+func (s Served) missingTops() []string {
+	paths := append(append([]string{}, s.Tmpfs...), s.HostSysAt...)
+	for _, b := range s.Binds {
+		paths = append(paths, b.Target)
+	}
+	if s.Root != "" && !s.NoLinks {
+		paths = append(paths, s.linksTargets()...)
+	}
+	var tops []string
+	for _, p := range paths {
+		top := topDir(p)
+		if _, err := os.Lstat(top); err != nil && !slices.Contains(tops, top) {
+			tops = append(tops, top)
+		}
+	}
+	slices.Sort(tops)
+	return tops
+}
+
+// privateRoot is the shell that builds a root of its own and runs script
+// chrooted there, in the directory it was started in: a tmpfs holding
+// every entry of the host's root (directories bound recursively, so /proc,
+// /dev and /sys keep their mounts; files bound; symbolic links copied)
+// plus the missing top-level directories tops, empty. The tmpfs is mounted
+// on the container root's parent, which the overlay's own tmpfs hides
+// anyway; the host's directory there, reached through the shell's working
+// directory once the tmpfs covers its path, is bound back in (without the
+// mounts below it). A tmpfs over / itself would hide the node.
+func (s Served) privateRoot(tops []string, script string) string {
+	q := shellQuote
+	at := filepath.Dir(s.containerRoot())
+	lines := []string{
+		"set -eu",
+		`wd=$(pwd)`,
+		"cd " + q(at),
+		"mount -t tmpfs -o mode=0755 tmpfs " + q(at),
+		`for e in /* /.[!.]*; do`,
+		`	[ -e "$e" ] || [ -L "$e" ] || continue`,
+		`	[ "$e" != ` + q(at) + ` ] || continue`,
+		`	if [ -L "$e" ]; then ln -s "$(readlink "$e")" ` + q(at) + `"$e"`,
+		`	elif [ -d "$e" ]; then mkdir ` + q(at) + `"$e"; mount --rbind "$e" ` + q(at) + `"$e"`,
+		`	else : >` + q(at) + `"$e"; mount --bind "$e" ` + q(at) + `"$e"; fi`,
+		`done`,
+		"mkdir " + q(at+at),
+		// The working directory is the host's directory at the tmpfs's
+		// path: --no-canonicalize keeps mount from resolving "." to the
+		// path, which now names the tmpfs.
+		"mount --no-canonicalize --bind . " + q(at+at),
+	}
+	for _, top := range tops {
+		lines = append(lines, "mkdir "+q(at+top))
+	}
+	lines = append(lines, "cd /",
+		`exec chroot `+q(at)+` sh -c `+q(`cd "$1"; shift`+"\n"+script)+` sh "$wd" "$@"`)
 	return strings.Join(lines, "\n") + "\n"
 }
 
@@ -166,7 +251,7 @@ func (s Served) underHostSys(path string) bool {
 // (a daemon) is killed by its PID like any other child.
 func (s Served) Command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private",
-		"sh", "-c", s.Script() + `exec "$@"`, "sh", name}, args...)...)
+		"sh", "-c", s.Script(), "sh", name}, args...)...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	return cmd
 }

@@ -41,7 +41,14 @@ const testGCPercent = 400
 // leaves it alone. What the tests check does not depend on the filesystem:
 // the writer's renames and syncfs behave the same on both, and no test
 // loses power. DiskTempDir is for paths that may not lie under /dev.
+// Main also fails the run when the tests left anything in the host's root
+// directory (KeepHostRoot).
 func Main(m *testing.M) int {
+	return KeepHostRoot(func() int { return runInMemory(m) })
+}
+
+// runInMemory is Main without the check of the host's root.
+func runInMemory(m *testing.M) int {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(testGCPercent)
 	}

@@ -1,0 +1,81 @@
+package docmatrix
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const committed = `| profile | served | GFD | ghw |
+|---|---|---|---|
+| t4 | tree | ✓ compute, count 4 | ✓ GPUs 4/4, node's 0/6 |
+| t4 | no tree | ✓ unknown | – |
+`
+
+func page(t *testing.T, table string) Page {
+	path := filepath.Join(t.TempDir(), "consumers.md")
+	text := "# Consumers\n\nProse.\n\n" + beginMarker + "test -->\n" + table + endMarker + "\n\nMore prose.\n"
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	return Page{Path: path, Suite: "test", Keys: 2}
+}
+
+func TestDiff(t *testing.T) {
+	p := Page{Keys: 2}
+	want := TableRows(committed)
+	for name, tc := range map[string]struct {
+		run  string
+		diff []string
+	}{
+		"the same":                {run: committed},
+		"other texts, other host": {run: strings.ReplaceAll(committed, "node's 0/6", "node's 0/9")},
+		"a verdict turned": {run: strings.Replace(committed, "✓ unknown", "✗ compute", 1),
+			diff: []string{`row t4 | no tree: page "t4 | no tree | ✓ | –", run "t4 | no tree | ✗ | –"`}},
+		"a row lost": {run: strings.Split(committed, "| t4 | no tree")[0],
+			diff: []string{"row the run lacks: t4 | no tree"}},
+		"a row added": {run: committed + "| a100 | tree | ✓ compute | ✓ |\n",
+			diff: []string{"row the page lacks: | a100 | tree | ✓ compute | ✓ |"}},
+		"a column added": {run: strings.Replace(committed, "| ghw |", "| ghw | NFD |", 1),
+			diff: []string{`header: page "| profile | served | GFD | ghw |", run "| profile | served | GFD | ghw | NFD |"`}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			require.Equal(t, tc.diff, p.Diff(want, TableRows(tc.run)))
+		})
+	}
+}
+
+func TestSync(t *testing.T) {
+	p := page(t, committed)
+	p.Sync(t, "\n"+strings.ReplaceAll(committed, "4/4", "4 of 4")+"\n14 profiles, 221 program runs in 1m32s\n", "bin/consumer-matrix.md")
+
+	// A drifted page fails the run (negative control).
+	drifted := page(t, strings.Replace(committed, "✓ unknown", "✗ unknown", 1))
+	var ft failRecorder
+	drifted.Sync(&ft, committed, "bin/consumer-matrix.md")
+	require.True(t, ft.failed)
+	require.Contains(t, ft.msg, "make docs")
+	require.Contains(t, ft.msg, "bin/consumer-matrix.md")
+
+	// UpdateEnv rewrites the table between the markers and keeps the prose.
+	t.Setenv(UpdateEnv, "1")
+	drifted.Sync(t, committed+"\ntrailer\n", "")
+	b, err := os.ReadFile(drifted.Path)
+	require.NoError(t, err)
+	require.Equal(t, "# Consumers\n\nProse.\n\n"+beginMarker+"test -->\n"+committed+endMarker+"\n\nMore prose.\n", string(b))
+}
+
+// failRecorder is a testing.TB that records a failure instead of failing.
+type failRecorder struct {
+	testing.TB
+	failed bool
+	msg    string
+}
+
+func (f *failRecorder) Helper() {}
+func (f *failRecorder) Errorf(format string, args ...any) {
+	f.failed = true
+	f.msg = strings.TrimSpace(strings.Join([]string{f.msg, fmt.Sprintf(format, args...)}, "\n"))
+}
