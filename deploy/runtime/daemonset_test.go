@@ -34,55 +34,6 @@ const (
 	readerProgram = "./deploy/runtime/testdata/reader"
 )
 
-// dockerfile is the DaemonSet image's recipe.
-const dockerfile = "../kubernetes/Dockerfile"
-
-// binaryImage is the image deploy/kubernetes/Dockerfile builds, named
-// name, with bin as the binary it copies: the Dockerfile is read, so the
-// recipe has one home. It may hold only FROM scratch, one COPY of the
-// binary and an exec-form ENTRYPOINT (TestDockerfileIsScratch pins that).
-func binaryImage(t *testing.T, name, bin string) ociimage.Image {
-	t.Helper()
-	b, err := os.ReadFile(dockerfile)
-	require.NoError(t, err)
-	img := ociimage.Image{Name: name}
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		instruction, rest, _ := strings.Cut(line, " ")
-		switch instruction {
-		case "FROM":
-			require.Equal(t, "scratch", rest, "%s: %s", dockerfile, line)
-		case "COPY":
-			src, dst, ok := strings.Cut(rest, " ")
-			require.True(t, ok && src == "bin/nvml-mock-sysfs", "%s: %s: want COPY bin/nvml-mock-sysfs DEST", dockerfile, line)
-			img.Files = append(img.Files, ociimage.File{Path: dst, Source: bin, Mode: 0o755})
-		case "ENTRYPOINT":
-			require.NoError(t, json.Unmarshal([]byte(rest), &img.Entrypoint), "%s: %s", dockerfile, line)
-		default:
-			t.Fatalf("%s: %s: only FROM, COPY and ENTRYPOINT are built here", dockerfile, line)
-		}
-	}
-	require.Len(t, img.Files, 1, dockerfile)
-	return img
-}
-
-// normalizedImage is the reference a kubelet asks containerd for when a
-// pod names image: a name without a registry is docker.io's, and one
-// without a path is library/'s.
-func normalizedImage(image string) string {
-	first, _, hasSlash := strings.Cut(image, "/")
-	switch {
-	case !hasSlash:
-		return "docker.io/library/" + image
-	case !strings.ContainsAny(first, ".:") && first != "localhost":
-		return "docker.io/" + image
-	}
-	return image
-}
-
 // kubeletContainer is the DaemonSet pod's only container, in the CRI
 // config a kubelet makes of it, with its probes' URLs.
 type kubeletContainer struct {
@@ -203,8 +154,8 @@ func TestDaemonSetPod(t *testing.T) {
 	}
 
 	bin := overlaytest.BuildBinary(t)
-	h.Import(t, binaryImage(t, normalizedImage(spec.Containers[0].Image), bin), runtime.CRINamespace)
-	h.Import(t, binaryImage(t, verifyImage, bin), runtime.CRINamespace)
+	h.Import(t, runtime.BinaryImage(t, runtime.NormalizedImage(spec.Containers[0].Image), bin), runtime.CRINamespace)
+	h.Import(t, runtime.BinaryImage(t, verifyImage, bin), runtime.CRINamespace)
 	h.Import(t, ociimage.Image{
 		Name:       readerImage,
 		Files:      []ociimage.File{{Path: "/reader", Source: overlaytest.BuildStatic(t, readerProgram), Mode: 0o755}},
