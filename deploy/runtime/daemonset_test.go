@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -29,9 +27,6 @@ import (
 const (
 	// manifestDir holds the shipped manifests.
 	manifestDir = "../kubernetes"
-	// readerImage holds the reader program alone.
-	readerImage   = "localhost/nvml-mock-sysfs/reader:test"
-	readerProgram = "./deploy/runtime/testdata/reader"
 )
 
 // kubeletContainer is the DaemonSet pod's only container, in the CRI
@@ -122,12 +117,6 @@ func translate(t *testing.T, spec corev1.PodSpec, nodeDirs, configMaps map[strin
 	return k
 }
 
-// readerTotals is the reader program's report.
-type readerTotals struct {
-	linkscan.Totals
-	Views []int `json:"views"`
-}
-
 // TestDaemonSetPod runs the DaemonSet's own pod, decoded strictly from the
 // shipped manifest, through containerd's CRI as a kubelet runs it: the
 // scratch image of the Dockerfile's recipe, the example ConfigMap in the
@@ -156,11 +145,7 @@ func TestDaemonSetPod(t *testing.T) {
 	bin := overlaytest.BuildBinary(t)
 	h.Import(t, runtime.BinaryImage(t, runtime.NormalizedImage(spec.Containers[0].Image), bin), runtime.CRINamespace)
 	h.Import(t, runtime.BinaryImage(t, verifyImage, bin), runtime.CRINamespace)
-	h.Import(t, ociimage.Image{
-		Name:       readerImage,
-		Files:      []ociimage.File{{Path: "/reader", Source: overlaytest.BuildStatic(t, readerProgram), Mode: 0o755}},
-		Entrypoint: []string{"/reader"},
-	}, runtime.CRINamespace)
+	h.Import(t, runtime.ReaderBaseImage(t), runtime.CRINamespace)
 
 	dir := t.TempDir()
 	overlay := filepath.Join(dir, "overlay")
@@ -231,12 +216,12 @@ func TestDaemonSetPod(t *testing.T) {
 	require.NoError(t, err)
 	t4Machine := machine(t, "t4-vm", t4Text)
 	var swapIn time.Duration
-	var totals readerTotals
+	var totals runtime.ReaderTotals
 	before := len(linkscan.Links(links).Entries)
 
 	t.Run("a ConfigMap swap re-renders under a served reader", func(t *testing.T) {
 		reader := h.RunPod(t, runtime.Pod{Name: "daemonset-reader"}).Start(t, runtime.Container{
-			Name: "reader", Image: readerImage, CDIDevices: []string{device},
+			Name: "reader", Image: runtime.ReaderImage, CDIDevices: []string{device},
 		})
 		require.Eventually(t, func() bool { out, _ := reader.Logs(t); return strings.Contains(out, "reading") }, 30*time.Second, 50*time.Millisecond)
 		time.Sleep(time.Second) // scans of the first tree
@@ -255,8 +240,8 @@ func TestDaemonSetPod(t *testing.T) {
 		reader.Stop(t, k.grace)
 		require.Equal(t, 0, reader.Wait(t, 30*time.Second))
 		out, _ := reader.Logs(t)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &totals), out)
+		totals, err = runtime.ParseReaderTotals(out)
+		require.NoError(t, err)
 		reader.Remove(t)
 		after := len(linkscan.Links(links).Entries)
 		require.NotEqual(t, before, after)

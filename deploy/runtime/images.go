@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 )
 
 // pauseProgram is the sandbox's program, built static from the
@@ -116,4 +118,40 @@ func NormalizedImage(image string) string {
 		return "docker.io/" + image
 	}
 	return image
+}
+
+// ReaderImage holds deploy/runtime/testdata/reader alone: a served
+// container that scans /sys/bus/pci/devices in a loop while the tree is
+// re-rendered, and prints ReaderTotals when stopped (SIGTERM).
+const ReaderImage = "localhost/nvml-mock-sysfs/reader:test"
+
+// readerProgram is the reader's package, below the repository.
+const readerProgram = "./deploy/runtime/testdata/reader"
+
+// ReaderBaseImage is the reader's image.
+func ReaderBaseImage(t testing.TB) ociimage.Image {
+	t.Helper()
+	return ociimage.Image{
+		Name:       ReaderImage,
+		Files:      []ociimage.File{{Path: "/reader", Source: overlaytest.BuildStatic(t, readerProgram), Mode: 0o755}},
+		Entrypoint: []string{"/reader"},
+	}
+}
+
+// ReaderTotals is the reader's report: its totals over every scan, and
+// the entry counts of each distinct whole tree it saw, in order.
+type ReaderTotals struct {
+	linkscan.Totals
+	Views []int `json:"views"`
+}
+
+// ParseReaderTotals reads the report, the last line of the reader's
+// output.
+func ParseReaderTotals(out string) (ReaderTotals, error) {
+	var totals ReaderTotals
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &totals); err != nil {
+		return totals, fmt.Errorf("the reader's report: %w in %q", err, out)
+	}
+	return totals, nil
 }
