@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/docmatrix"
 )
 
@@ -20,8 +21,8 @@ func consumersPage() docmatrix.Page {
 func (s *suite) syncDocs(t *testing.T, table string) {
 	t.Helper()
 	switch {
-	case s.sabotage != "", os.Getenv(extraProfilesEnv) != "":
-		t.Logf("this run's matrix is not the committed one (%s or %s set): docs/consumers.md not compared", sabotageEnv, extraProfilesEnv)
+	case s.sabotage != "", os.Getenv(consumers.ExtraProfilesEnv) != "":
+		t.Logf("this run's matrix is not the committed one (%s or %s set): docs/consumers.md not compared", sabotageEnv, consumers.ExtraProfilesEnv)
 	case t.Failed():
 	default:
 		consumersPage().Sync(t, table, os.Getenv("NVML_MOCK_SYSFS_MATRIX"))
