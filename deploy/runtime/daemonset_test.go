@@ -185,7 +185,7 @@ func TestDaemonSetPod(t *testing.T) {
 	}
 	links := os.DirFS(filepath.Join(overlay, plan.LinksDir))
 	s := &served{h: h, bin: bin, root: overlay, spec: specFile, profile: vol.File(), machine: machine(t, key, []byte(text)),
-		containerRoot: flagValue(spec.Containers[0].Args, "--container-root")}
+		containerRoot: podtest.FlagValue(spec.Containers[0].Args, "--container-root")}
 
 	t.Run("the tree and the spec appear, and serve a CDI pod", func(t *testing.T) {
 		_, err := writer.ReadMarker(os.DirFS(overlay))
@@ -305,14 +305,4 @@ func TestDaemonSetPod(t *testing.T) {
 			readyIn.Round(time.Millisecond), swapIn.Round(time.Millisecond), totals.Scans, totals.Entries, totals.Files, totals.Torn, totals.Vanished, totals.Views,
 			notReadyIn.Round(time.Millisecond), readyAgainIn.Round(time.Millisecond), k.grace, code, stopIn.Round(time.Millisecond))
 	})
-}
-
-// flagValue is the value of a --name=value argument, or "".
-func flagValue(args []string, name string) string {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
