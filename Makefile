@@ -5,7 +5,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One static binary: containers run it from the overlay, whatever their libc.
 export CGO_ENABLED := 0
 
-.PHONY: all build deps test vet lint bench fuzz fuzz-run clean consumers e2e
+.PHONY: all build deps test vet lint bench fuzz fuzz-run clean consumers e2e e2e-k8s
 
 all: build
 
@@ -28,15 +28,16 @@ lint: vet
 # The tests run under gotestsum, whose summary lists every skipped test with
 # its reason and ends with its DONE line; .ci/testsummary.go then prints the
 # closing line: passed, failed, skipped, and the skipped tests' names. The
-# consumer matrix (e2e, which runs compat/consumers itself) and the fuzz
-# targets run first, so that this line is the last one; it counts the
-# tests of every other package.
+# consumer matrix (e2e, which runs compat/consumers itself), the
+# Kubernetes suites (e2e-k8s, deploy/cluster/...) and the fuzz targets run
+# first, so that this line is the last one; it counts the tests of every
+# other package.
 GOTESTSUM := gotest.tools/gotestsum@v1.13.0
 TESTJSON  := bin/test-events.json
 
-test: deps build lint e2e fuzz-run
+test: deps build lint e2e e2e-k8s fuzz-run
 	$(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) \
-		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/compat/consumers$$')
+		--post-run-command "$(GO) run .ci/testsummary.go" -- -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/compat/consumers$$' -e '/deploy/cluster')
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
@@ -83,6 +84,21 @@ e2e: consumers
 docs: consumers
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(MAKE) --no-print-directory e2e
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(GO) test -count=1 -timeout 20m -run '^TestContainerd$$' ./deploy/runtime/
+
+# The NVIDIA DRA driver's kubelet plugin on a real single-node Kubernetes
+# (deploy/cluster: etcd, the control plane, containerd and a kubelet in
+# private namespaces, as root), for every profile of the consumer matrix's
+# set: its ResourceSlices' pcieRoot per GPU, claims aligned on a PCIe root
+# by kube-scheduler, and a pod that runs verify with its claim. The
+# matrix goes to K8S_MATRIX and is printed; the API objects judged go to
+# bin/k8s/<profile>/. One package at a time: each starts its own node.
+# E2E_SABOTAGE=escaped or no-tree and E2E_PROFILES work as for e2e.
+K8S_OBJECTS := bin/k8s
+K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md
+e2e-k8s: consumers
+	@mkdir -p $(K8S_OBJECTS); rm -f $(K8S_MATRIX)
+	@NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) NVML_MOCK_SYSFS_K8S_OBJECTS=$(CURDIR)/$(K8S_OBJECTS) $(GO) test -p 1 -v -count=1 -timeout 60m ./deploy/cluster/...; \
+		status=$$?; [ ! -f $(K8S_MATRIX) ] || cat $(K8S_MATRIX); exit $$status
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...

@@ -56,7 +56,7 @@ func TestBARMemory(t *testing.T) {
 			require.NoError(t, err)
 			lines := strings.Split(string(data), "\n")
 			bar := 1
-			if boards.BARLayoutOf(gpu.DeviceID) == boards.Hopper {
+			if boards.BARLayoutOf(gpu.Name, gpu.DeviceID) == boards.Hopper {
 				bar = 2
 			}
 			f := strings.Fields(lines[bar])

@@ -36,6 +36,7 @@ const (
 	NVSwitches      = "nvpci.GetNVSwitches"
 	BARMemory       = "nvpci.GetTotalAddressableMemory"
 	GPUMode         = "gfd gpu.mode"
+	GPUDriver       = "nvpci Driver, IommuGroup"
 	Warnings        = "nvpci warnings"
 	ReferencePlain  = "reference: plain escaped link"
 	ReferenceAnchor = "reference: anchored link"
@@ -282,6 +283,43 @@ func (c *checker) gpuByBusID(lib nvpci.Interface, d profile.Device) {
 	}
 	c.barMemory(g, d)
 	c.gpuMode(g, d)
+	c.gpuDriver(g, d)
+}
+
+// gpuDriver checks the driver go-nvlib reads through the GPU's driver
+// link, as GFD's vfio strategy and kubevirt-gpu-device-plugin select on
+// it, and the IOMMU group: one the GPU holds alone among the functions
+// go-nvlib finds, as on a passthrough node with ACS. A vfio-pci GPU also
+// has its iommufd device (vfio-dev/vfioN); an nvidia one has none.
+func (c *checker) gpuDriver(g *nvpci.NvidiaPCIDevice, d profile.Device) {
+	bdf := d.Address.String()
+	var p []string
+	if g.Driver != d.Driver {
+		p = append(p, fmt.Sprintf("driver %q, want %q", g.Driver, d.Driver))
+	}
+	if g.IommuGroup < 0 {
+		p = append(p, "no IOMMU group")
+	}
+	for _, o := range c.bus.devs {
+		if o.Address != g.Address && o.IommuGroup == g.IommuGroup {
+			p = append(p, fmt.Sprintf("IOMMU group %d shared with %s", g.IommuGroup, o.Address))
+		}
+	}
+	switch {
+	case d.Driver == profile.DriverVFIO && !strings.HasPrefix(g.IommuFD, "vfio"):
+		p = append(p, fmt.Sprintf("iommufd device %q, want vfio-dev/vfioN", g.IommuFD))
+	case d.Driver != profile.DriverVFIO && g.IommuFD != "":
+		p = append(p, fmt.Sprintf("iommufd device %q on a GPU not bound to vfio-pci", g.IommuFD))
+	}
+	if len(p) > 0 {
+		c.add(GPUDriver, bdf, false, "%s", strings.Join(p, ", "))
+		return
+	}
+	fd := ""
+	if g.IommuFD != "" {
+		fd = ", iommufd " + g.IommuFD
+	}
+	c.add(GPUDriver, bdf, true, "%s, IOMMU group %d alone%s", g.Driver, g.IommuGroup, fd)
 }
 
 // warnings reports what go-nvlib logged. A real GPU node bound to nvidia
@@ -314,7 +352,7 @@ func (c *checker) warnings(w *warnings) {
 func (c *checker) barMemory(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 	bdf := d.Address.String()
 	got32, got64 := g.Resources.GetTotalAddressableMemory(false)
-	want32, want64 := boards.BARTotals(d.DeviceID, d.BAR1Bytes)
+	want32, want64 := boards.BARTotals(d.Name, d.DeviceID, d.BAR1Bytes)
 	if got32 != want32 || got64 != want64 {
 		c.add(BARMemory, bdf, false, "32-bit %d, 64-bit %d; want %d and %d (BAR1 %d)", got32, got64, want32, want64, d.BAR1Bytes)
 		return

@@ -99,7 +99,7 @@ func rowCounts(r *compat.Report) map[string]int {
 }
 
 func TestHostSideEveryProfile(t *testing.T) {
-	profiles := append(builtin.Names(), "../testdata/profiles/domains.yaml", "../testdata/profiles/tight.yaml", "../testdata/profiles/no-topology.yaml", "../testdata/profiles/nvl72.yaml")
+	profiles := append(builtin.Names(), overlaytest.RepoProfiles(t)...)
 	for _, prof := range profiles {
 		t.Run(filepath.Base(prof), func(t *testing.T) {
 			t.Parallel()

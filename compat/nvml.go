@@ -40,11 +40,19 @@ func NVMLCheck(nvmlProfile, sysfs string) Result {
 	if err != nil {
 		return detail("go-nvlib at %s: %v", sysfs, err)
 	}
+	// A real node's NVML lists no GPU bound to vfio-pci (no nvidia driver
+	// holds it): NVML's GPUs must be the sysfs's other GPUs, and one that
+	// NVML reports on a vfio-pci GPU is a problem of its own.
 	var shown []profile.Identity
+	vfio := map[pciaddr.Address]bool{}
 	for _, d := range devs {
 		a, err := pciaddr.Parse(d.Address)
 		if err != nil {
 			return detail("go-nvlib at %s: GPU %q: %v", sysfs, d.Address, err)
+		}
+		if d.Driver == profile.DriverVFIO {
+			vfio[a] = true
+			continue
 		}
 		shown = append(shown, profile.Identity{
 			Address:     a,
@@ -52,7 +60,17 @@ func NVMLCheck(nvmlProfile, sysfs string) Result {
 			SubsystemID: uint32(*profile.Pack(d.SubsystemVendor, d.SubsystemDevice)),
 		})
 	}
-	if problems := profile.MatchIdentities(profile.Identities(gpus), "sysfs", shown); len(problems) > 0 {
+	var problems []string
+	var listed []profile.Identity
+	for _, id := range profile.Identities(gpus) {
+		if vfio[id.Address] {
+			problems = append(problems, fmt.Sprintf("NVML reports %s, which sysfs binds to %s: a real node's NVML lists no GPU bound for passthrough; serve nvml-mock a profile without it (or no nvml-mock NVML where every GPU is on %s)", id, profile.DriverVFIO, profile.DriverVFIO))
+			continue
+		}
+		listed = append(listed, id)
+	}
+	problems = append(problems, profile.MatchIdentities(listed, "sysfs", shown)...)
+	if len(problems) > 0 {
 		return detail("%s", strings.Join(problems, "; "))
 	}
 	r.OK = true
@@ -60,5 +78,9 @@ func NVMLCheck(nvmlProfile, sysfs string) Result {
 	for _, g := range gpus {
 		busIDs = append(busIDs, g.BusID)
 	}
-	return detail("the %d GPUs NVML reports (%s), with their device and subsystem ids, are the sysfs's GPUs, and no others", len(gpus), strings.Join(busIDs, " "))
+	passthrough := ""
+	if len(vfio) > 0 {
+		passthrough = fmt.Sprintf(" (besides %d bound to %s, which NVML does not list)", len(vfio), profile.DriverVFIO)
+	}
+	return detail("the %d GPUs NVML reports (%s), with their device and subsystem ids, are the sysfs's GPUs%s, and no others", len(gpus), strings.Join(busIDs, " "), passthrough)
 }

@@ -50,24 +50,25 @@ func CheckKind(kind string) error {
 	return nil
 }
 
-// NewSpec builds the standalone spec: device all with the mounts, or, when
-// mounts is empty (--fail-open on an unrendered root), with none. Its
-// cdiVersion is the lowest its content needs, so older runtimes take it:
-// podman 4.3 reads at most 0.5.0.
-func NewSpec(kind string, mounts []Mount) (*specs.Spec, error) {
+// NewSpec builds the standalone spec: device all with the mounts and the
+// variables of Env, or, when mounts is empty (--fail-open on an unrendered
+// root), with neither. Its cdiVersion is the lowest its content needs, so
+// older runtimes take it: podman 4.3 reads at most 0.5.0, and variables
+// need nothing newer than mounts do.
+func NewSpec(kind string, mounts []Mount, env []string) (*specs.Spec, error) {
 	if err := CheckKind(kind); err != nil {
 		return nil, err
 	}
 	state := stateMounted
 	if len(mounts) == 0 {
-		state = stateUnrendered
+		state, env = stateUnrendered, nil
 	}
 	s := &specs.Spec{
 		Kind: kind,
 		Devices: []specs.Device{{
 			Name: DeviceName,
 			ContainerEdits: specs.ContainerEdits{
-				Env:    []string{StateEnv + "=" + state},
+				Env:    append([]string{StateEnv + "=" + state}, env...),
 				Mounts: cdiMounts(mounts),
 			},
 		}},
@@ -95,6 +96,7 @@ func cdiMounts(ms []Mount) []*specs.Mount {
 type MergeResult struct {
 	Removed []specs.Mount // mounts taken out: /sys/devices and older copies of ours
 	Added   []specs.Mount // our mounts, appended to the top-level edits
+	Env     []string      // our variables in the top-level edits now
 }
 
 // Merge edits an existing spec to serve the overlay: from every edit (top
@@ -105,8 +107,10 @@ type MergeResult struct {
 // devices. Everything else stays as it was, cdiVersion too: the mounts need
 // nothing newer than 0.3.0. Merging twice gives the same spec. Without add
 // (--fail-open on an unrendered root) it only removes our mounts, and leaves
-// the /sys/devices mount to serve as before.
-func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
+// the /sys/devices mount to serve as before. Our variables (Env) go the
+// same way: older copies leave every edit, and with add the top-level
+// edits get env.
+func Merge(s *specs.Spec, ours []Mount, env []string, add bool) MergeResult {
 	var r MergeResult
 	drop := func(m *specs.Mount) bool {
 		if m == nil {
@@ -130,6 +134,7 @@ func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
 		if len(e.Mounts) == 0 {
 			e.Mounts = nil
 		}
+		e.Env = mergeEnv(e.Env, nil)
 	}
 	prune(&s.ContainerEdits)
 	for i := range s.Devices {
@@ -140,6 +145,8 @@ func Merge(s *specs.Spec, ours []Mount, add bool) MergeResult {
 			s.ContainerEdits.Mounts = append(s.ContainerEdits.Mounts, m)
 			r.Added = append(r.Added, *m)
 		}
+		s.ContainerEdits.Env = mergeEnv(s.ContainerEdits.Env, env)
+		r.Env = slices.Clone(env)
 	}
 	return r
 }
@@ -219,14 +226,14 @@ func WriteSpec(file string, s *specs.Spec) (bool, error) {
 }
 
 // WriteStandalone writes the standalone spec of kind to file: device all
-// with the mounts when rendered, without them otherwise (--fail-open on an
-// unrendered root). It reports whether the file changed. cdi --output and
-// serve both write through it.
-func WriteStandalone(file, kind string, mounts []Mount, rendered bool) (*specs.Spec, bool, error) {
+// with the mounts and variables when rendered, without them otherwise
+// (--fail-open on an unrendered root). It reports whether the file
+// changed. cdi --output and serve both write through it.
+func WriteStandalone(file, kind string, mounts []Mount, env []string, rendered bool) (*specs.Spec, bool, error) {
 	if !rendered {
 		mounts = nil
 	}
-	s, err := NewSpec(kind, mounts)
+	s, err := NewSpec(kind, mounts, env)
 	if err != nil {
 		return nil, false, err
 	}
@@ -238,12 +245,12 @@ func WriteStandalone(file, kind string, mounts []Mount, rendered bool) (*specs.S
 // and writes it back when that changed it. On any error the file is left as
 // it was; the error names the file, and the caller says why it was merging
 // into it. cdi --merge-into and serve both merge through it.
-func MergeInto(file string, mounts []Mount, rendered bool) (*specs.Spec, MergeResult, bool, error) {
+func MergeInto(file string, mounts []Mount, env []string, rendered bool) (*specs.Spec, MergeResult, bool, error) {
 	s, err := ReadSpec(file)
 	if err != nil {
 		return nil, MergeResult{}, false, err
 	}
-	r := Merge(s, mounts, rendered)
+	r := Merge(s, mounts, env, rendered)
 	wrote, err := WriteSpec(file, s)
 	if err != nil {
 		return nil, MergeResult{}, false, err

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 func testMounts(t *testing.T, alsoAt ...string) []Mount {
@@ -31,7 +33,7 @@ func TestNewSpecVersionIsTheLowestTheContentNeeds(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := NewSpec(tc.kind, tc.mounts)
+			s, err := NewSpec(tc.kind, tc.mounts, nil)
 			require.NoError(t, err)
 			require.Equal(t, tc.want, s.Version)
 			require.NoError(t, specs.ValidateVersion(s))
@@ -41,7 +43,7 @@ func TestNewSpecVersionIsTheLowestTheContentNeeds(t *testing.T) {
 
 func TestNewSpecCarriesTheMountSet(t *testing.T) {
 	ms := testMounts(t, "/host-sys/bus/pci/devices")
-	s, err := NewSpec(DefaultKind, ms)
+	s, err := NewSpec(DefaultKind, ms, nil)
 	require.NoError(t, err)
 	require.Equal(t, DefaultKind, s.Kind)
 	require.Len(t, s.Devices, 1)
@@ -54,7 +56,7 @@ func TestNewSpecCarriesTheMountSet(t *testing.T) {
 		require.Equal(t, specs.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: []string{"ro", "nosuid", "nodev", "bind"}}, *got)
 	}
 
-	open, err := NewSpec(DefaultKind, nil)
+	open, err := NewSpec(DefaultKind, nil, nil)
 	require.NoError(t, err)
 	require.Empty(t, open.Devices[0].ContainerEdits.Mounts, "fail-open writes no mounts")
 	require.Equal(t, []string{StateEnv + "=unrendered"}, open.Devices[0].ContainerEdits.Env)
@@ -62,7 +64,7 @@ func TestNewSpecCarriesTheMountSet(t *testing.T) {
 
 func TestNewSpecRefusesABadKind(t *testing.T) {
 	for _, kind := range []string{"pcisysfs", "mock.nvidia.com/", "1mock.com/pcisysfs", "mock.nvidia.com/pci sysfs"} {
-		_, err := NewSpec(kind, nil)
+		_, err := NewSpec(kind, nil, nil)
 		require.Error(t, err, kind)
 	}
 }
@@ -71,7 +73,7 @@ func TestWriteSpecRoundTripsThroughTheCDILibrary(t *testing.T) {
 	for _, ext := range []string{".yaml", ".json"} {
 		t.Run(ext, func(t *testing.T) {
 			file := filepath.Join(t.TempDir(), "mock"+ext)
-			s, err := NewSpec(DefaultKind, testMounts(t))
+			s, err := NewSpec(DefaultKind, testMounts(t), nil)
 			require.NoError(t, err)
 			wrote, err := WriteSpec(file, s)
 			require.NoError(t, err)
@@ -121,7 +123,7 @@ func TestWriteSpecRefusesWhatTheCDILibraryRefuses(t *testing.T) {
 // A fresh node may lack the CDI directory: WriteSpec creates it, and where
 // it cannot, it names the directory, never its pending file.
 func TestWriteSpecIntoAMissingDirectory(t *testing.T) {
-	s, err := NewSpec(DefaultKind, testMounts(t))
+	s, err := NewSpec(DefaultKind, testMounts(t), nil)
 	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "run", "cdi")
 	file := filepath.Join(dir, "mock.yaml")
@@ -157,7 +159,7 @@ func TestMerge(t *testing.T) {
 	ours := testMounts(t, "/host-sys/bus/pci/devices")
 	orig := readFixture(t)
 	s := readFixture(t)
-	r := Merge(s, ours, true)
+	r := Merge(s, ours, nil, true)
 
 	require.Equal(t, []string{
 		"/usr/lib64/libnvidia-ml.so.550.163.01",
@@ -179,8 +181,8 @@ func TestMerge(t *testing.T) {
 
 	// Merging again changes nothing.
 	again := readFixture(t)
-	Merge(again, ours, true)
-	Merge(again, ours, true)
+	Merge(again, ours, nil, true)
+	Merge(again, ours, nil, true)
 	require.Equal(t, s, again)
 }
 
@@ -194,7 +196,7 @@ func containerPathsOf(ms []specs.Mount) []string {
 
 func TestMergeFailOpenRemovesOnlyOurs(t *testing.T) {
 	s := readFixture(t)
-	r := Merge(s, testMounts(t), false)
+	r := Merge(s, testMounts(t), nil, false)
 	require.Empty(t, r.Added)
 	require.Equal(t, []string{"/opt/nvml-mock"}, containerPathsOf(r.Removed), "only the older copy of ours goes")
 	require.True(t, slices.Contains(containerPaths(s.ContainerEdits.Mounts), "/sys/devices"), "the whole-devices mount keeps serving")
@@ -208,7 +210,7 @@ func TestMergeIntoFileIsIdempotent(t *testing.T) {
 	merge := func() bool {
 		s, err := ReadSpec(file)
 		require.NoError(t, err)
-		Merge(s, testMounts(t), true)
+		Merge(s, testMounts(t), nil, true)
 		wrote, err := WriteSpec(file, s)
 		require.NoError(t, err)
 		return wrote
@@ -223,4 +225,36 @@ func TestMergeIntoFileIsIdempotent(t *testing.T) {
 	st, err := os.Stat(file)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), st.Mode().Perm(), "the file keeps its permissions")
+}
+
+// GFD's machine-type file reaches every served container through the spec
+// (issue 25): Env names it where the render wrote one, the standalone
+// spec's device and a merged spec's top-level edits carry it, a merge
+// replaces older copies and keeps the spec's own variables, and a root
+// without the file gets no variable.
+func TestMachineTypeFileEnv(t *testing.T) {
+	root := t.TempDir()
+	require.Empty(t, Env(os.DirFS(root), plan.DefaultContainerRoot), "no machine-type file, no variable")
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "dmi"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, plan.ProductNameFile), []byte("DGX B200\n"), 0o644))
+	env := Env(os.DirFS(root), "/opt/x")
+	require.Equal(t, []string{"GFD_MACHINE_TYPE_FILE=/opt/x/dmi/product_name"}, env)
+
+	s, err := NewSpec(DefaultKind, testMounts(t), env)
+	require.NoError(t, err)
+	require.Equal(t, []string{StateEnv + "=mounted", env[0]}, s.Devices[0].ContainerEdits.Env)
+	require.Equal(t, "0.3.0", s.Version, "variables need no newer cdiVersion than mounts")
+	open, err := NewSpec(DefaultKind, nil, env)
+	require.NoError(t, err)
+	require.Equal(t, []string{StateEnv + "=unrendered"}, open.Devices[0].ContainerEdits.Env, "--fail-open serves no variable")
+
+	other := &specs.Spec{Version: "0.5.0", Kind: "vendor.com/gpu", Devices: []specs.Device{{Name: "0",
+		ContainerEdits: specs.ContainerEdits{Env: []string{"GFD_MACHINE_TYPE_FILE=/old"}}}},
+		ContainerEdits: specs.ContainerEdits{Env: []string{"A=1", "GFD_MACHINE_TYPE_FILE=/older"}}}
+	r := Merge(other, testMounts(t), env, true)
+	require.Equal(t, env, r.Env)
+	require.Equal(t, []string{"A=1", env[0]}, other.ContainerEdits.Env)
+	require.Empty(t, other.Devices[0].ContainerEdits.Env)
+	Merge(other, testMounts(t), nil, true)
+	require.Equal(t, []string{"A=1"}, other.ContainerEdits.Env, "a render without a machine type takes the variable away")
 }

@@ -47,18 +47,18 @@ func runCDI(e *env, args []string) int {
 	if code, ok := sa.check(e, "cdi"); !ok {
 		return code
 	}
-	mounts, rendered, code, ok := a.resolve(e, "cdi")
+	sv, code, ok := a.resolve(e, "cdi")
 	if !ok {
 		return code
 	}
 	if sa.output != "" {
-		return writeStandalone(e, sa.output, sa.kind, mounts, rendered)
+		return writeStandalone(e, sa.output, sa.kind, sv)
 	}
-	return mergeSpec(e, sa.mergeInto, mounts, rendered)
+	return mergeSpec(e, sa.mergeInto, sv)
 }
 
-func writeStandalone(e *env, output, kind string, mounts []deploy.Mount, rendered bool) int {
-	s, wrote, err := deploy.WriteStandalone(output, kind, mounts, rendered)
+func writeStandalone(e *env, output, kind string, sv served) int {
+	s, wrote, err := deploy.WriteStandalone(output, kind, sv.mounts, sv.env, sv.rendered)
 	if err != nil {
 		return fail(e, "cdi: %v", err)
 	}
@@ -67,11 +67,19 @@ func writeStandalone(e *env, output, kind string, mounts []deploy.Mount, rendere
 	for _, m := range served {
 		fmt.Fprintf(e.stdout, "  %s -> %s\n", m.HostPath, m.ContainerPath)
 	}
+	printEnv(e, sv.env)
 	return exitOK
 }
 
-func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
-	s, r, wrote, err := deploy.MergeInto(file, mounts, rendered)
+// printEnv lists the variables a spec sets for served containers.
+func printEnv(e *env, vars []string) {
+	for _, v := range vars {
+		fmt.Fprintf(e.stdout, "  env %s\n", v)
+	}
+}
+
+func mergeSpec(e *env, file string, sv served) int {
+	s, r, wrote, err := deploy.MergeInto(file, sv.mounts, sv.env, sv.rendered)
 	if err != nil {
 		return fail(e, "cdi: --merge-into %s: %v; left as it was", file, err)
 	}
@@ -86,6 +94,7 @@ func mergeSpec(e *env, file string, mounts []deploy.Mount, rendered bool) int {
 	for _, m := range r.Added {
 		fmt.Fprintf(e.stdout, "  + %s -> %s\n", m.HostPath, m.ContainerPath)
 	}
+	printEnv(e, r.Env)
 	return exitOK
 }
 

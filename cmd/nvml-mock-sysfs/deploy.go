@@ -29,29 +29,37 @@ func (a *mountArgs) register(flags *flag.FlagSet) {
 	flags.BoolVar(&a.failOpen, "fail-open", false, "when the root holds no complete render, leave the sysfs mounts out instead of failing")
 }
 
-// resolve returns the mount set and whether the gate let it through. On
-// refusal it returns the exit code to stop with.
-func (a *mountArgs) resolve(e *env, cmd string) (mounts []deploy.Mount, rendered bool, code int, ok bool) {
+// served is what cdi and mounts hand out: the mount set, the variables
+// (deploy.Env), and whether the gate let them through.
+type served struct {
+	mounts   []deploy.Mount
+	env      []string
+	rendered bool
+}
+
+// resolve returns what to serve. On refusal it returns the exit code to
+// stop with.
+func (a *mountArgs) resolve(e *env, cmd string) (served, int, bool) {
 	if err := writer.CheckRoot(a.root); err != nil {
-		return nil, false, usageError(e, cmd, "--root: %v", err), false
+		return served{}, usageError(e, cmd, "--root: %v", err), false
 	}
 	rootFS := os.DirFS(a.root)
 	containerRoot, err := deploy.ServedContainerRoot(rootFS, a.root, a.containerRoot)
 	if err != nil {
-		return nil, false, containerRootError(e, cmd, a.containerRoot, err), false
+		return served{}, containerRootError(e, cmd, a.containerRoot, err), false
 	}
-	mounts, err = deploy.Mounts(a.root, containerRoot, a.alsoAt)
+	mounts, err := deploy.Mounts(a.root, containerRoot, a.alsoAt)
 	if err != nil {
-		return nil, false, usageError(e, cmd, "%s", alsoAtError(err)), false
+		return served{}, usageError(e, cmd, "%s", alsoAtError(err)), false
 	}
 	if err := deploy.CheckRendered(rootFS, a.root); err != nil {
 		if !a.failOpen {
-			return nil, false, fail(e, "%s: %v; run render first, or pass --fail-open to leave the sysfs mounts out", cmd, err), false
+			return served{}, fail(e, "%s: %v; run render first, or pass --fail-open to leave the sysfs mounts out", cmd, err), false
 		}
 		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s: warning: %s; --fail-open: leaving the sysfs mounts out\n", cmd, oneLine(err.Error()))
-		return mounts, false, 0, true
+		return served{mounts: mounts}, 0, true
 	}
-	return mounts, true, 0, true
+	return served{mounts: mounts, env: deploy.Env(rootFS, containerRoot), rendered: true}, 0, true
 }
 
 // registerAlsoAt registers --also-at, which cdi, mounts and serve share.

@@ -33,7 +33,7 @@ func section(out, name string) string {
 func TestKernelPath(t *testing.T) {
 	overlaytest.RequireRoot(t, "lspci")
 	bin := binaries.Binary(t)
-	profiles := append(builtin.Names(), "../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml", "../../testdata/profiles/nvl72.yaml")
+	profiles := append(builtin.Names(), overlaytest.RepoProfiles(t)...)
 	for _, prof := range profiles {
 		t.Run(filepath.Base(prof), func(t *testing.T) {
 			t.Parallel() // each in its own mount namespace

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
@@ -245,4 +246,54 @@ func TestFlagHint(t *testing.T) {
 	require.Equal(t, " (drop --host-devices merge)", flagHint([]any{"render", host}))
 	require.Empty(t, flagHint([]any{"render", errors.New("plan p.yaml: something else")}))
 	require.Empty(t, flagHint(nil))
+}
+
+// nvml-mock's newest shapes (issue 25): the Vera Rubin tray renders with no
+// warning, says why its switches are off the bus and where its machine came
+// from, and its CDI spec sets GFD's machine-type file; a switch with a
+// device_id on a bus no root complex covers is refused in one line naming
+// the file, the field and the value, and the tree is left as it was.
+func TestRenderNewestShapes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	root := filepath.Join(dir, "overlay")
+	vr := "../../testdata/profiles/vera-rubin-tray.yaml"
+	code, out, stderr := runCLI(t, "render", "--root", root, "--profile", vr)
+	require.Equal(t, exitOK, code, stderr)
+	require.Empty(t, stderr, "no warning")
+	require.Contains(t, out, "GPUs 4, NVSwitches 0, root complexes 2")
+	require.Contains(t, out, "NVSwitches off the bus 4: on buses no root complex covers and without device_id")
+	require.Contains(t, out, "HCAs 8 (MT4133 ConnectX-9, InfiniBand)")
+	require.Contains(t, out, `machine     "Vera Rubin NVL72" from the board of GPU 0 (10de:307f "NVIDIA Graphics Device")`)
+
+	spec := filepath.Join(dir, "spec.yaml")
+	code, out, stderr = runCLI(t, "cdi", "--root", root, "--output", spec)
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, out, "  env "+deploy.MachineTypeFileEnv+"=/opt/nvml-mock/dmi/product_name")
+
+	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
+	bad := filepath.Join(dir, "bad.yaml")
+	data, err := os.ReadFile(vr)
+	require.NoError(t, err)
+	data = []byte(strings.Replace(string(data), `- bdf: "0000:03:00.0"`, `- {bdf: "0000:03:00.0", device_id: 0x22A310DE}`, 1))
+	require.NoError(t, os.WriteFile(bad, data, 0o644))
+	code, _, stderr = runCLI(t, "render", "--root", root, "--profile", bad)
+	require.Equal(t, exitFailure, code)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
+	require.Contains(t, stderr, bad+`: nvlink.switches[2].device_id: value "0x22A310DE": puts the switch at 0000:03:00.0 on this tray's PCIe bus, but no root complex in pcie_topology covers bus 03`)
+	require.Empty(t, overlaytest.DiffSnapshots(before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})), "a refused profile leaves the tree as it was")
+}
+
+// A passthrough profile's render says how many GPUs are bound to vfio-pci
+// (issue 26).
+func TestRenderVFIOSummary(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "overlay")
+	code, out, stderr := runCLI(t, "render", "--root", root, "--profile", "../../testdata/profiles/vfio-passthrough.yaml", "--no-binary")
+	require.Equal(t, exitOK, code, stderr)
+	require.Empty(t, stderr, "no warning: pci.driver is a known key")
+	require.Contains(t, out, "  vfio-pci    3 of 4 GPUs bound for passthrough (own IOMMU group, vfio-dev entry); a real node's NVML lists none of them\n")
+	code, out, _ = runCLI(t, "render", "--dry-run", "--root", root, "--profile", "hgx-h100")
+	require.Equal(t, exitOK, code)
+	require.NotContains(t, out, "vfio-pci", "an nvidia-bound profile binds no GPU to vfio-pci")
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
@@ -20,11 +21,12 @@ func runMounts(e *env, args []string) int {
 	if code, ok := format.check(e, "mounts"); !ok {
 		return code
 	}
-	mounts, rendered, code, ok := a.resolve(e, "mounts")
+	sv, code, ok := a.resolve(e, "mounts")
 	if !ok {
 		return code
 	}
-	if !rendered {
+	mounts := sv.mounts
+	if !sv.rendered {
 		mounts = []deploy.Mount{}
 	}
 	err := format.write(e.stdout, mounts, func() error {
@@ -32,7 +34,18 @@ func runMounts(e *env, args []string) int {
 		for _, m := range mounts {
 			rows = append(rows, []string{m.Source, m.Destination, strings.Join(m.Options, ",")})
 		}
-		return writeTable(e.stdout, []string{"SOURCE", "DESTINATION", "OPTIONS"}, rows)
+		if err := writeTable(e.stdout, []string{"SOURCE", "DESTINATION", "OPTIONS"}, rows); err != nil {
+			return err
+		}
+		// The JSON list stays mounts alone (plugins parse it, often with
+		// stderr folded in); the table, for a person, names the variables
+		// the CDI spec also sets, which whoever applies the list must set.
+		for _, v := range sv.env {
+			if _, err := fmt.Fprintf(e.stdout, "and in the container's environment: %s (the CDI spec sets it)\n", v); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return fail(e, "mounts: %v", err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -267,7 +268,8 @@ func TestPodmanMergedSpec(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, orig.Version, merged.Version)
 	require.Equal(t, orig.Devices, merged.Devices)
-	require.Equal(t, orig.ContainerEdits.Env, merged.ContainerEdits.Env)
+	machineEnv := deploy.MachineTypeFileEnv + "=" + path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)
+	require.Equal(t, append(slices.Clone(orig.ContainerEdits.Env), machineEnv), merged.ContainerEdits.Env, "the spec's own variables stay; GFD's machine-type file joins them")
 	require.Equal(t, orig.ContainerEdits.Hooks, merged.ContainerEdits.Hooks)
 	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, sysfs.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
 	before, err := os.ReadFile(file)
@@ -280,6 +282,14 @@ func TestPodmanMergedSpec(t *testing.T) {
 
 	code, r = x.verify(device)
 	require.Equal(t, 0, code, "after the merge: %+v", r.Failures())
+
+	// GFD's machine label needs no flag: podman 4.3 takes the merged spec
+	// (its cdiVersion unchanged) and sets the variable, which names the
+	// profile's machine type as the container sees it.
+	dir, extra := x.lspciRootfs()
+	code, stdout, stderr := x.podman(device, dir, extra, "/usr/bin/sh", "-c", `cat "$`+deploy.MachineTypeFileEnv+`"`)
+	require.Equal(t, 0, code, "%s", stderr)
+	require.Equal(t, loadUnseen(t).ProductName+"\n", stdout)
 }
 
 func unseenAbs(t *testing.T) string {

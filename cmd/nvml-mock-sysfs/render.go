@@ -6,6 +6,7 @@ import (
 	"path"
 	"time"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -137,6 +138,16 @@ func runRender(e *env, args []string) int {
 	return exitOK
 }
 
+// machineSource names where a machine type came from: the profile's
+// field, or the board and its name.
+func machineSource(m *profile.Machine) string {
+	if m.ProductNameFrom != profile.ProductNameFromBoard {
+		return m.ProductNameFrom
+	}
+	g := m.GPUs()[0]
+	return fmt.Sprintf("the board of GPU %d (%04x:%04x %q)", g.Index, g.Vendor, g.DeviceID, g.Name)
+}
+
 func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	m := p.Machine
 	var gpus, switches, bridges int
@@ -157,11 +168,18 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	fmt.Fprintf(e.stdout, "%s %s into %s\n", verb, m.Source, o.Root)
 	fmt.Fprintf(e.stdout, "  GPUs %d, NVSwitches %d, root complexes %d, bridges %d, hierarchy %s\n",
 		gpus, switches, len(p.Tree.RootComplexes), bridges, m.Hierarchy)
+	if n := len(m.OffBusSwitches); n > 0 {
+		fmt.Fprintf(e.stdout, "  NVSwitches off the bus %d: on buses no root complex covers and without device_id, so in switch trays of their own (as on NVL72); not rendered\n", n)
+	}
+	if n := m.VFIOGPUs(); n > 0 {
+		fmt.Fprintf(e.stdout, "  vfio-pci    %d of %d GPUs bound for passthrough (own IOMMU group, vfio-dev entry); a real node's NVML lists none of them\n", n, len(m.GPUs()))
+	}
 	if s := m.HCAs; s != nil {
 		fmt.Fprintf(e.stdout, "  HCAs %d (%s %s, %s), one PCIe switch or root port beside each GPU\n", len(p.Tree.HCAs), s.Type, s.Name, s.LinkLayer)
 	}
 	if m.ProductName != "" {
-		fmt.Fprintf(e.stdout, "  machine     %q in %s (GFD: --machine-type-file=%s)\n", m.ProductName, plan.ProductNameFile, path.Join(p.ContainerRoot, plan.ProductNameFile))
+		fmt.Fprintf(e.stdout, "  machine     %q from %s, in %s (GFD: the CDI spec's %s, or --machine-type-file=%s)\n",
+			m.ProductName, machineSource(m), plan.ProductNameFile, deploy.MachineTypeFileEnv, path.Join(p.ContainerRoot, plan.ProductNameFile))
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
 	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)

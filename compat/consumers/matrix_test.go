@@ -13,6 +13,7 @@ import (
 const (
 	colGFD        = "GFD gpu.mode, gpu.count"
 	colGFDMachine = "GFD gpu.machine"
+	colGFDVFIO    = "GFD vfio strategy"
 	colDRA        = "DRA driver pcieRoot"
 	colNFD        = "nfd-worker PCI labels"
 	colNFDVendor  = "nfd-worker, GPU Operator's config"
@@ -22,7 +23,7 @@ const (
 )
 
 func columns() []string {
-	return []string{colGFD, colGFDMachine, colDRA, colNFD, colNFDVendor, colGHW, colNVML, colCompat}
+	return []string{colGFD, colGFDMachine, colGFDVFIO, colDRA, colNFD, colNFDVendor, colGHW, colNVML, colCompat}
 }
 
 // servedOrder is the order of a profile's rows.

@@ -2,16 +2,16 @@ package consumers_test
 
 // The checks of issue 15 in the real programs: the HCAs of a profile's
 // infiniband block in nfd-worker's labels and ghw's listing, and the
-// machine type GFD labels when pointed at the overlay's file.
+// machine type GFD labels when served the CDI spec's variables.
 
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -23,38 +23,27 @@ const (
 	gfdMachineLabel = "nvidia.com/gpu.machine"
 )
 
-// gfdUnknownMachine is what GFD labels when it cannot read its machine
-// type file (internal/lm/machine-type.go).
-const gfdUnknownMachine = "unknown"
-
-// gfdSanitised is the label value GFD makes of a machine type: it drops
-// every character outside [A-Za-z0-9-_. ] and joins the words with "-"
-// (sanitise, internal/lm/resource.go). It is the expectation, stated from
-// GFD's source; the label itself always comes from GFD.
-func gfdSanitised(machine string) string {
-	kept := regexp.MustCompile(`[^A-Za-z0-9-_. ]`).ReplaceAllString(machine, "")
-	return strings.Join(strings.Fields(kept), "-")
-}
-
 // gfdMachine checks nvidia.com/gpu.machine: the profile's machine type
-// where GFD was pointed at the overlay's file (the tree row); the node's
-// own without the flag, with no tree and with the tree served (the
-// escaped row serves the same file), so the file is read only on request.
+// where GFD ran as a served pod does, with the CDI spec's variables and no
+// flag (the tree row); the node's own without them, with no tree and with
+// the tree served (the escaped row serves the same file), so the file is
+// read only through the variable. A render without a machine type (a PCIe
+// card) sets no variable: GFD labels the node's own.
 func gfdMachine(t *testing.T, x *subject, gfd map[string]map[string]string, row func(string) *row) {
 	t.Helper()
-	want := gfdUnknownMachine // the render writes no file: GFD cannot read it
+	node := gfd[servedNone][gfdMachineLabel]
+	want := node
 	if x.m.ProductName != "" {
-		want = gfdSanitised(x.m.ProductName)
+		want = consumers.GFDMachineLabel(x.m.ProductName)
 	}
 	got := gfd[servedTree][gfdMachineLabel]
-	row(servedTree).check(t, colGFDMachine, got+" (--machine-type-file)", got == want,
+	row(servedTree).check(t, colGFDMachine, got+" (spec's "+deploy.MachineTypeFileEnv+", no flag)", got == want,
 		fmt.Sprintf("want %q, the profile's %q as GFD labels it", want, x.m.ProductName))
-	node := gfd[servedNone][gfdMachineLabel]
-	row(servedNone).check(t, colGFDMachine, node+" (node's, no flag)", node != "" && (x.m.ProductName == "" || node != want),
+	row(servedNone).check(t, colGFDMachine, node+" (node's, no variable)", node != "" && (x.m.ProductName == "" || node != want),
 		fmt.Sprintf("the node's own machine %q is the profile's: the check cannot fail", node))
 	got = gfd[servedEscaped][gfdMachineLabel]
-	row(servedEscaped).check(t, colGFDMachine, got+" (tree served, no flag)", got == node,
-		fmt.Sprintf("want the node's own %q: without the flag GFD must not see the overlay's file", node))
+	row(servedEscaped).check(t, colGFDMachine, got+" (tree served, no variable)", got == node,
+		fmt.Sprintf("want the node's own %q: without the variable GFD must not see the overlay's file", node))
 }
 
 // operatorNFD is nfd-worker's PCI source as the GPU Operator's chart

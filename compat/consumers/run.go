@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,11 +59,14 @@ type GFDRun struct {
 	// the tree was rendered from.
 	Profile string
 	// OutputFile is where GFD writes its labels, one key=value a line.
+	// Its machine type file is the default (the node's own) unless the
+	// run's environment names one, as a served spec does
+	// (deploy.MachineTypeFileEnv).
 	OutputFile string
-	// MachineTypeFile is GFD's --machine-type-file, whose one line it
-	// labels as nvidia.com/gpu.machine; empty keeps GFD's default, the
-	// node's /sys/class/dmi/id/product_name.
-	MachineTypeFile string
+	// Strategy is GFD's --device-discovery-strategy; empty keeps its
+	// default (auto: NVML). "vfio" labels the GPUs go-nvlib finds bound to
+	// vfio-pci, from PCI sysfs alone.
+	Strategy string
 	// NodeFeatureAPI publishes the labels as a NodeFeature object through
 	// the API server (in a pod: its ServiceAccount, NODE_NAME and
 	// NAMESPACE), for nfd-master to put on the Node, instead of writing
@@ -77,10 +81,20 @@ func (r GFDRun) Invocation() Invocation {
 	if r.NodeFeatureAPI {
 		args = []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=true"}
 	}
-	if r.MachineTypeFile != "" {
-		args = append(args, "--machine-type-file", r.MachineTypeFile)
+	if r.Strategy != "" {
+		args = append(args, "--device-discovery-strategy", r.Strategy)
 	}
 	return Invocation{Args: args, Env: mockNVMLEnv(r.MockNVML, r.Profile)}
+}
+
+// GFDMachineLabel is the nvidia.com/gpu.machine value GFD makes of a
+// machine type: it drops every character outside [A-Za-z0-9-_. ] and joins
+// the words with "-" (sanitise, internal/lm/resource.go). It is the
+// expectation, stated from GFD's source; the label itself always comes
+// from GFD.
+func GFDMachineLabel(machine string) string {
+	kept := regexp.MustCompile(`[^A-Za-z0-9-_. ]`).ReplaceAllString(machine, "")
+	return strings.Join(strings.Fields(kept), "-")
 }
 
 // ParseGFDLabels reads GFD's output file: one label=value a line.

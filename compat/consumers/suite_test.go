@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -279,18 +279,20 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	row := func(name string) *row { return s.matrix.row(p.Name, name) }
 
 	// GPU Feature Discovery: gpu.mode and gpu.count with the tree, the
-	// same other labels as without it. The tree run points GFD at the
-	// overlay's machine type as served; the others do not (the escaped
-	// run serves that file too), so the flag must change gpu.machine and
-	// nothing else.
+	// same other labels as without it. The tree run gets the variables of
+	// the CDI spec the render is served with (GFD_MACHINE_TYPE_FILE, where
+	// the render wrote a machine type), as a served pod does, and no flag;
+	// the others get none (the escaped run serves the same file), so the
+	// variable must change gpu.machine and nothing else.
 	gfd := map[string]map[string]string{}
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
-		machineTypeFile := ""
+		sv := served[name]
 		if name == servedTree {
-			machineTypeFile = path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)
+			sv.Env = append(sv.Env, specEnv(t, x.root)...)
 		}
-		gfd[name] = s.runGFD(t, served[name], p.File, machineTypeFile)
+		gfd[name] = s.runGFD(t, sv, p.File, "")
 	}
+	gfdVFIO(t, x, s, served, row)
 	gfdMachine(t, x, gfd, row)
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
 		labels, want := gfd[name], x.mode
@@ -694,10 +696,22 @@ func (s *suite) run(t *testing.T, what string, cmd *exec.Cmd) (stdout, stderr []
 	return out.Bytes(), errOut.Bytes()
 }
 
-func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, machineTypeFile string) map[string]string {
+// specEnv is the environment the standalone CDI spec of the render in root
+// gives a served container: the device's variables, as the runtime sets
+// them.
+func specEnv(t *testing.T, root string) []string {
+	t.Helper()
+	mounts, err := deploy.Mounts(root, plan.DefaultContainerRoot, nil)
+	require.NoError(t, err)
+	spec, err := deploy.NewSpec(deploy.DefaultKind, mounts, deploy.Env(os.DirFS(root), plan.DefaultContainerRoot))
+	require.NoError(t, err)
+	return spec.Devices[0].ContainerEdits.Env
+}
+
+func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, strategy string) map[string]string {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "gfd-labels")
-	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file, MachineTypeFile: machineTypeFile}
+	r := consumers.GFDRun{Binary: s.gfd, MockNVML: s.mockNVML, Profile: prof, OutputFile: file, Strategy: strategy}
 	s.run(t, "gpu-feature-discovery", r.Invocation().In(served))
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)

@@ -3,6 +3,7 @@ package consumers
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,9 +30,10 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 // SuiteProfiles lists every built-in, every profile of
 // ../shared/testdata/nvml-mock-profiles, nvml-mock's own four configs from
 // the k8s-test-infra tarball, the consumer suite's own (two PCI domains,
-// VGA class, in compat/consumers/testdata/profiles), and any named in
-// ExtraProfilesEnv: the one profile set of the consumer matrix and the
-// Kubernetes suites.
+// VGA class, in compat/consumers/testdata/profiles), the repository's
+// profiles of nvml-mock's newest shapes and of a passthrough node
+// (repoShapes), and any named in ExtraProfilesEnv: the one profile set of
+// the consumer matrix and the Kubernetes suites.
 func SuiteProfiles(t testing.TB) []SuiteProfile {
 	t.Helper()
 	var out []SuiteProfile
@@ -56,6 +58,18 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 	for _, f := range own {
 		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: f})
 	}
+	// The repository's profiles of nvml-mock's newest shapes and of a
+	// passthrough node.
+	for _, f := range overlaytest.RepoProfiles(t) {
+		if !slices.Contains(repoShapes(), filepath.Base(f)) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servable(t, filepath.Base(f), f, data)})
+	}
 	for _, f := range filepath.SplitList(os.Getenv(ExtraProfilesEnv)) {
 		abs, err := filepath.Abs(f)
 		if err != nil {
@@ -68,6 +82,15 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		out = append(out, SuiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
 	}
 	return out
+}
+
+// repoShapes are the repository's profiles the suites run: nvml-mock's
+// newest shapes (non-zero domains with upper-case bus ids, NVL72 switches
+// off the bus, switches with device ids, ConnectX-8 and -9 HCAs two per
+// GPU, a cpu block, boards known by name behind placeholder ids) and a
+// passthrough node (GPUs bound to vfio-pci).
+func repoShapes() []string {
+	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml", "vfio-passthrough.yaml"}
 }
 
 // BuiltinProfile writes a built-in as a profile file the mock NVML

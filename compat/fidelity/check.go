@@ -47,7 +47,7 @@ func ExpectFor(d profile.Device) *Expect {
 		Class: d.Class, Revision: d.Revision, NUMANode: d.NUMANode, Link: d.Link, Driver: "nvidia",
 	}
 	if d.Kind == profile.GPU {
-		e.BARs = boards.BARs(d.DeviceID, d.BAR1Bytes)
+		e.BARs = boards.BARs(d.Name, d.DeviceID, d.BAR1Bytes)
 	} else {
 		e.Driver = "nvidia-nvswitch"
 	}

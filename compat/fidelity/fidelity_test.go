@@ -256,7 +256,7 @@ func TestHostKernelAgrees(t *testing.T) {
 // layout and the device's kind.
 func TestExpectForBoards(t *testing.T) {
 	gpu := fidelity.ExpectFor(profile.Device{Kind: profile.GPU, DeviceID: 0x20b0, BAR1Bytes: 64 << 30})
-	require.Equal(t, boards.BARs(0x20b0, 64<<30), gpu.BARs)
+	require.Equal(t, boards.BARs("", 0x20b0, 64<<30), gpu.BARs)
 	require.Equal(t, "nvidia", gpu.Driver)
 	sw := fidelity.ExpectFor(profile.Device{Kind: profile.NVSwitch, DeviceID: 0x22a3})
 	require.Nil(t, sw.BARs)

@@ -67,16 +67,22 @@ func testConsumers(t *testing.T, s *served) {
 		require.NoError(t, err)
 		return labels
 	}
+	// GFD's machine label, with no flag: the injected CDI device sets
+	// GFD_MACHINE_TYPE_FILE at the overlay's machine type.
+	machine := consumers.GFDMachineLabel(s.machine.ProductName)
+	require.NotEmpty(t, s.machine.ProductName, "the suite's profile names a machine, so the machine checks can fail")
 	t.Run("GFD labels compute", func(t *testing.T) {
 		s.routes.expect(t, "NRI device-injector, GPU Feature Discovery", "`cdi-devices.noderesource.dev/container.<name>`", "`nvidia.com/gpu.mode=compute`")
 		labels := gfd(t, gfdContainer)
 		require.Equal(t, "compute", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
+		require.Equal(t, machine, labels["nvidia.com/gpu.machine"], "the profile's machine, through the spec's variable")
 		t.Logf("GFD: nvidia.com/gpu.mode=%s, nvidia.com/gpu.count=%s, nvidia.com/gpu.product=%s", labels["nvidia.com/gpu.mode"], labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.product"])
 	})
 	t.Run("GFD without the device labels unknown", func(t *testing.T) {
 		s.routes.expect(t, "NRI device-injector, GPU Feature Discovery", "nothing (a container the annotation does not name)", "`nvidia.com/gpu.mode=unknown`")
 		labels := gfd(t, gfdContainer+"-unannotated")
 		require.Equal(t, "unknown", labels["nvidia.com/gpu.mode"], "labels: %v", labels)
+		require.NotEqual(t, machine, labels["nvidia.com/gpu.machine"], "the node's own machine without the device")
 	})
 
 	dra := func(t *testing.T, name string) []consumers.DRADevice {

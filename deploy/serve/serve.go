@@ -307,6 +307,17 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	}
 	took := time.Since(start)
 
+	// Logged before the status says so, so whoever sees /readyz change
+	// finds the line that explains it already written.
+	switch {
+	case err != nil && err.Error() != prev.Err:
+		// One line per distinct failure: a resync of the same bad profile
+		// says nothing new.
+		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
+	case err == nil && prev.Err != "":
+		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
+	}
+
 	s.mu.Lock()
 	s.syncing = time.Time{}
 	s.status.Syncs++
@@ -322,15 +333,6 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 		s.status.Stats = st
 	}
 	s.mu.Unlock()
-
-	switch {
-	case err != nil && err.Error() != prev.Err:
-		// One line per distinct failure: a resync of the same bad profile
-		// says nothing new.
-		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
-	case err == nil && prev.Err != "":
-		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
-	}
 }
 
 // logRender logs a render that succeeded: at info when it changed the
@@ -365,28 +367,32 @@ func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st 
 // files it changed.
 func (s *Server) writeSpecs() (int, error) {
 	root := s.opts.Render.Root
-	if err := deploy.CheckRendered(os.DirFS(root), root); err != nil {
+	rootFS := os.DirFS(root)
+	if err := deploy.CheckRendered(rootFS, root); err != nil {
 		return 0, err
 	}
+	// The variables follow the render (a profile may gain or lose its
+	// machine type), so they are read each time, unlike the mounts.
+	env := deploy.Env(rootFS, s.opts.Render.ContainerRoot)
 	n := 0
 	if s.opts.Output != "" {
-		_, wrote, err := deploy.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, true)
+		_, wrote, err := deploy.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
 		if err != nil {
 			return n, err
 		}
 		if wrote {
 			n++
-			s.log.Info("wrote CDI spec", "file", s.opts.Output, "device", s.opts.Kind+"="+deploy.DeviceName, "mounts", len(s.mounts))
+			s.log.Info("wrote CDI spec", "file", s.opts.Output, "device", s.opts.Kind+"="+deploy.DeviceName, "mounts", len(s.mounts), "env", env)
 		}
 	}
 	if s.opts.MergeInto != "" {
-		_, r, wrote, err := deploy.MergeInto(s.opts.MergeInto, s.mounts, true)
+		_, r, wrote, err := deploy.MergeInto(s.opts.MergeInto, s.mounts, env, true)
 		if err != nil {
 			return n, fmt.Errorf("merge into %s: %w; left as it was", s.opts.MergeInto, err)
 		}
 		if wrote {
 			n++
-			s.log.Info("merged into CDI spec", "file", s.opts.MergeInto, "removed", len(r.Removed), "added", len(r.Added))
+			s.log.Info("merged into CDI spec", "file", s.opts.MergeInto, "removed", len(r.Removed), "added", len(r.Added), "env", r.Env)
 		}
 	}
 	return n, nil

@@ -12,6 +12,21 @@ const VendorMellanox uint16 = 0x15b3
 // HCA is one ConnectX adapter generation as nvml-mock's infiniband block
 // names it (hca_type, the "MT<n>" that ibv_devinfo prints): n is its PCI
 // device id in decimal, so MT4129 is 0x1021.
+//
+// Every generation here shows the same physical function identity beside
+// its device id, the one lspci shows of ConnectX-4 to ConnectX-7 adapters
+// (captures pasted in public issues, e.g. a ConnectX-6 Dx 15b3:101d in
+// NVIDIA/l2fwd-nv#6, a ConnectX-4 Lx 15b3:1015 in fbelavenuto/arpl#621):
+// subsystem vendor Mellanox (its subsystem device is the device id, as
+// on NVIDIA's reference cards), revision 00 (lspci prints no "rev"), the
+// link layer's class (0x0207 InfiniBand, 0x0200 Ethernet), and one BAR:
+// BAR0 32 MiB 64-bit prefetchable (HCABAR0Bytes) with a 1 MiB expansion
+// ROM. No public capture of a ConnectX-8 or ConnectX-9 shows otherwise;
+// their device ids and links are NVIDIA's (DPDK 25.11's release notes,
+// doc/guides/rel_notes/release_25_11.rst: "ConnectX-8 SuperNIC 400G MT4131
+// ... PCI Express 6.0 x16, Device ID: 15b3:1023"; "ConnectX-9 SuperNIC
+// 800G MT4133 ... PCI Express 6.0 x16, Device ID: 15b3:1025"), and pci.ids
+// names 0x1023 "CX8 Family [ConnectX-8]".
 type HCA struct {
 	Type      string // MT4129
 	Name      string // ConnectX-7
@@ -31,8 +46,12 @@ func HCAs() []HCA {
 		{Type: "MT4127", Name: "ConnectX-6 Lx", Device: 4127, LinkGen: 4, LinkWidth: 8},
 		{Type: "MT4129", Name: "ConnectX-7", Device: 4129, LinkGen: 5, LinkWidth: 16},
 		{Type: "MT4131", Name: "ConnectX-8", Device: 4131, LinkGen: 6, LinkWidth: 16},
+		{Type: "MT4133", Name: "ConnectX-9", Device: 4133, LinkGen: 6, LinkWidth: 16},
 	}
 }
+
+// HCARevision is every ConnectX physical function's revision (see HCA).
+const HCARevision = 0x00
 
 // LookupHCA finds an HCA by its hca_type, "MT4129" (case and surrounding
 // space ignored). It fails with the known types for any other value.
@@ -55,19 +74,6 @@ func LookupHCA(hcaType string) (HCA, error) {
 // HCABAR0Bytes is a ConnectX physical function's BAR0: 32 MiB, 64-bit
 // prefetchable, its only BAR.
 const HCABAR0Bytes = 32 * mib
-
-// PairedHCA is the HCA type that the real machines of a GPU board carry,
-// one per GPU (DGX A100: ConnectX-6; HGX H100/H200, GB200 trays:
-// ConnectX-7), and false for boards that ship without (PCIe cards, VMs).
-func PairedHCA(gpuDevice uint16) (string, bool) {
-	switch gpuDevice {
-	case 0x20b0:
-		return "MT4123", true
-	case 0x2330, 0x2335, 0x2941:
-		return "MT4129", true
-	}
-	return "", false
-}
 
 // DefaultHCA is what an infiniband block without hca_type gets for a GPU
 // board without a paired HCA: ConnectX-7, the current generation.

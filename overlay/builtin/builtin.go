@@ -126,7 +126,7 @@ func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec)
 		},
 		PCIeTopology: &profile.PCIeTopology{Hierarchy: string(h)},
 	}
-	if hca, ok := boards.PairedHCA(b.Device); ok {
+	if hca := b.HCA; hca != "" {
 		// The board's real machines carry one HCA beside each GPU.
 		p.InfiniBand = &profile.InfiniBand{Enabled: true, HCAType: hca, LinkLayer: profile.LinkLayerInfiniBand, HCAsPerGPU: ptr(1)}
 	}

@@ -178,7 +178,7 @@ func (c *Capture) hierarchy(gpus []GPU, opts Options) (boards.Hierarchy, error) 
 	if slices.ContainsFunc(gpus, onRoot) {
 		return boards.Flat, nil
 	}
-	return boards.HierarchyOf(gpus[0].Device), nil
+	return boards.HierarchyOf(gpus[0].Name, gpus[0].Device), nil
 }
 
 // checkRootBus refuses a forced non-flat hierarchy for a GPU on its root

@@ -59,7 +59,7 @@ func renderAndRead(t *testing.T, xml string, opts importer.Options, matrix bool)
 	var got []readBack
 	for _, g := range gpus {
 		bar := 1
-		if boards.BARLayoutOf(g.Device) == boards.Hopper {
+		if boards.BARLayoutOf("", g.Device) == boards.Hopper {
 			bar = 2
 		}
 		r, ok := g.Resources[bar]

@@ -155,6 +155,17 @@ func Repo(t testing.TB) string {
 	return abs
 }
 
+// RepoProfiles lists the repository's own profiles, testdata/profiles/*.yaml:
+// the shapes every suite renders beside the built-ins.
+func RepoProfiles(t testing.TB) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(Repo(t), "testdata", "profiles", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no profiles in testdata/profiles: %v", err)
+	}
+	return files
+}
+
 // Render plans a machine and writes it into a new temporary overlay root.
 func Render(t testing.TB, m *profile.Machine, opts plan.Options) (string, *plan.Plan) {
 	t.Helper()

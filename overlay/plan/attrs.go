@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -46,11 +47,11 @@ func driverOf(n *Node) string {
 	case Endpoint:
 		switch n.Device.Kind {
 		case profile.NVSwitch:
-			return "nvidia-nvswitch"
+			return profile.DriverNVSwitch
 		case profile.HCA:
 			return "mlx5_core"
 		}
-		return "nvidia"
+		return cmp.Or(n.Device.Driver, profile.DriverNVIDIA)
 	}
 	return ""
 }

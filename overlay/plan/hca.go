@@ -71,7 +71,8 @@ func placeHCAs(m *profile.Machine, t *Tree, builders []*rcBuilder) error {
 				RootComplex: g.Device.RootComplex, NUMANode: g.Device.NUMANode,
 				Vendor: boards.VendorMellanox, DeviceID: spec.Device,
 				SubsystemVendor: boards.VendorMellanox, SubsystemDevice: spec.Device,
-				Class: spec.Class, Link: spec.Link,
+				Revision: boards.HCARevision,
+				Class:    spec.Class, Link: spec.Link,
 			}
 			parent, err := b.hcaParent(g)
 			if err != nil {

@@ -47,7 +47,7 @@ func endpointBARs(n *Node) []barSpec {
 		return hcaBARs()
 	}
 	var specs []barSpec
-	for _, b := range boards.BARs(d.DeviceID, d.BAR1Bytes) {
+	for _, b := range boards.BARs(d.Name, d.DeviceID, d.BAR1Bytes) {
 		flags := uint64(sysfs.ResourceFlagsMem32)
 		switch {
 		case b.Is64 && b.Prefetch:

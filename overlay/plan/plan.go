@@ -202,6 +202,7 @@ type builder struct {
 	inTree  []Entry         // symlinks inside the device tree
 	bridges []Entry         // links-directory entries of bridges and host devices
 	ends    []Entry         // links-directory entries of endpoints
+	vfio    int             // vfio-pci devices planned so far: the next vfio-dev/vfioN
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,
@@ -376,7 +377,15 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "broken_parity_status", "0\n")
 	b.text(dir, "msi_bus", "1\n")
 	b.text(dir, "ari_enabled", "0\n")
-	b.text(dir, "driver_override", "(null)\n")
+	// A GPU bound for passthrough is as the GPU Operator's vfio-manager
+	// leaves it: driver_override set, and the vfio-dev/vfioN entry the
+	// kernel adds for the device's iommufd character device.
+	override := "(null)"
+	if driver == profile.DriverVFIO {
+		override = driver
+		b.vfioDev(dir)
+	}
+	b.text(dir, "driver_override", override+"\n")
 	b.inTree = append(b.inTree, link(dir+"/subsystem", upToSys(dir)+"bus/pci"))
 	if driver != "" {
 		ddir := "sys/bus/pci/drivers/" + driver
@@ -399,6 +408,18 @@ func (b *builder) node(n *Node, multiFunction bool) {
 		return
 	}
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
+}
+
+// vfioDev adds the sysfs.VFIODevDir entry of a vfio-pci device at dir,
+// numbered in plan order; dev and uevent carry its number, as in
+// /sys/class/vfio-dev.
+func (b *builder) vfioDev(dir string) {
+	name := sysfs.VFIODevName(b.vfio)
+	vdir := dir + "/" + sysfs.VFIODevDir + "/" + name
+	b.dir(vdir)
+	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", sysfs.VFIODevMajor, b.vfio))
+	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", sysfs.VFIODevMajor, b.vfio, name))
+	b.vfio++
 }
 
 // EscapedTarget is the plain form: out of sysfs and into the overlay at the

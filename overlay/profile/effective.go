@@ -32,6 +32,7 @@ func (m *Machine) Effective() *Profile {
 				DeviceID:    Pack(d.Vendor, d.DeviceID),
 				SubsystemID: Pack(d.SubsystemVendor, d.SubsystemDevice),
 				Class:       ptr(Word(d.Class)),
+				Driver:      vfioOnly(d.Driver),
 			},
 			PCIe: PCIeConfig{
 				MaxLinkGen: ptr(d.Link.MaxGen), CurrentLinkGen: ptr(d.Link.CurrentGen),
@@ -40,12 +41,27 @@ func (m *Machine) Effective() *Profile {
 			BAR1Memory: MemoryConfig{TotalBytes: ptr(d.BAR1Bytes)},
 		})
 	}
+	offBus := len(switches) // switches[offBus:] are off the bus
+	switches = append(switches, m.OffBusSwitches...)
 	if len(switches) > 0 {
+		configs := make([]NVSwitchConfig, len(switches))
+		for i, d := range switches {
+			configs[i] = NVSwitchConfig{BDF: d.Address.String(), DeviceID: Pack(d.Vendor, d.DeviceID)}
+			if i >= offBus {
+				// As the profile gave it, without a device_id: Normalize
+				// leaves it off the bus again.
+				configs[i].DeviceID = nil
+			}
+		}
 		// Keep the declared order, so that each switch keeps its index.
-		slices.SortFunc(switches, func(a, b Device) int { return a.Index - b.Index })
+		order := make([]int, len(switches))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortFunc(order, func(a, b int) int { return switches[a].Index - switches[b].Index })
 		p.NVLink = &NVLink{}
-		for _, d := range switches {
-			p.NVLink.Switches = append(p.NVLink.Switches, NVSwitchConfig{BDF: d.Address.String(), DeviceID: Pack(d.Vendor, d.DeviceID)})
+		for _, i := range order {
+			p.NVLink.Switches = append(p.NVLink.Switches, configs[i])
 		}
 	}
 	for _, rc := range m.RootComplexes {
@@ -88,3 +104,12 @@ func Marshal(p *Profile, header string) ([]byte, error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// vfioOnly writes a GPU's driver back only where it is not the default, so
+// that effective profiles of nvidia-bound GPUs stay as they were.
+func vfioOnly(driver string) string {
+	if driver == DriverNVIDIA {
+		return ""
+	}
+	return driver
+}

@@ -42,7 +42,7 @@ func (n *normalizer) machineExtras(m *Machine) error {
 		return err
 	}
 	m.HCAs = hcas
-	m.ProductName, err = n.productName(gpus)
+	m.ProductName, m.ProductNameFrom, err = n.productName(gpus)
 	return err
 }
 
@@ -67,8 +67,8 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 	typ := ib.HCAType
 	if typ == "" {
 		typ = boards.DefaultHCA
-		if paired, ok := boards.PairedHCA(gpus[0].DeviceID); ok {
-			typ = paired
+		if b, ok := gpus[0].Board(); ok && b.HCA != "" {
+			typ = b.HCA
 		}
 	}
 	h, err := boards.LookupHCA(typ)
@@ -90,21 +90,27 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 	return spec, nil
 }
 
-func (n *normalizer) productName(gpus []Device) (string, error) {
+// productName resolves the machine type and says where it came from: the
+// profile's system.product_name always wins; else the machine the first
+// GPU's board ships in, where it names one.
+func (n *normalizer) productName(gpus []Device) (string, string, error) {
 	name := strings.TrimSpace(n.p.System.ProductName)
 	if name == "" {
 		if len(gpus) == 0 {
-			return "", nil
+			return "", "", nil
 		}
-		return boards.MachineName(gpus[0].DeviceID), nil
+		if b, ok := gpus[0].Board(); ok && b.Machine != "" {
+			return b.Machine, ProductNameFromBoard, nil
+		}
+		return "", "", nil
 	}
 	if len(name) > maxProductName {
-		return "", n.fail("system.product_name", name, "longer than %d bytes, the most a Kubernetes label value (nvidia.com/gpu.machine) holds", maxProductName)
+		return "", "", n.fail("system.product_name", name, "longer than %d bytes, the most a Kubernetes label value (nvidia.com/gpu.machine) holds", maxProductName)
 	}
 	if strings.ContainsFunc(name, unicode.IsControl) {
-		return "", n.fail("system.product_name", name, "a control character: the machine type is one line of text")
+		return "", "", n.fail("system.product_name", name, "a control character: the machine type is one line of text")
 	}
-	return name, nil
+	return name, ProductNameFromProfile, nil
 }
 
 // effectiveExtras writes the infiniband block and the machine type back,
@@ -113,5 +119,8 @@ func (m *Machine) effectiveExtras(p *Profile) {
 	if s := m.HCAs; s != nil {
 		p.InfiniBand = &InfiniBand{Enabled: true, HCAType: s.Type, LinkLayer: s.LinkLayer, HCAsPerGPU: ptr(s.PerGPU)}
 	}
-	p.System.ProductName = m.ProductName
+	// A board's machine follows from the devices written back.
+	if m.ProductNameFrom == ProductNameFromProfile {
+		p.System.ProductName = m.ProductName
+	}
 }

@@ -10,7 +10,8 @@ import (
 
 // TestSharedProfilesInfiniBand reads the infiniband block of nvml-mock's
 // profiles: ConnectX-6 on the A100, ConnectX-7 on H100 and GB200, none on
-// the T4 (enabled: false), and the machine type of the board.
+// the T4 (enabled: false), and the machine type of the board: GB200's
+// known by its NVML name although nvml-mock gives it a placeholder id.
 func TestSharedProfilesInfiniBand(t *testing.T) {
 	want := map[string]struct {
 		typ, name string
@@ -19,7 +20,7 @@ func TestSharedProfilesInfiniBand(t *testing.T) {
 	}{
 		"a100.yaml":  {"MT4123", "ConnectX-6", 0x101b, "DGX A100"},
 		"h100.yaml":  {"MT4129", "ConnectX-7", 0x1021, "DGX H100"},
-		"gb200.yaml": {"MT4129", "ConnectX-7", 0x1021, ""},
+		"gb200.yaml": {"MT4129", "ConnectX-7", 0x1021, "DGX GB200"},
 		"t4.yaml":    {},
 	}
 	for _, f := range sharedProfiles(t) {

@@ -294,10 +294,24 @@ infiniband.guid_prefix
 infiniband.node_desc_template
 `
 
+// nvmlMockNewerKeys are keys of nvml-mock's current profiles that its
+// vendored source (k8s-test-infra 3b2b865d, whose config types
+// nvmlMockKeys matches) predates: the cpu block of its vr200 and vrnvl72
+// (a Vera CPU beside the GPUs), and the fp6_support its gb300 claims.
+const nvmlMockNewerKeys = `
+device_defaults.cpu.type
+device_defaults.cpu.coherent_memory
+device_defaults.features.fp6_support
+`
+
 // extensionKeys are this tool's own additions to the schema.
+// nvlink.switches[].device_id is one that nvml-mock's current profiles
+// name too (its vrnvl72 leaves it off the switches of its switch trays).
 const extensionKeys = `
 device_defaults.pci.class
+device_defaults.pci.driver
 nvlink.switches[].device_id
+nvlink.switches[].driver
 pcie_topology.hierarchy
 system.product_name
 `
@@ -334,7 +348,7 @@ func knownKeys() *keySchema {
 			p = parent
 		}
 	}
-	for _, list := range []string{nvmlMockKeys, nvmlMockHelmKeys, extensionKeys} {
+	for _, list := range []string{nvmlMockKeys, nvmlMockHelmKeys, nvmlMockNewerKeys, extensionKeys} {
 		for _, p := range strings.Fields(list) {
 			add(strings.TrimSuffix(p, "[]"))
 		}

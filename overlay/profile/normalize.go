@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
@@ -61,7 +62,17 @@ type Device struct {
 	Revision        uint8
 	BAR1Bytes       uint64
 	Link            Link
+	// Driver is the driver the function is bound to: for a GPU DriverNVIDIA
+	// or DriverVFIO; NVSwitches and HCAs keep their own (the planner's).
+	Driver string
 }
+
+// Drivers a profile may bind its devices to (pci.driver, nvlink.switches[].driver).
+const (
+	DriverNVIDIA   = "nvidia"
+	DriverVFIO     = "vfio-pci"
+	DriverNVSwitch = "nvidia-nvswitch"
+)
 
 // RootComplex is a host bridge and its NUMA node.
 type RootComplex struct {
@@ -80,7 +91,21 @@ type Machine struct {
 	HCAs *HCASpec
 	// ProductName is the machine type for dmi/product_name; "" renders none.
 	ProductName string
+	// ProductNameFrom says where ProductName came from:
+	// ProductNameFromProfile, or ProductNameFromBoard; "" with no name.
+	ProductNameFrom string
+	// OffBusSwitches are the nvlink.switches that sit off this tray's PCIe
+	// bus, as NVL72's do in switch trays of their own: on a bus no root
+	// complex of the topology covers, and without a device_id. They render
+	// nothing; their Index keeps the profile's order.
+	OffBusSwitches []Device
 }
+
+// Where a machine's ProductName came from.
+const (
+	ProductNameFromProfile = "system.product_name"
+	ProductNameFromBoard   = "the GPU board"
+)
 
 // GPUs returns the machine's GPUs, sorted by address.
 func (m *Machine) GPUs() []Device {
@@ -166,7 +191,7 @@ func (n *normalizer) run(opts Options) (*Machine, error) {
 	m.Hierarchy = h
 	if p.NVLink != nil {
 		for i := range p.NVLink.Switches {
-			d, err := n.nvswitch(i, m.Devices[0].DeviceID)
+			d, err := n.nvswitch(i, m.Devices[0])
 			if err != nil {
 				return nil, err
 			}
@@ -204,7 +229,7 @@ func (n *normalizer) hierarchy(opts Options, gpus []Device) (boards.Hierarchy, e
 		return h, nil
 	}
 	first := slices.MinFunc(gpus, func(a, b Device) int { return a.Address.Compare(b.Address) })
-	return boards.HierarchyOf(first.DeviceID), nil
+	return boards.HierarchyOf(first.Name, first.DeviceID), nil
 }
 
 // slot is one device nvml-mock would report: its index, and the devices[]
@@ -334,7 +359,7 @@ func (n *normalizer) identity(d Device, dc, def DeviceConfig, field func(string)
 	bar1 := firstUint(dc.BAR1Memory.TotalBytes, def.BAR1Memory.TotalBytes)
 	if bar1 == nil {
 		d.BAR1Bytes = 256 << 20
-		if b, ok := boards.Lookup(d.DeviceID); ok && b.BAR1Bytes != 0 {
+		if b, ok := d.Board(); ok && b.BAR1Bytes != 0 {
 			d.BAR1Bytes = b.BAR1Bytes
 		}
 	} else {
@@ -344,17 +369,35 @@ func (n *normalizer) identity(d Device, dc, def DeviceConfig, field func(string)
 		// A BAR is a power of two; round up as firmware sizes it.
 		d.BAR1Bytes = uint64(1) << (64 - bits.LeadingZeros64(*bar1-1))
 	}
-	link, err := n.link(field, dc.PCIe, def.PCIe, d.DeviceID)
+	link, err := n.link(field, dc.PCIe, def.PCIe, d)
 	if err != nil {
 		return d, err
 	}
 	d.Link = link
+	d.Driver = DriverNVIDIA
+	if drv := firstString(dc.PCI.Driver, def.PCI.Driver); drv != "" {
+		d.Driver = strings.TrimSpace(drv)
+		if d.Driver != DriverNVIDIA && d.Driver != DriverVFIO {
+			return d, n.fail(from("pci.driver", dc.PCI.Driver != ""), drv, "want %s (the default) or %s (a GPU for passthrough)", DriverNVIDIA, DriverVFIO)
+		}
+	}
 	return d, nil
 }
 
-func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, device uint16) (Link, error) {
+// VFIOGPUs counts the GPUs bound to vfio-pci.
+func (m *Machine) VFIOGPUs() int {
+	n := 0
+	for _, d := range m.GPUs() {
+		if d.Driver == DriverVFIO {
+			n++
+		}
+	}
+	return n
+}
+
+func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, gpu Device) (Link, error) {
 	gen, width := 4, 16
-	if b, ok := boards.Lookup(device); ok {
+	if b, ok := gpu.Board(); ok {
 		gen, width = b.LinkGen, b.LinkWidth
 	}
 	pick := func(name string, v, dv *int, fallback int, valid func(int) bool, want string) (int, error) {
@@ -389,7 +432,7 @@ func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, device 
 	return l, nil
 }
 
-func (n *normalizer) nvswitch(i int, gpuDevice uint16) (Device, error) {
+func (n *normalizer) nvswitch(i int, gpu Device) (Device, error) {
 	sc := n.p.NVLink.Switches[i]
 	field := fmt.Sprintf("nvlink.switches[%d].bdf", i)
 	a, err := pciaddr.Parse(sc.BDF)
@@ -398,7 +441,7 @@ func (n *normalizer) nvswitch(i int, gpuDevice uint16) (Device, error) {
 	}
 	d := Device{
 		Kind: NVSwitch, Index: i, Name: "NVSwitch", Address: a,
-		Vendor: boards.VendorNVIDIA, DeviceID: boards.NVSwitchDeviceFor(gpuDevice),
+		Vendor: boards.VendorNVIDIA, DeviceID: boards.NVSwitchDeviceFor(gpu.Name, gpu.DeviceID),
 		Class: ClassNVSwitch, Revision: revisionA1, Link: Link{MaxGen: 4, CurrentGen: 4, MaxWidth: 8, CurrentWidth: 8},
 	}
 	if sc.DeviceID != nil {
@@ -408,6 +451,14 @@ func (n *normalizer) nvswitch(i int, gpuDevice uint16) (Device, error) {
 		}
 	}
 	d.SubsystemVendor, d.SubsystemDevice = d.Vendor, d.DeviceID
+	d.Driver = DriverNVSwitch
+	switch drv := strings.TrimSpace(sc.Driver); drv {
+	case "", DriverNVSwitch:
+	case DriverVFIO:
+		return d, n.fail(fmt.Sprintf("nvlink.switches[%d].driver", i), sc.Driver, "only a GPU can be bound to %s (pci.driver in devices[] or device_defaults); an NVSwitch keeps %s", DriverVFIO, DriverNVSwitch)
+	default:
+		return d, n.fail(fmt.Sprintf("nvlink.switches[%d].driver", i), sc.Driver, "want %s, an NVSwitch's own driver", DriverNVSwitch)
+	}
 	return d, nil
 }
 
@@ -523,20 +574,38 @@ func (n *normalizer) rootComplex(field string, rc RootComplexConfig, rcField map
 
 // placeCovered puts each device the topology leaves out under the root
 // complex whose bus range holds it, as the kernel would find it, and
-// records the device's own field as what placed it.
+// records the device's own field as what placed it. An NVSwitch on a bus
+// no root complex covers is off this tray's PCIe bus when the profile
+// gives it no device_id, as nvml-mock means it (its NVL72 profiles list
+// the rack's switches, which live in switch trays that the compute tray's
+// lspci never shows): it leaves the machine, into m.OffBusSwitches. Any
+// other device there is refused, a switch with a device_id too: the id
+// says it is a PCI function of this tray.
 func (n *normalizer) placeCovered(m *Machine, ids []pciaddr.RootComplex, placed, seen map[pciaddr.Address]string) error {
-	for i := range m.Devices {
-		d := &m.Devices[i]
+	kept := m.Devices[:0]
+	for _, d := range m.Devices {
 		if _, ok := placed[d.Address]; ok {
+			kept = append(kept, d)
 			continue
 		}
 		rc, ok := pciaddr.Covering(ids, d.Address)
-		if !ok {
+		switch {
+		case ok:
+		case d.Kind == NVSwitch && n.p.NVLink.Switches[d.Index].DeviceID == nil:
+			m.OffBusSwitches = append(m.OffBusSwitches, d)
+			continue
+		case d.Kind == NVSwitch:
+			return n.fail(fmt.Sprintf("nvlink.switches[%d].device_id", d.Index), fmt.Sprintf("0x%08X", uint32(*n.p.NVLink.Switches[d.Index].DeviceID)),
+				"puts the switch at %s on this tray's PCIe bus, but no root complex in pcie_topology covers bus %02x of domain %04x; list %s under one, or drop device_id for a switch in a switch tray of its own (rendered off the bus)",
+				d.Address, d.Address.Bus, d.Address.Domain, d.Address)
+		default:
 			return n.fail(seen[d.Address], d.Address.String(), "no root complex in pcie_topology covers bus %02x of domain %04x; list the device under one", d.Address.Bus, d.Address.Domain)
 		}
 		d.RootComplex = rc
 		placed[d.Address] = seen[d.Address]
+		kept = append(kept, d)
 	}
+	m.Devices = kept
 	return nil
 }
 
@@ -560,6 +629,10 @@ func (n *normalizer) checkBus(h boards.Hierarchy, rcs []pciaddr.RootComplex, d *
 	}
 	return nil
 }
+
+// Board is the real board a GPU is (boards.Find: by its NVML name, then
+// its device id).
+func (d Device) Board() (boards.Board, bool) { return boards.Find(d.Name, d.DeviceID) }
 
 func firstString(a, b string) string {
 	if a != "" {

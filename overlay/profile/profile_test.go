@@ -311,3 +311,192 @@ devices:
 		"5@0000:05:00.0 sub 20b0", "2@0000:47:00.0 sub 134f",
 	}, got)
 }
+
+// nvml-mock's newest profile shapes (issue 25), in profiles of our own:
+// each renders with no unknown key; the Vera Rubin tray's switches are off
+// its PCIe bus and leave the machine; every board is known and names its
+// machine, by NVML name where the id is a placeholder or ambiguous.
+func TestNewestProfileShapes(t *testing.T) {
+	tests := []struct {
+		file            string
+		gpus, switches  int
+		offBus          int
+		hcaType         string
+		hcasPerGPU      int
+		hierarchy       boards.Hierarchy
+		board, machine  string
+		bar1            uint64
+		linkGen         int
+		rootComplexIDs  []string
+		productNameFrom string
+	}{
+		{"vera-rubin-tray.yaml", 4, 0, 4, "MT4133", 2, boards.Flat, boards.GenericName, "Vera Rubin NVL72", 512 << 30, 6, []string{"pci0002:80", "pci000a:80"}, ProductNameFromBoard},
+		{"gb300-tray.yaml", 4, 2, 0, "MT4131", 2, boards.Flat, "NVIDIA GB300", "DGX GB300", 1 << 40, 6, []string{"pci0000:00", "pci0000:40"}, ProductNameFromBoard},
+		{"b200-hgx.yaml", 4, 2, 0, "", 0, boards.DGX, "NVIDIA B200", "DGX B200", 256 << 30, 5, []string{"pci0000:00"}, ProductNameFromBoard},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			path := "../../testdata/profiles/" + tc.file
+			p, err := LoadFile(path)
+			require.NoError(t, err)
+			require.Empty(t, p.Unknown, "every key is nvml-mock's or ours")
+			m := load(t, path)
+			require.Len(t, m.GPUs(), tc.gpus)
+			require.Len(t, m.Devices, tc.gpus+tc.switches)
+			require.Len(t, m.OffBusSwitches, tc.offBus)
+			require.Equal(t, tc.hierarchy, m.Hierarchy)
+			require.Equal(t, tc.machine, m.ProductName)
+			require.Equal(t, tc.productNameFrom, m.ProductNameFrom)
+			var rcs []string
+			for _, rc := range m.RootComplexes {
+				rcs = append(rcs, rc.ID.String())
+			}
+			require.Equal(t, tc.rootComplexIDs, rcs)
+			for _, g := range m.GPUs() {
+				b, ok := g.Board()
+				require.True(t, ok)
+				require.Equal(t, tc.board, b.Name)
+				require.Equal(t, tc.bar1, g.BAR1Bytes)
+				require.Equal(t, tc.linkGen, g.Link.MaxGen)
+				require.True(t, pciaddr.IsBDF(g.Address.String()), "upper-case bus ids are read lower-case")
+			}
+			if tc.hcaType == "" {
+				require.Nil(t, m.HCAs)
+			} else {
+				require.Equal(t, tc.hcaType, m.HCAs.Type)
+				require.Equal(t, tc.hcasPerGPU, m.HCAs.PerGPU)
+			}
+			for _, d := range m.Devices {
+				if d.Kind == NVSwitch {
+					require.Equal(t, ClassNVSwitch, d.Class)
+					require.Equal(t, uint16(0x22a3), d.DeviceID)
+				}
+			}
+			// The effective profile reads back to the same machine, its
+			// off-bus switches off the bus again.
+			again, err := Normalize("effective", m.Effective(), Options{})
+			require.NoError(t, err)
+			again.Source = m.Source
+			require.Equal(t, m, again)
+		})
+	}
+}
+
+// Switch placement, case by case: off the bus without a device_id; a
+// device_id on a bus no root complex covers is refused in one line naming
+// the file, the field and the value; on a covered bus it renders; on a
+// GPU's address it is refused naming both entries.
+func TestSwitchPlacement(t *testing.T) {
+	const base = "device_defaults: {pci: {device_id: 0x307F10DE}}\ndevices:\n  - pci: {bus_id: \"0002:81:00.0\"}\npcie_topology:\n  root_complexes:\n    - {id: pci0002:80, devices: [\"0002:81:00.0\"]}\nnvlink:\n  switches:\n"
+	tests := []struct {
+		name, switches string
+		offBus, on     int
+		err            string
+	}{
+		{"off the bus", "    - {bdf: \"0000:01:00.0\"}\n", 1, 0, ""},
+		{"device id off every root complex", "    - {bdf: \"0000:01:00.0\", device_id: 0x22A310DE}\n", 0, 0,
+			"profile x.yaml: nvlink.switches[0].device_id: value \"0x22A310DE\": puts the switch at 0000:01:00.0 on this tray's PCIe bus, but no root complex in pcie_topology covers bus 01 of domain 0000; list 0000:01:00.0 under one, or drop device_id for a switch in a switch tray of its own (rendered off the bus)"},
+		{"device id on a covered bus", "    - {bdf: \"0002:90:00.0\", device_id: 0x22A310DE}\n", 0, 1, ""},
+		{"no device id on a covered bus", "    - {bdf: \"0002:90:00.0\"}\n", 0, 1, ""},
+		{"on a GPU's address", "    - {bdf: \"0002:81:00.0\"}\n", 0, 0,
+			"profile x.yaml: nvlink.switches[0].bdf: value \"0002:81:00.0\": the same PCI address as devices[0].pci.bus_id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse("x.yaml", []byte(base+tc.switches))
+			require.NoError(t, err)
+			m, err := Normalize("x.yaml", p, Options{})
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				require.NotContains(t, err.Error(), "\n")
+				return
+			}
+			require.NoError(t, err)
+			require.Len(t, m.OffBusSwitches, tc.offBus)
+			require.Len(t, m.Devices, 1+tc.on)
+		})
+	}
+}
+
+// Boards are known by NVML name first, then by device id (real, then
+// nvml-mock's placeholders); the generic name of pre-release boards names
+// none.
+func TestBoardFind(t *testing.T) {
+	tests := []struct {
+		name    string
+		device  uint16
+		want    string
+		machine string
+	}{
+		{"NVIDIA GB300 NVL", 0x2941, "NVIDIA GB300", "DGX GB300"}, // nvml-mock's gb300: GB200's id
+		{"", 0x2941, "NVIDIA GB200", "DGX GB200"},
+		{"NVIDIA GB200", 0x2341, "NVIDIA GB200", "DGX GB200"},
+		{"NVIDIA B200", 0x2340, "NVIDIA B200", "DGX B200"},
+		{"", 0x2340, "NVIDIA B200", "DGX B200"},
+		{"nvidia b200 ", 0x2901, "NVIDIA B200", "DGX B200"},
+		{boards.GenericName, 0x307f, boards.GenericName, "Vera Rubin NVL72"},
+		{boards.GenericName, 0x2330, "NVIDIA H100 80GB HBM3", "DGX H100"},
+		{"NVIDIA A100-SXM4-40GB", 0x20b0, "NVIDIA A100-SXM4-40GB", "DGX A100"},
+		{"NVIDIA H200", 0x2335, "NVIDIA H200", "DGX H200"},
+		{"NVIDIA L40S", 0x26b9, "NVIDIA L40S", ""},
+		{"Tesla T4", 0x1eb8, "Tesla T4", ""},
+		{"NVIDIA H100 PCIe", 0x2331, "NVIDIA H100 PCIe", ""},
+	}
+	for _, tc := range tests {
+		b, ok := boards.Find(tc.name, tc.device)
+		require.True(t, ok, "%q %04x", tc.name, tc.device)
+		require.Equal(t, tc.want, b.Name, "%q %04x", tc.name, tc.device)
+		require.Equal(t, tc.machine, b.Machine, "%q %04x", tc.name, tc.device)
+	}
+	_, ok := boards.Find(boards.GenericName, 0x1234)
+	require.False(t, ok)
+}
+
+// The profile's system.product_name always wins over the board's machine.
+func TestProductNameWins(t *testing.T) {
+	p, err := Parse("x.yaml", []byte("system: {product_name: My Rack}\ndevice_defaults: {name: NVIDIA B200, pci: {device_id: 0x234010DE}}\ndevices: [{}]\n"))
+	require.NoError(t, err)
+	m, err := Normalize("x.yaml", p, Options{})
+	require.NoError(t, err)
+	require.Equal(t, "My Rack", m.ProductName)
+	require.Equal(t, ProductNameFromProfile, m.ProductNameFrom)
+}
+
+// A passthrough node (issue 26): pci.driver binds GPUs, all or some, to
+// vfio-pci; the default is nvidia; an unknown driver, or vfio-pci asked of
+// a device that is not a GPU, is refused in one line naming the file, the
+// field and the value.
+func TestVFIODriver(t *testing.T) {
+	m := load(t, "../../testdata/profiles/vfio-passthrough.yaml")
+	var drivers []string
+	for _, g := range m.GPUs() {
+		drivers = append(drivers, g.Driver)
+	}
+	require.Equal(t, []string{DriverVFIO, DriverVFIO, DriverVFIO, DriverNVIDIA}, drivers)
+	require.Equal(t, 3, m.VFIOGPUs())
+	again, err := Normalize("effective", m.Effective(), Options{})
+	require.NoError(t, err)
+	again.Source = m.Source
+	require.Equal(t, m, again, "the effective profile keeps each GPU's driver")
+	require.Equal(t, DriverNVIDIA, load(t, "../../testdata/profiles/domains.yaml").GPUs()[0].Driver, "nvidia by default")
+
+	tests := []struct{ name, doc, err string }{
+		{"unknown driver", "device_defaults: {pci: {device_id: 0x233010DE, driver: nouveau}}\ndevices: [{}]\n",
+			`profile x.yaml: device_defaults.pci.driver: value "nouveau": want nvidia (the default) or vfio-pci (a GPU for passthrough)`},
+		{"unknown driver on one device", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}, {pci: {driver: vfio}}]\n",
+			`profile x.yaml: devices[1].pci.driver: value "vfio": want nvidia (the default) or vfio-pci (a GPU for passthrough)`},
+		{"vfio-pci on an NVSwitch", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", driver: vfio-pci}]}\n",
+			`profile x.yaml: nvlink.switches[0].driver: value "vfio-pci": only a GPU can be bound to vfio-pci (pci.driver in devices[] or device_defaults); an NVSwitch keeps nvidia-nvswitch`},
+		{"unknown NVSwitch driver", "device_defaults: {pci: {device_id: 0x233010DE}}\ndevices: [{}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", driver: nvidia}]}\n",
+			`profile x.yaml: nvlink.switches[0].driver: value "nvidia": want nvidia-nvswitch, an NVSwitch's own driver`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse("x.yaml", []byte(tc.doc))
+			require.NoError(t, err)
+			require.Empty(t, p.Unknown, "pci.driver and switches[].driver are known keys")
+			_, err = Normalize("x.yaml", p, Options{})
+			require.EqualError(t, err, tc.err)
+		})
+	}
+}

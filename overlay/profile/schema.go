@@ -60,6 +60,9 @@ type PCIConfig struct {
 	SubsystemID *Word  `yaml:"subsystem_id,omitempty" json:"subsystem_id,omitempty,omitzero"`
 	// Class is this tool's extension; the default is 0x030200 (3D controller).
 	Class *Word `yaml:"class,omitempty" json:"class,omitempty,omitzero"`
+	// Driver is this tool's extension: the driver the GPU is bound to,
+	// DriverNVIDIA (the default) or DriverVFIO for a passthrough node.
+	Driver string `yaml:"driver,omitempty" json:"driver,omitempty,omitzero"`
 }
 
 // PCIeConfig holds the link generation and width.
@@ -85,6 +88,9 @@ type NVSwitchConfig struct {
 	BDF string `yaml:"bdf" json:"bdf"`
 	// DeviceID is this tool's extension, packed like pci.device_id.
 	DeviceID *Word `yaml:"device_id,omitempty" json:"device_id,omitempty,omitzero"`
+	// Driver is this tool's extension: an NVSwitch keeps its own driver
+	// (DriverNVSwitch); only a GPU can be bound to vfio-pci.
+	Driver string `yaml:"driver,omitempty" json:"driver,omitempty,omitzero"`
 }
 
 // PCIeTopology places devices under root complexes.

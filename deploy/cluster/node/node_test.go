@@ -99,7 +99,6 @@ type suite struct {
 	key      string // the ConfigMap's profile key
 	root     string // the tree's node path (--root)
 	spec     string // the CDI spec's node path (--output)
-	croot    string // the tree's path in containers (--container-root)
 	mockNVML string
 	gfd, nfd string // build directories
 	rows     docmatrix.Rows
@@ -157,7 +156,7 @@ func TestNode(t *testing.T) {
 	require.Len(t, ds.DaemonSets, 1)
 	s.ds = ds.DaemonSets[0]
 	args := s.ds.Spec.Template.Spec.Containers[0].Args
-	s.root, s.spec, s.croot = podtest.FlagValue(args, "--root"), podtest.FlagValue(args, "--output"), podtest.FlagValue(args, "--container-root")
+	s.root, s.spec = podtest.FlagValue(args, "--root"), podtest.FlagValue(args, "--output")
 
 	s.c = cluster.Start(t, cluster.Options{})
 	// The kubelet pulls nothing: each image is imported first, under the
@@ -334,17 +333,15 @@ func (s *suite) labellerPod(name, container, build string, inv consumers.Invocat
 	return pod
 }
 
-// gfdPod runs GFD once, publishing a NodeFeature object; served pods read
-// the render's machine type (docs/deploy.md, "GFD's machine label").
+// gfdPod runs GFD once, publishing a NodeFeature object. A served pod
+// reads the render's machine type: our CDI device sets GFD's
+// GFD_MACHINE_TYPE_FILE (deploy.MachineTypeFileEnv) to it.
 func (s *suite) gfdPod(name string, served bool) *corev1.Pod {
 	run := consumers.GFDRun{
 		Binary:         runtime.InConsumerBuild + "/gpu-feature-discovery",
 		MockNVML:       runtime.InMockNVML,
 		Profile:        profileDir + "/" + s.key,
 		NodeFeatureAPI: true,
-	}
-	if served {
-		run.MachineTypeFile = s.croot + "/dmi/product_name"
 	}
 	return s.labellerPod(name, "gpu-feature-discovery", s.gfd, run.Invocation(), served)
 }

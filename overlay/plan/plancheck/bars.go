@@ -114,7 +114,7 @@ func (t Tree) CheckBARs(n *plan.Node) []string {
 		return bad
 	}
 	d := n.Device
-	want := boards.BARs(d.DeviceID, d.BAR1Bytes)
+	want := boards.BARs(d.Name, d.DeviceID, d.BAR1Bytes)
 	var got []boards.BAR
 	for i, r := range res[:6] {
 		if r.Size() > 0 {
@@ -127,7 +127,7 @@ func (t Tree) CheckBARs(n *plan.Node) []string {
 	// nvidia-smi's BAR1 is the one sized from the profile, 64-bit
 	// prefetchable as on real boards.
 	bar1 := 1
-	if boards.BARLayoutOf(d.DeviceID) == boards.Hopper {
+	if boards.BARLayoutOf(d.Name, d.DeviceID) == boards.Hopper {
 		bar1 = 2
 	}
 	if res[bar1].Size() != d.BAR1Bytes || res[bar1].Flags != sysfs.ResourceFlagsMem64Pref {

@@ -1,0 +1,657 @@
+// Package dra_test runs the NVIDIA DRA driver's kubelet plugin, the
+// binary a cluster runs, on a real single-node Kubernetes
+// (deploy/cluster) for every profile of the suite set, served the mock
+// sysfs as a container is, and judges from the API server's objects what
+// the driver published and what the scheduler did with it: pcieRoot per
+// GPU, claims aligned on one PCIe root, a claim no root can hold left
+// unschedulable, and a pod that runs with its claim and the mock sysfs.
+package dra_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cluster"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
+
+const (
+	// driverName is the DRA driver's, and its ResourceSlices'.
+	driverName = "gpu.nvidia.com"
+	// deviceClass selects the driver's whole GPUs.
+	deviceClass = "gpu.nvidia.com"
+	// pciBusIDAttribute names a device's PCI address (deviceattribute's).
+	pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
+	// claimSpecPrefix starts the name of the CDI spec the driver writes
+	// for each prepared claim (vendor k8s.gpu.nvidia.com, class claim).
+	claimSpecPrefix = "k8s.gpu.nvidia.com-claim_"
+	// verifyImage holds our binary and a pause program; containerd
+	// resolves a short name under docker.io/library.
+	verifyImage = "docker.io/library/nvml-mock-sysfs-verify:test"
+	// namespace holds the suite's claims and pods.
+	namespace = metav1.NamespaceDefault
+	// sabotageEnv breaks the tree runs on purpose, as the consumer
+	// matrix's: escaped serves them the plainly escaped links.
+	sabotageEnv     = "NVML_MOCK_SYSFS_E2E_SABOTAGE"
+	sabotageEscaped = "escaped"
+	sabotageNoTree  = "no-tree" // the tree runs get no tree at all
+	// objectsEnv names the directory of the API objects the suite judged
+	// (make e2e-k8s: bin/k8s); matrixEnv the file the matrix goes to.
+	objectsEnv = "NVML_MOCK_SYSFS_K8S_OBJECTS"
+	matrixEnv  = "NVML_MOCK_SYSFS_K8S_MATRIX"
+	// Timeouts of the waits: the kubelet retries a failed prepare with
+	// backoff (tens of seconds).
+	slicesTimeout = 2 * time.Minute
+	podTimeout    = 3 * time.Minute
+)
+
+// suite is what every profile shares: the node and the programs.
+type suite struct {
+	c                *cluster.Cluster
+	plugin, bin      string
+	driverRoot, hook string
+	objects          string
+	sabotage         string
+	rows             []row
+}
+
+// TestDRA runs the driver on the node for every profile of the set.
+func TestDRA(t *testing.T) {
+	consumers.SkipShort(t)
+	overlaytest.RequireRoot(t)
+	began := time.Now()
+	s := &suite{
+		plugin:   consumers.NeedBinary(t, consumers.GPUKubeletPlugin()),
+		bin:      overlaytest.BuildBinary(t),
+		sabotage: os.Getenv(sabotageEnv),
+		objects:  cmp.Or(os.Getenv(objectsEnv), filepath.Join(overlaytest.Repo(t), "bin", "k8s")),
+	}
+	switch s.sabotage {
+	case "":
+	case sabotageEscaped, sabotageNoTree:
+		t.Logf("%s=%s: the tree runs are broken on purpose and must fail", sabotageEnv, s.sabotage)
+	default:
+		t.Fatalf("%s=%q: want %s or %s", sabotageEnv, s.sabotage, sabotageEscaped, sabotageNoTree)
+	}
+	mockNVML := consumers.Need(t, consumers.MockNVML())
+	injector := consumers.NeedBinary(t, consumers.DeviceInjector())
+	profiles := consumers.SuiteProfiles(t)
+	dir := t.TempDir()
+	s.driverRoot = filepath.Join(dir, "driver-root")
+	require.NoError(t, consumers.WriteDriverRoot(s.driverRoot, mockNVML))
+	writeDeviceNodes(t, s.driverRoot, maxGPUs(t, profiles))
+	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
+	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
+
+	s.c = cluster.Start(t, cluster.Options{})
+	// The route docs/deploy.md gives DRA workloads: an annotation naming
+	// our device, which containerd/nri's device-injector turns into a CDI
+	// injection beside the claim's devices.
+	s.c.Runtime.StartNRIPlugin(t, "10-device-injector", exec.Command(injector, "-idx", "10", "-socket-path", s.c.Runtime.NRISocket))
+	s.c.Runtime.Import(t, ociimage.Image{
+		Name: verifyImage,
+		Files: []ociimage.File{
+			{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755},
+			{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/runtime/testdata/pause"), Mode: 0o755},
+		},
+		Entrypoint: []string{"/pause"},
+	}, runtime.CRINamespace)
+	_, err := s.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: deviceClass},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "` + driverName + `" && device.attributes["` + driverName + `"].type == "gpu"`,
+		}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
+
+	for _, p := range profiles {
+		t.Run(p.Name, func(t *testing.T) { s.profile(t, p) })
+	}
+	var buf bytes.Buffer
+	writeMatrix(&buf, s.rows)
+	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in %s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second), s.objects)
+	if file := os.Getenv(matrixEnv); file != "" {
+		require.NoError(t, os.WriteFile(file, buf.Bytes(), 0o644))
+	} else {
+		os.Stdout.Write(buf.Bytes())
+	}
+}
+
+// maxGPUs is the most GPUs a profile of the set has: the driver root
+// gets that many device nodes.
+func maxGPUs(t *testing.T, profiles []consumers.SuiteProfile) int {
+	n := 0
+	for _, p := range profiles {
+		m, err := overlay.LoadMachine(p.File, "")
+		require.NoError(t, err)
+		n = max(n, len(m.GPUs()))
+	}
+	return n
+}
+
+// writeDeviceNodes makes the device nodes NodePrepareResources puts in a
+// claim's CDI spec, under the driver root's dev/: character devices with
+// /dev/null's numbers, which is what any container may open.
+func writeDeviceNodes(t *testing.T, driverRoot string, gpus int) {
+	dev := filepath.Join(driverRoot, "dev")
+	require.NoError(t, os.MkdirAll(dev, 0o755))
+	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+	for i := range gpus {
+		names = append(names, fmt.Sprintf("nvidia%d", i))
+	}
+	for _, n := range names {
+		require.NoError(t, unix.Mknod(filepath.Join(dev, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))), "mknod %s", n)
+	}
+}
+
+// subject is one profile: its GPUs and roots, rendered.
+type subject struct {
+	consumers.SuiteProfile
+	gpus []profile.Device
+	// root and escaped are the overlay as rendered and with plainly
+	// escaped links.
+	root, escaped string
+	// perRoot counts the profile's GPUs under each root complex.
+	perRoot map[string]int
+	objects string
+}
+
+// row is one profile's line of the matrix.
+type row struct {
+	name                    string
+	gpus, devices           int
+	roots                   string // pcieRoot: GPUs per root, as published
+	escapedRoots            int    // devices with pcieRoot when served escaped links
+	numa                    string
+	fit, fitGot             string // the aligned claim and what it got
+	tooMany, tooManyGot     string
+	verify, unprepare, pass string
+}
+
+func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
+	r := row{name: p.Name, pass: "FAIL"}
+	defer func() {
+		if !t.Failed() {
+			r.pass = "ok"
+		}
+		s.rows = append(s.rows, r)
+	}()
+	x := s.render(t, p)
+	r.gpus = len(x.gpus)
+	// A profile that failed half-way leaves nothing to the next one.
+	t.Cleanup(func() { s.removePods(t) })
+
+	// The negative control first: plainly escaped links lose pcieRoot.
+	escaped, stop := s.publish(t, x, x.escaped, "escaped links")
+	for _, d := range escaped {
+		if _, ok := d.Attributes[resourcev1.QualifiedName(consumers.PCIeRootAttribute)]; ok {
+			r.escapedRoots++
+		}
+	}
+	s.unpublish(t, stop)
+	require.Zero(t, r.escapedRoots, "served plainly escaped links, the driver must publish no pcieRoot")
+
+	served := x.root
+	switch s.sabotage {
+	case sabotageEscaped:
+		served = x.escaped
+	case sabotageNoTree:
+		served = ""
+	}
+	devices, stop := s.publish(t, x, served, "the tree")
+	t.Cleanup(func() { s.unpublish(t, stop) })
+	r.devices = len(devices)
+	rootOf := judgeSlices(t, x, devices, &r)
+
+	// The claims: as many GPUs as the largest root holds, aligned on one
+	// root, and one more than any root holds.
+	most := slices.Max(slices.Collect(maps.Values(x.perRoot)))
+	fit := s.claim(t, "fit", most)
+	tooMany := s.claim(t, "too-many", most+1)
+	r.fit = fmt.Sprintf("%d GPUs, one pcieRoot", most)
+	r.tooMany = fmt.Sprintf("%d GPUs, one pcieRoot", most+1)
+	s.verifyPod(t, "fit", fit.Name)
+	s.holdPod(t, "too-many", tooMany.Name)
+
+	// Running once verify, its init container, has passed; Failed if not.
+	if fitPod := s.c.WaitPod(t, namespace, "fit", podTimeout, func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
+	}); fitPod.Status.Phase == corev1.PodFailed {
+		logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs("fit", &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+		t.Fatalf("pod fit failed: verify in it: %v\n%s", err, logs)
+	}
+	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return unschedulable(p) != "" })
+
+	// The objects judged, as the API server returns them.
+	rawSlices := s.raw(t, x, "resourceslices.json", s.c.Client.ResourceV1().RESTClient().Get().Resource("resourceslices"))
+	rawClaims := s.raw(t, x, "resourceclaims.json", s.c.Client.ResourceV1().RESTClient().Get().Namespace(namespace).Resource("resourceclaims"))
+	rawPods := s.raw(t, x, "pods.json", s.c.Client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("pods"))
+	var sl resourcev1.ResourceSliceList
+	require.NoError(t, json.Unmarshal(rawSlices, &sl))
+	require.Len(t, devicesOf(sl.Items), len(devices), "the slices judged hold the devices published")
+	var claims resourcev1.ResourceClaimList
+	require.NoError(t, json.Unmarshal(rawClaims, &claims))
+	var pods corev1.PodList
+	require.NoError(t, json.Unmarshal(rawPods, &pods))
+
+	got := map[string]*resourcev1.ResourceClaim{}
+	for i := range claims.Items {
+		got[claims.Items[i].Name] = &claims.Items[i]
+	}
+	fitClaim := got["fit"]
+	require.NotNil(t, fitClaim, "claim fit")
+	require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated")
+	var allocated []string
+	roots := map[string]bool{}
+	for _, res := range fitClaim.Status.Allocation.Devices.Results {
+		require.Equal(t, driverName, res.Driver)
+		allocated = append(allocated, res.Device)
+		roots[rootOf[res.Device]] = true
+	}
+	slices.Sort(allocated)
+	require.Len(t, allocated, most, "claim fit's devices")
+	require.Len(t, roots, 1, "claim fit's devices %v share one pcieRoot: %v", allocated, roots)
+	root := slices.Collect(maps.Keys(roots))[0]
+	require.NotEmpty(t, root, "claim fit's devices have a pcieRoot")
+	require.GreaterOrEqual(t, x.perRoot[root], most, "root %s holds the claim", root)
+	r.fitGot = fmt.Sprintf("%s on %s (holds %d)", strings.Join(allocated, ","), root, x.perRoot[root])
+	if tm := got["too-many"]; tm != nil {
+		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
+	}
+	podNamed := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		podNamed[pods.Items[i].Name] = &pods.Items[i]
+	}
+	require.Contains(t, podNamed, "too-many")
+	require.Contains(t, podNamed, "fit")
+	reason := unschedulable(podNamed["too-many"])
+	require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
+	r.tooManyGot = "Unschedulable: " + reason
+	if len(x.perRoot) == 1 {
+		r.tooManyGot += " (one root: more than the node has)"
+	}
+
+	// The pod that used the claim: verify ran in it, with the claim's
+	// devices from the driver's CDI spec and the mock sysfs from ours.
+	r.verify = s.judgeVerify(t, podNamed["fit"], most)
+	spec := filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(fitClaim.UID)+".yaml")
+	require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
+
+	// Deleting the pods unprepares the claim: the driver removes its spec.
+	s.removePods(t)
+	s.c.Wait(t, "NodeUnprepareResources of claim fit (its CDI spec removed)", podTimeout, func() error {
+		if _, err := os.Stat(spec); err == nil {
+			return fmt.Errorf("%s is still there", spec)
+		}
+		return nil
+	})
+	r.unprepare = "spec removed"
+}
+
+// removePods deletes the suite's pods and claims, if there, and waits
+// until they are gone.
+func (s *suite) removePods(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pods, claims := s.c.Client.CoreV1().Pods(namespace), s.c.Client.ResourceV1().ResourceClaims(namespace)
+	for _, name := range []string{"fit", "too-many"} {
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete pod %s: %v", name, err)
+		}
+		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete claim %s: %v", name, err)
+		}
+	}
+	s.c.Wait(t, "the pods and claims deleted", podTimeout, func() error {
+		for _, name := range []string{"fit", "too-many"} {
+			if _, err := pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pod %s: %v", name, cmp.Or(err, errors.New("still there")))
+			}
+			if _, err := claims.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("claim %s: %v", name, cmp.Or(err, errors.New("still there")))
+			}
+		}
+		return nil
+	})
+}
+
+// render renders the profile's tree and its plainly escaped copy.
+func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
+	x := &subject{SuiteProfile: p, perRoot: map[string]int{}}
+	m, err := overlay.LoadMachine(p.File, "")
+	require.NoError(t, err)
+	x.gpus = m.GPUs()
+	require.NotEmpty(t, x.gpus)
+	for _, g := range x.gpus {
+		x.perRoot[g.RootComplex.String()]++
+	}
+	s.driverLibraries(t, p.File)
+	x.root = filepath.Join(t.TempDir(), "tree")
+	// As the DaemonSet renders: the node's own PCI devices stay listed,
+	// which verify checks.
+	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
+	require.NoError(t, err)
+	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
+	x.objects = filepath.Join(s.objects, slug(p.Name))
+	require.NoError(t, os.RemoveAll(x.objects))
+	require.NoError(t, os.MkdirAll(x.objects, 0o755))
+	// Our CDI spec, which the verify pod's annotation names.
+	out, err := exec.Command(s.bin, "cdi", "--root", x.root, "--output", filepath.Join(s.c.Runtime.CDIDir, "nvml-mock-sysfs.yaml")).CombinedOutput()
+	require.NoError(t, err, "nvml-mock-sysfs cdi: %s", out)
+	return x
+}
+
+// slug is a profile's name as a directory name.
+func slug(name string) string {
+	return strings.Trim(regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(name, "-"), "-")
+}
+
+// publish starts the driver's kubelet plugin served root (the overlay
+// read-only at its container root, the links directory at
+// /sys/bus/pci/devices; empty: the node's own), with the mock NVML
+// reading the profile, and waits
+// until its slices hold a device per GPU; it returns those devices.
+func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resourcev1.Device, func()) {
+	t.Helper()
+	kubelet := s.c.KubeletRootDir
+	proc := s.c.Start(t, cluster.Program{
+		Name: "gpu-kubelet-plugin",
+		Args: []string{s.plugin,
+			"--node-name", cluster.NodeName, "--namespace", namespace,
+			"--image-name", "nvml-mock-sysfs-test", "--kubeconfig", s.c.Kubeconfig,
+			"--nvidia-driver-root", s.driverRoot, "--container-driver-root", s.driverRoot,
+			"--nvidia-cdi-hook-path", s.hook, "--cdi-root", s.c.Runtime.CDIDir,
+			"--kubelet-registrar-directory-path", filepath.Join(kubelet, "plugins_registry"),
+			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
+		Env:    []string{"MOCK_NVML_CONFIG=" + x.File, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
+		Served: &overlaytest.Served{Root: root},
+	})
+	t.Cleanup(func() { proc.Stop(t) })
+	var devices []resourcev1.Device
+	s.c.Wait(t, fmt.Sprintf("%s: ResourceSlices with %d GPUs (driver served %s)", x.Name, len(x.gpus), what), slicesTimeout, func() error {
+		select {
+		case <-proc.Exited():
+			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
+		default:
+		}
+		list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+		if err != nil {
+			return err
+		}
+		devices = devicesOf(list.Items)
+		if len(devices) != len(x.gpus) {
+			return fmt.Errorf("%d devices in %d slices, want %d", len(devices), len(list.Items), len(x.gpus))
+		}
+		return nil
+	})
+	return devices, func() { proc.Stop(t) }
+}
+
+// unpublish stops the plugin and removes its slices and its state (the
+// checkpoint of prepared claims), so the next profile starts clean.
+func (s *suite) unpublish(t *testing.T, stop func()) {
+	t.Helper()
+	stop()
+	ctx := context.Background()
+	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
+	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
+	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
+	s.c.Wait(t, "the driver's ResourceSlices deleted", slicesTimeout, func() error {
+		list, err := slicesAPI.List(ctx, selector)
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d slices left", len(list.Items))
+		}
+		return err
+	})
+	require.NoError(t, os.RemoveAll(filepath.Join(s.c.KubeletRootDir, "plugins", driverName)))
+}
+
+// devicesOf lists the devices of slices.
+func devicesOf(items []resourcev1.ResourceSlice) []resourcev1.Device {
+	var out []resourcev1.Device
+	for _, sl := range items {
+		out = append(out, sl.Spec.Devices...)
+	}
+	return out
+}
+
+// stringAttribute is a device's string attribute, if it has one.
+func stringAttribute(d resourcev1.Device, name string) (string, bool) {
+	a, ok := d.Attributes[resourcev1.QualifiedName(name)]
+	if !ok || a.StringValue == nil {
+		return "", false
+	}
+	return *a.StringValue, true
+}
+
+// judgeSlices requires a device per GPU of the profile, each with its
+// profile root complex as pcieRoot (and its NUMA node, where the driver
+// publishes one), and returns each device's pcieRoot by device name.
+func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) map[string]string {
+	t.Helper()
+	byAddress := map[string]profile.Device{}
+	for _, g := range x.gpus {
+		byAddress[g.Address.String()] = g
+	}
+	rootOf := map[string]string{}
+	published := map[string]int{}
+	var numa []string
+	for _, d := range devices {
+		bdf, ok := stringAttribute(d, pciBusIDAttribute)
+		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
+		g, ok := byAddress[strings.ToLower(bdf)]
+		require.True(t, ok, "device %s at %s is no GPU of the profile", d.Name, bdf)
+		delete(byAddress, g.Address.String())
+		root, ok := stringAttribute(d, consumers.PCIeRootAttribute)
+		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
+		require.Equal(t, g.RootComplex.String(), root, "device %s (%s): pcieRoot", d.Name, bdf)
+		rootOf[d.Name] = root
+		published[root]++
+		for _, name := range []string{"numa", "resource.kubernetes.io/numaNode"} {
+			if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.IntValue != nil {
+				require.EqualValues(t, g.NUMANode, *a.IntValue, "device %s (%s): %s", d.Name, bdf, name)
+				numa = append(numa, fmt.Sprintf("%s=%d", d.Name, *a.IntValue))
+			}
+		}
+	}
+	require.Empty(t, byAddress, "GPUs of the profile with no device in the slices")
+	var roots []string
+	for _, root := range slices.Sorted(maps.Keys(published)) {
+		roots = append(roots, fmt.Sprintf("%s×%d", root, published[root]))
+	}
+	r.roots = strings.Join(roots, " ")
+	r.numa = cmp.Or(strings.Join(numa, " "), "not published for GPUs")
+	return rootOf
+}
+
+// claim creates a claim for n GPUs of the class that must share a
+// pcieRoot.
+func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClaim {
+	t.Helper()
+	c, err := s.c.Client.ResourceV1().ResourceClaims(namespace).Create(context.Background(), &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: deviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(n),
+			}}},
+			Constraints: []resourcev1.DeviceConstraint{{
+				Requests:       []string{"gpus"},
+				MatchAttribute: ptr.To(resourcev1.FullyQualifiedName(consumers.PCIeRootAttribute)),
+			}},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return c
+}
+
+// verifyPod is a pod whose init container runs verify with the claim's
+// devices and, by the annotation docs/deploy.md gives DRA workloads, the
+// mock sysfs; its container then holds the claim (pause) until the pod is
+// deleted, so the claim stays prepared until then.
+func (s *suite) verifyPod(t *testing.T, name, claim string) {
+	t.Helper()
+	pod := s.pod(name, claim)
+	pod.Annotations = map[string]string{"cdi-devices.noderesource.dev/container.verify": "- " + deploy.DefaultKind + "=" + deploy.DeviceName + "\n"}
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name: "verify", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
+		Command:   []string{"/nvml-mock-sysfs", "verify", "--format", "json"},
+		Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+	}}
+	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// holdPod is a pod that only holds the claim.
+func (s *suite) holdPod(t *testing.T, name, claim string) {
+	t.Helper()
+	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), s.pod(name, claim), metav1.CreateOptions{})
+	require.NoError(t, err)
+}
+
+// pod is a pod of the pause program with the claim.
+func (s *suite) pod(name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy:  corev1.RestartPolicyNever,
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim)}},
+			Containers: []corev1.Container{{
+				Name: "hold", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+			}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		},
+	}
+}
+
+// unschedulable is the scheduler's reason for not placing the pod, or "".
+func unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// raw GETs a list as the API server returns it and writes it to the
+// profile's directory of judged objects.
+func (s *suite) raw(t *testing.T, x *subject, file string, req interface {
+	DoRaw(context.Context) ([]byte, error)
+}) []byte {
+	t.Helper()
+	b, err := req.DoRaw(context.Background())
+	require.NoError(t, err, "%s", file)
+	var pretty bytes.Buffer
+	require.NoError(t, json.Indent(&pretty, b, "", "  "))
+	require.NoError(t, os.WriteFile(filepath.Join(x.objects, file), append(pretty.Bytes(), '\n'), 0o644))
+	return b
+}
+
+// judgeVerify requires that verify passed in the pod's init container,
+// from its log through the API server, and that the container got the
+// claim's n GPUs as device nodes (from the driver's CDI spec).
+func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
+	t.Helper()
+	require.Len(t, pod.Status.InitContainerStatuses, 1)
+	st := pod.Status.InitContainerStatuses[0].State.Terminated
+	require.NotNil(t, st, "verify has ended")
+	logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+	require.NoError(t, err, "verify's log through the API server")
+	var report compat.Report
+	require.NoError(t, json.Unmarshal(logs, &report), "verify's report (exit %d):\n%s", st.ExitCode, logs)
+	require.Zero(t, st.ExitCode, "verify's failures: %+v", report.Failures())
+	require.True(t, report.OK())
+
+	id := strings.TrimSpace(s.c.Runtime.Crictl(t, "ps", "--all", "--quiet", "--label", "io.kubernetes.pod.name="+pod.Name, "--label", "io.kubernetes.container.name=verify"))
+	require.NotEmpty(t, id, "verify's CRI container")
+	var inspect struct {
+		Info struct {
+			RuntimeSpec struct {
+				Linux struct {
+					Devices []struct {
+						Path string `json:"path"`
+					} `json:"devices"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.c.Runtime.Crictl(t, "inspect", strings.Fields(id)[0])), &inspect))
+	var gpus []string
+	gpu := regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
+	for _, d := range inspect.Info.RuntimeSpec.Linux.Devices {
+		if gpu.MatchString(d.Path) {
+			gpus = append(gpus, d.Path)
+		}
+	}
+	require.Len(t, gpus, n, "the claim's GPUs as device nodes in verify's container")
+	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
+}
+
+// writeMatrix prints the matrix, one profile a block.
+func writeMatrix(w *bytes.Buffer, rows []row) {
+	fmt.Fprintln(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+consumers.KubeVersion+"):")
+	for _, r := range rows {
+		fmt.Fprintf(w, "\n%s: %s\n", r.name, r.pass)
+		fmt.Fprintf(w, "  slices:        %d devices for %d GPUs; pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.devices, r.gpus, cmp.Or(r.roots, "-"), r.escapedRoots)
+		fmt.Fprintf(w, "  numaNode:      %s\n", cmp.Or(r.numa, "-"))
+		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
+		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
+		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
+	}
+}
+
+// driverLibraries adds to the driver root the files NodePrepareResources
+// looks for by the driver version NVML reports (the profile's):
+// libnvidia-ml.so.VERSION, the mock NVML itself, and libcuda.so.VERSION,
+// which the claim's CDI spec only mounts (a copy of the same file).
+func (s *suite) driverLibraries(t *testing.T, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	var doc struct {
+		System struct {
+			DriverVersion string `yaml:"driver_version"`
+		} `yaml:"system"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &doc), "%s", file)
+	version := cmp.Or(doc.System.DriverVersion, consumers.MockNVMLDriverVersion)
+	lib := filepath.Join(s.driverRoot, "usr/lib64")
+	mock, err := os.ReadFile(filepath.Join(lib, consumers.MockNVMLLibrary))
+	require.NoError(t, err)
+	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
+		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755))
+	}
+}
