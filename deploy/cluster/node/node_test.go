@@ -624,6 +624,7 @@ func (s *suite) testReprofile(t *testing.T) {
 	}))
 	s.c.RunPod(t, s.nfdPod(t, "nfd-worker-reprofiled", true))
 	s.waitLabels(t, labelHCA, wantLabels(map[string]string{labelNVIDIA: "true", labelHCA: "true"}))
+	s.figure("after the re-profile: Node %s=%s %s=%s %s=%s, %s", labelMode, r.LabelsAfterGFD[labelMode], labelCount, r.LabelsAfterGFD[labelCount], labelMachine, r.LabelsAfterGFD[labelMachine], labelHCA)
 	s.writeObject(t, "reprofile.json", r)
 	s.figure("ConfigMap update -> new tree in %s: API update -> kubelet's volume swap %s (its sync period is %s, plus its ConfigMap cache), swap -> serve's re-render %s; reader %d scans, %d torn, views %v",
 		r.UpdateToTree.Round(time.Millisecond), r.UpdateToSwapString, kubeletSyncPeriod, r.SwapToTreeString, totals.Scans, totals.Torn, totals.Views)
