@@ -66,11 +66,7 @@ const (
 	// ConfigMap, as nvml-mock's DaemonSet and ours do: the mock NVML reads
 	// the profile the tree is rendered from.
 	profileDir = "/etc/nvml-mock"
-	// objectsEnv and matrixEnv are make e2e-k8s's: where the API objects
-	// judged go (bin/k8s) and the file the matrices are appended to.
-	objectsEnv = "NVML_MOCK_SYSFS_K8S_OBJECTS"
-	matrixEnv  = "NVML_MOCK_SYSFS_K8S_MATRIX"
-	// objectsName is this suite's directory below objectsEnv's: the
+	// objectsName is this suite's directory below cluster.ObjectsEnv's: the
 	// profile it deploys, the standalone ConfigMap's.
 	objectsName = "standalone-h100"
 	// Label keys judged on the Node.
@@ -701,7 +697,7 @@ func (s *suite) figure(format string, args ...any) {
 
 // objectsDir is where the objects judged go: bin/k8s/<profile>/.
 func (s *suite) objectsDir() string {
-	return filepath.Join(cmp.Or(os.Getenv(objectsEnv), filepath.Join(s.repo, "bin", "k8s")), objectsName)
+	return filepath.Join(cmp.Or(os.Getenv(cluster.ObjectsEnv), filepath.Join(s.repo, "bin", "k8s")), objectsName)
 }
 
 // writeObject writes v as indented JSON into objectsDir.
@@ -719,20 +715,14 @@ func kubernetesPage() docmatrix.Page {
 }
 
 // report prints the matrix and the figures, appends the matrix to
-// matrixEnv's file (other Kubernetes suites write theirs there too), and
+// cluster.MatrixEnv's file (other Kubernetes suites write theirs there too), and
 // checks docs/kubernetes.md after a green run.
 func (s *suite) report(t *testing.T) {
 	table := s.rows.Table("step", "on the node")
 	text := "TestNode (deploy/cluster/node): our deploy on a real node\n\n" + table + "\n" + strings.Join(s.figures, "\n") + "\n"
 	t.Logf("\n%s", text)
-	if file := os.Getenv(matrixEnv); file != "" {
-		f, err := os.OpenFile(file, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		require.NoError(t, err)
-		_, err = f.WriteString("\n" + text)
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
-	}
+	cluster.AppendMatrix(t, text)
 	if !t.Failed() {
-		kubernetesPage().Sync(t, table, os.Getenv(matrixEnv))
+		kubernetesPage().Sync(t, table, os.Getenv(cluster.MatrixEnv))
 	}
 }
