@@ -22,10 +22,17 @@ const pauseProgram = "./deploy/runtime/testdata/pause"
 // pauseImage is the sandbox image: the pause program alone.
 func pauseImage(t testing.TB) ociimage.Image {
 	t.Helper()
+	return programImage(t, PauseImage, pauseProgram, "/pause")
+}
+
+// programImage is an image named name of one static program of the
+// repository (a package path below it), at path, its entrypoint.
+func programImage(t testing.TB, name, program, path string) ociimage.Image {
+	t.Helper()
 	return ociimage.Image{
-		Name:       PauseImage,
-		Files:      []ociimage.File{{Path: "/pause", Source: overlaytest.BuildStatic(t, pauseProgram), Mode: 0o755}},
-		Entrypoint: []string{"/pause"},
+		Name:       name,
+		Files:      []ociimage.File{{Path: path, Source: overlaytest.BuildStatic(t, program), Mode: 0o755}},
+		Entrypoint: []string{path},
 	}
 }
 
@@ -131,11 +138,7 @@ const readerProgram = "./deploy/runtime/testdata/reader"
 // ReaderBaseImage is the reader's image.
 func ReaderBaseImage(t testing.TB) ociimage.Image {
 	t.Helper()
-	return ociimage.Image{
-		Name:       ReaderImage,
-		Files:      []ociimage.File{{Path: "/reader", Source: overlaytest.BuildStatic(t, readerProgram), Mode: 0o755}},
-		Entrypoint: []string{"/reader"},
-	}
+	return programImage(t, ReaderImage, readerProgram, "/reader")
 }
 
 // ReaderTotals is the reader's report: its totals over every scan, and
