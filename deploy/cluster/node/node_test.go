@@ -220,15 +220,27 @@ func (s *suite) daemonSetPod(t *testing.T) *corev1.Pod {
 	return &list.Items[0]
 }
 
-// testApply applies the standalone ConfigMap and the DaemonSet through the
-// API server, as the README's quick start does, and checks the pod, the
-// tree and the spec.
+// quickStartApply is how the README's Kubernetes quick start applies a
+// manifest.
+const quickStartApply = "kubectl apply --server-side -f "
+
+// testApply applies the files the README's Kubernetes quick start applies,
+// in its order, through the API server as its kubectl lines do, and checks
+// the pod, the tree and the spec.
 func (s *suite) testApply(t *testing.T, daemonSetFile string) {
-	s.rows.Expect(t, "`kubectl apply` the standalone ConfigMap and the DaemonSet (server-side, strict)", "the pod Running and Ready by its probe, 1 ready pod, tree and spec at the manifest's node paths")
+	s.rows.Expect(t, "the README quick start's `kubectl apply --server-side` lines (strict)", "the pod Running and Ready by its probe, 1 ready pod, tree and spec at the manifest's node paths")
 	ctx := context.Background()
+	var files []string
+	for _, step := range overlaytest.ReadmeShell(t)["Kubernetes quick start"] {
+		if file, ok := strings.CutPrefix(step, quickStartApply); ok {
+			files = append(files, filepath.Join(s.repo, file))
+		}
+	}
+	require.Equal(t, []string{filepath.Join(s.repo, "deploy/kubernetes/standalone/nvml-mock-config.yaml"), daemonSetFile}, files, "the quick start applies the standalone ConfigMap, then the DaemonSet")
 	applied := time.Now()
-	s.c.Apply(t, filepath.Join(s.repo, "deploy/kubernetes/standalone/nvml-mock-config.yaml"))
-	s.c.Apply(t, daemonSetFile)
+	for _, f := range files {
+		s.c.Apply(t, f)
+	}
 	s.c.Wait(t, "DaemonSet "+s.ds.Name+": 1 ready pod", 3*time.Minute, func() error {
 		d, err := s.c.Client.AppsV1().DaemonSets(s.ds.Namespace).Get(ctx, s.ds.Name, metav1.GetOptions{})
 		if err != nil {
