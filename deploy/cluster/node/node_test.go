@@ -723,7 +723,7 @@ func (s *suite) writeObject(t *testing.T, name string, v any) {
 
 // kubernetesPage holds this suite's matrix.
 func kubernetesPage() docmatrix.Page {
-	return docmatrix.Page{Path: "../../../docs/kubernetes.md", Suite: "deploy/cluster/node TestNode (make test)", Keys: 1}
+	return docmatrix.Page{Path: "../../../docs/kubernetes.md", Suite: "deploy/cluster/node TestNode (make e2e-k8s)", Keys: 1}
 }
 
 // report prints the matrix and the figures, appends the matrix to
