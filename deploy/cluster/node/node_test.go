@@ -33,6 +33,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cluster"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
 
 const (
 	// device is the CDI device the DaemonSet's spec names.
-	device = "mock.nvidia.com/pcisysfs=all"
+	device = deploy.DefaultKind + "=" + deploy.DeviceName
 	// injectAnnotation names our device for one container of a pod; the
 	// device-injector acts on it (docs/deploy.md, "How pods get the
 	// device").
