@@ -84,6 +84,7 @@ e2e: consumers
 docs: consumers
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(MAKE) --no-print-directory e2e
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(GO) test -count=1 -timeout 20m -run '^TestContainerd$$' ./deploy/runtime/
+	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(GO) test -count=1 -timeout 20m -run '^TestNode$$' ./deploy/cluster/node/
 
 # The NVIDIA DRA driver's kubelet plugin on a real single-node Kubernetes
 # (deploy/cluster: etcd, the control plane, containerd and a kubelet in
@@ -91,7 +92,11 @@ docs: consumers
 # set: its ResourceSlices' pcieRoot per GPU, claims aligned on a PCIe root
 # by kube-scheduler, and a pod that runs verify with its claim. The
 # matrix goes to K8S_MATRIX and is printed; the API objects judged go to
-# bin/k8s/<profile>/. One package at a time: each starts its own node.
+# bin/k8s/<profile>/. deploy/cluster/node runs our deploy there (the
+# manifests applied, GFD and nfd-worker labelling the Node, a re-profile
+# through the ConfigMap; docs/kubernetes.md), deploy/cluster/passthrough
+# the kubevirt GPU device plugin. One package at a time: each starts its
+# own node.
 # E2E_SABOTAGE=escaped or no-tree and E2E_PROFILES work as for e2e.
 K8S_OBJECTS := bin/k8s
 K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md

@@ -304,7 +304,8 @@ func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
 // is the DaemonSet's, it applies the files that hold the ConfigMap and the
 // DaemonSet (in that order, the namespace first), it waits on that
 // DaemonSet in its namespace, and the annotation it shows names our
-// device. The Kubernetes suite runs the same lines through the API.
+// device. The node suite (deploy/cluster/node) applies the files these
+// lines name, in their order, as kubectl apply --server-side does.
 func TestReadmeKubernetesQuickStart(t *testing.T) {
 	steps := overlaytest.ReadmeShell(t)["Kubernetes quick start"]
 	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
@@ -313,8 +314,8 @@ func TestReadmeKubernetesQuickStart(t *testing.T) {
 		"make build",
 		"docker build -t " + image + " -f deploy/kubernetes/Dockerfile .",
 		"kind load docker-image " + image,
-		"kubectl apply -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
-		"kubectl apply -f deploy/kubernetes/nvml-mock-sysfs.yaml",
+		"kubectl apply --server-side -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
+		"kubectl apply --server-side -f deploy/kubernetes/nvml-mock-sysfs.yaml",
 		"kubectl -n " + ds.Namespace + " rollout status daemonset/" + ds.Name + " --timeout=2m",
 		"kubectl get nodes -o jsonpath='{.items[0].metadata.labels}'",
 		"kubectl get resourceslices -o yaml",

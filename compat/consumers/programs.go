@@ -116,16 +116,21 @@ func NFDWorker() Program {
 	return nfd("nfd-worker")
 }
 
+// NFDModule and NFDVersion are node-feature-discovery's module, whose
+// nfd-worker and nfd-master are built, and whose NodeFeature CRDs the
+// Kubernetes suites apply (deployment/base/nfd-crds/nfd-api-crds.yaml).
+const (
+	NFDModule  = "sigs.k8s.io/node-feature-discovery"
+	NFDVersion = "v0.19.0"
+)
+
 // nfd builds one command of node-feature-discovery v0.19.0 as upstream's
 // image does (with the /host- hostpath prefix). The proxy serves the
 // module but go install refuses it (replace directives), so it is copied
 // out of the module cache and built in place, with its nested api module
 // from the proxy.
 func nfd(command string) Program {
-	const (
-		mod = "sigs.k8s.io/node-feature-discovery"
-		v   = "v0.19.0"
-	)
+	const mod, v = NFDModule, NFDVersion
 	script := `set -eu
 dir() { go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'; }
 d=$(dir ` + mod + `@` + v + `)

@@ -67,12 +67,20 @@ type GFDRun struct {
 	// default (auto: NVML). "vfio" labels the GPUs go-nvlib finds bound to
 	// vfio-pci, from PCI sysfs alone.
 	Strategy string
+	// NodeFeatureAPI publishes the labels as a NodeFeature object through
+	// the API server (in a pod: its ServiceAccount, NODE_NAME and
+	// NAMESPACE), for nfd-master to put on the Node, instead of writing
+	// OutputFile.
+	NodeFeatureAPI bool
 }
 
 // Invocation runs GFD once, writing its labels to OutputFile and nothing
-// to the API server.
+// to the API server, or only to the API server (NodeFeatureAPI).
 func (r GFDRun) Invocation() Invocation {
 	args := []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=false", "--output-file", r.OutputFile}
+	if r.NodeFeatureAPI {
+		args = []string{r.Binary, "--oneshot", "--no-timestamp", "--use-node-feature-api=true"}
+	}
 	if r.Strategy != "" {
 		args = append(args, "--device-discovery-strategy", r.Strategy)
 	}
@@ -227,14 +235,24 @@ type NFDWorkerRun struct {
 	// "vendor", ...), which name each label; empty keeps the worker's
 	// default (class and vendor: pci-0302_10de).
 	DeviceLabelFields []string
+	// Publish sends the labels to the API server as a NodeFeature object,
+	// for nfd-master to put on the Node; Kubeconfig empty then means the
+	// in-cluster config of a pod's ServiceAccount.
+	Publish bool
 }
 
-// Invocation runs the worker once; its labels go to its log.
+// Invocation runs the worker once; its labels go to its log (and, with
+// Publish, to the API server).
 func (r NFDWorkerRun) Invocation() (Invocation, error) {
 	node := r.NodeName
 	node = cmp.Or(node, "nvml-mock-sysfs-e2e")
-	args := []string{r.Binary, "-oneshot", "-no-publish", "-feature-sources=pci", "-label-sources=pci", "-port", "0",
-		"-kubeconfig", r.Kubeconfig, "-v", "1"}
+	args := []string{r.Binary, "-oneshot", "-feature-sources=pci", "-label-sources=pci", "-port", "0", "-v", "1"}
+	if !r.Publish {
+		args = append(args, "-no-publish")
+	}
+	if r.Kubeconfig != "" {
+		args = append(args, "-kubeconfig", r.Kubeconfig)
+	}
 	pci := map[string]any{}
 	if len(r.DeviceClassWhitelist) > 0 {
 		pci["deviceClassWhitelist"] = r.DeviceClassWhitelist

@@ -38,7 +38,7 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 	t.Helper()
 	var out []SuiteProfile
 	for _, name := range builtin.Names() {
-		out = append(out, SuiteProfile{Name: "built-in " + name, File: builtinFile(t, name)})
+		out = append(out, SuiteProfile{Name: "built-in " + name, File: BuiltinProfile(t, name)})
 	}
 	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
 	if err != nil || len(shared) == 0 {
@@ -100,9 +100,9 @@ func servableFile(t testing.TB, file string) string {
 	return servable(t, strings.TrimSuffix(filepath.Base(file), ".yaml"), file, data)
 }
 
-// builtinFile writes a built-in as a profile file the mock NVML accepts:
-// its effective profile, with every value explicit.
-func builtinFile(t testing.TB, name string) string {
+// BuiltinProfile writes a built-in as a profile file the mock NVML
+// accepts: its effective profile, with every value explicit.
+func BuiltinProfile(t testing.TB, name string) string {
 	t.Helper()
 	m, err := overlay.LoadMachine(name, "")
 	if err != nil {

@@ -105,6 +105,17 @@ func NodeArgs(args []string, listen string, here map[string]string) []string {
 	return out
 }
 
+// FlagValue is the value of a container's --name=value argument, or "":
+// the manifest's paths (--root, --output, --container-root) have one home.
+func FlagValue(args []string, name string) string {
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 // FreeAddr is a loopback address with a port nothing listens on now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()

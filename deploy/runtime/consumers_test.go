@@ -9,32 +9,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
-
-// The real consumers are cgo programs, linked against the host's glibc.
-// Their image holds only the usual links into /usr, and the container
-// gets the host's /usr read-only, as the podman test's lspci does; the
-// programs' own builds are mounted read-only from the cache.
-const (
-	consumerImage = "localhost/nvml-mock-sysfs/consumer:test"
-	inConsumers   = "/opt/consumers"
-	inMockNVML    = "/opt/mock-nvml"
-	inOutput      = "/out"
-)
-
-func consumerBaseImage() ociimage.Image {
-	img := ociimage.Image{Name: consumerImage}
-	for _, dir := range []string{"bin", "lib", "lib64", "sbin"} {
-		img.Files = append(img.Files, ociimage.File{Path: "/" + dir, Mode: os.ModeSymlink, Link: "usr/" + dir})
-	}
-	for _, dir := range []string{"/usr", "/tmp", inConsumers, inMockNVML, inOutput} {
-		img.Files = append(img.Files, ociimage.File{Path: dir, Mode: os.ModeDir | 0o755})
-	}
-	return img
-}
 
 // consumerContainer runs an invocation in a CRI container with the host's
 // /usr, the consumer's build, the mock NVML and the profile mounted, and
@@ -42,16 +19,13 @@ func consumerBaseImage() ociimage.Image {
 func (s *served) consumerContainer(name, buildDir, mockNVML, out string, inv consumers.Invocation, extra ...runtime.Mount) runtime.Container {
 	return runtime.Container{
 		Name:    name,
-		Image:   consumerImage,
+		Image:   runtime.ConsumerImage,
 		Command: inv.Args,
 		Env:     inv.Env,
-		Mounts: append([]runtime.Mount{
-			{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true},
-			{HostPath: buildDir, ContainerPath: inConsumers, ReadOnly: true},
-			{HostPath: mockNVML, ContainerPath: inMockNVML, ReadOnly: true},
-			{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true},
-			{HostPath: out, ContainerPath: inOutput},
-		}, extra...),
+		Mounts: append(append(runtime.ConsumerMounts(buildDir, mockNVML),
+			runtime.Mount{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true},
+			runtime.Mount{HostPath: out, ContainerPath: runtime.InConsumerOutput},
+		), extra...),
 	}
 }
 
@@ -70,7 +44,7 @@ const (
 // name.
 func testConsumers(t *testing.T, s *served) {
 	mockNVML := consumers.Need(t, consumers.MockNVML())
-	s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
+	s.h.StartDeviceInjector(t)
 	pod := s.h.RunPod(t, runtime.Pod{Name: "consumers", Annotations: map[string]string{
 		"cdi-devices.noderesource.dev/container." + gfdContainer: "- " + device,
 		"cdi-devices.noderesource.dev/container." + draContainer: "- " + device,
@@ -80,10 +54,10 @@ func testConsumers(t *testing.T, s *served) {
 		t.Helper()
 		out := t.TempDir()
 		inv := consumers.GFDRun{
-			Binary:     inConsumers + "/gpu-feature-discovery",
-			MockNVML:   inMockNVML,
+			Binary:     runtime.InConsumerBuild + "/gpu-feature-discovery",
+			MockNVML:   runtime.InMockNVML,
 			Profile:    profileInImage,
-			OutputFile: inOutput + "/labels",
+			OutputFile: runtime.InConsumerOutput + "/labels",
 		}.Invocation()
 		res := pod.Run(t, s.consumerContainer(name, consumers.Need(t, consumers.GFD()), mockNVML, out, inv))
 		require.Equal(t, 0, res.ExitCode, "GFD: %s", res.Stderr)
@@ -116,7 +90,7 @@ func testConsumers(t *testing.T, s *served) {
 		root := t.TempDir()
 		require.NoError(t, consumers.WriteDriverRoot(root, mockNVML))
 		inv := consumers.DRADiscoveryRun{
-			Binary:     inConsumers + "/gpu-kubelet-plugin.test",
+			Binary:     runtime.InConsumerBuild + "/gpu-kubelet-plugin.test",
 			DriverRoot: "/driver-root",
 			Profile:    profileInImage,
 		}.Invocation()

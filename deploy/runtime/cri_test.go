@@ -21,7 +21,7 @@ func testCRIContainer(t *testing.T, s *served) {
 		t.Helper()
 		res := pod.Run(t, runtime.Container{
 			Name:     name,
-			Image:    consumerImage,
+			Image:    runtime.ConsumerImage,
 			Command:  []string{"/bin/sh", "-c", `grep -E "^(CapEff|NoNewPrivs)" /proc/self/status; echo written > /written`},
 			Mounts:   []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
 			Security: sec,
@@ -51,7 +51,7 @@ func testCRIContainer(t *testing.T, s *served) {
 		t.Helper()
 		c := pod.Start(t, runtime.Container{
 			Name:    name,
-			Image:   consumerImage,
+			Image:   runtime.ConsumerImage,
 			Command: []string{"/bin/sh", "-c", "trap '" + onTerm + "' TERM; echo ready; while :; do sleep 0.1; done"},
 			Mounts:  []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
 		})

@@ -1,7 +1,6 @@
 package runtime_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
@@ -29,59 +27,7 @@ import (
 const (
 	// manifestDir holds the shipped manifests.
 	manifestDir = "../kubernetes"
-	// readerImage holds the reader program alone.
-	readerImage   = "localhost/nvml-mock-sysfs/reader:test"
-	readerProgram = "./deploy/runtime/testdata/reader"
 )
-
-// dockerfile is the DaemonSet image's recipe.
-const dockerfile = "../kubernetes/Dockerfile"
-
-// binaryImage is the image deploy/kubernetes/Dockerfile builds, named
-// name, with bin as the binary it copies: the Dockerfile is read, so the
-// recipe has one home. It may hold only FROM scratch, one COPY of the
-// binary and an exec-form ENTRYPOINT (TestDockerfileIsScratch pins that).
-func binaryImage(t *testing.T, name, bin string) ociimage.Image {
-	t.Helper()
-	b, err := os.ReadFile(dockerfile)
-	require.NoError(t, err)
-	img := ociimage.Image{Name: name}
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		instruction, rest, _ := strings.Cut(line, " ")
-		switch instruction {
-		case "FROM":
-			require.Equal(t, "scratch", rest, "%s: %s", dockerfile, line)
-		case "COPY":
-			src, dst, ok := strings.Cut(rest, " ")
-			require.True(t, ok && src == "bin/nvml-mock-sysfs", "%s: %s: want COPY bin/nvml-mock-sysfs DEST", dockerfile, line)
-			img.Files = append(img.Files, ociimage.File{Path: dst, Source: bin, Mode: 0o755})
-		case "ENTRYPOINT":
-			require.NoError(t, json.Unmarshal([]byte(rest), &img.Entrypoint), "%s: %s", dockerfile, line)
-		default:
-			t.Fatalf("%s: %s: only FROM, COPY and ENTRYPOINT are built here", dockerfile, line)
-		}
-	}
-	require.Len(t, img.Files, 1, dockerfile)
-	return img
-}
-
-// normalizedImage is the reference a kubelet asks containerd for when a
-// pod names image: a name without a registry is docker.io's, and one
-// without a path is library/'s.
-func normalizedImage(image string) string {
-	first, _, hasSlash := strings.Cut(image, "/")
-	switch {
-	case !hasSlash:
-		return "docker.io/library/" + image
-	case !strings.ContainsAny(first, ".:") && first != "localhost":
-		return "docker.io/" + image
-	}
-	return image
-}
 
 // kubeletContainer is the DaemonSet pod's only container, in the CRI
 // config a kubelet makes of it, with its probes' URLs.
@@ -171,12 +117,6 @@ func translate(t *testing.T, spec corev1.PodSpec, nodeDirs, configMaps map[strin
 	return k
 }
 
-// readerTotals is the reader program's report.
-type readerTotals struct {
-	linkscan.Totals
-	Views []int `json:"views"`
-}
-
 // TestDaemonSetPod runs the DaemonSet's own pod, decoded strictly from the
 // shipped manifest, through containerd's CRI as a kubelet runs it: the
 // scratch image of the Dockerfile's recipe, the example ConfigMap in the
@@ -203,13 +143,9 @@ func TestDaemonSetPod(t *testing.T) {
 	}
 
 	bin := overlaytest.BuildBinary(t)
-	h.Import(t, binaryImage(t, normalizedImage(spec.Containers[0].Image), bin), runtime.CRINamespace)
-	h.Import(t, binaryImage(t, verifyImage, bin), runtime.CRINamespace)
-	h.Import(t, ociimage.Image{
-		Name:       readerImage,
-		Files:      []ociimage.File{{Path: "/reader", Source: overlaytest.BuildStatic(t, readerProgram), Mode: 0o755}},
-		Entrypoint: []string{"/reader"},
-	}, runtime.CRINamespace)
+	h.Import(t, runtime.BinaryImage(t, runtime.NormalizedImage(spec.Containers[0].Image), bin), runtime.CRINamespace)
+	h.Import(t, runtime.BinaryImage(t, verifyImage, bin), runtime.CRINamespace)
+	h.Import(t, runtime.ReaderBaseImage(t), runtime.CRINamespace)
 
 	dir := t.TempDir()
 	overlay := filepath.Join(dir, "overlay")
@@ -249,7 +185,7 @@ func TestDaemonSetPod(t *testing.T) {
 	}
 	links := os.DirFS(filepath.Join(overlay, plan.LinksDir))
 	s := &served{h: h, bin: bin, root: overlay, spec: specFile, profile: vol.File(), machine: machine(t, key, []byte(text)),
-		containerRoot: flagValue(spec.Containers[0].Args, "--container-root")}
+		containerRoot: podtest.FlagValue(spec.Containers[0].Args, "--container-root")}
 
 	t.Run("the tree and the spec appear, and serve a CDI pod", func(t *testing.T) {
 		_, err := writer.ReadMarker(os.DirFS(overlay))
@@ -280,12 +216,12 @@ func TestDaemonSetPod(t *testing.T) {
 	require.NoError(t, err)
 	t4Machine := machine(t, "t4-vm", t4Text)
 	var swapIn time.Duration
-	var totals readerTotals
+	var totals runtime.ReaderTotals
 	before := len(linkscan.Links(links).Entries)
 
 	t.Run("a ConfigMap swap re-renders under a served reader", func(t *testing.T) {
 		reader := h.RunPod(t, runtime.Pod{Name: "daemonset-reader"}).Start(t, runtime.Container{
-			Name: "reader", Image: readerImage, CDIDevices: []string{device},
+			Name: "reader", Image: runtime.ReaderImage, CDIDevices: []string{device},
 		})
 		require.Eventually(t, func() bool { out, _ := reader.Logs(t); return strings.Contains(out, "reading") }, 30*time.Second, 50*time.Millisecond)
 		time.Sleep(time.Second) // scans of the first tree
@@ -304,8 +240,8 @@ func TestDaemonSetPod(t *testing.T) {
 		reader.Stop(t, k.grace)
 		require.Equal(t, 0, reader.Wait(t, 30*time.Second))
 		out, _ := reader.Logs(t)
-		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &totals), out)
+		totals, err = runtime.ParseReaderTotals(out)
+		require.NoError(t, err)
 		reader.Remove(t)
 		after := len(linkscan.Links(links).Entries)
 		require.NotEqual(t, before, after)
@@ -369,14 +305,4 @@ func TestDaemonSetPod(t *testing.T) {
 			readyIn.Round(time.Millisecond), swapIn.Round(time.Millisecond), totals.Scans, totals.Entries, totals.Files, totals.Torn, totals.Vanished, totals.Views,
 			notReadyIn.Round(time.Millisecond), readyAgainIn.Round(time.Millisecond), k.grace, code, stopIn.Round(time.Millisecond))
 	})
-}
-
-// flagValue is the value of a --name=value argument, or "".
-func flagValue(args []string, name string) string {
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
-		}
-	}
-	return ""
 }

@@ -2,10 +2,8 @@ package runtime_test
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/docmatrix"
@@ -24,34 +22,14 @@ const matrixEnv = "NVML_MOCK_SYSFS_RUNTIME_MATRIX"
 // routes collects TestContainerd's rows: how a pod is served, what it
 // asks, and what it must get, with the verdict of the subtest that checked
 // it.
-type routes struct {
-	mu   sync.Mutex
-	rows []string
-}
+type routes struct{ docmatrix.Rows }
 
 // expect makes the subtest t the row route / asks: ✓ want when it passes,
 // ✗ when it fails, – when it is skipped, known as it ends.
-func (r *routes) expect(t *testing.T, route, asks, want string) {
-	t.Cleanup(func() {
-		mark := "✓"
-		switch {
-		case t.Skipped():
-			mark = "–"
-		case t.Failed():
-			mark = "✗"
-		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.rows = append(r.rows, fmt.Sprintf("| %s | %s | %s %s |", route, asks, mark, want))
-	})
-}
+func (r *routes) expect(t *testing.T, route, asks, want string) { r.Expect(t, route, asks, want) }
 
 // table is the matrix as Markdown.
-func (r *routes) table() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return "| route | the pod asks with | it gets |\n|---|---|---|\n" + strings.Join(r.rows, "\n") + "\n"
-}
+func (r *routes) table() string { return r.Table("route", "the pod asks with", "it gets") }
 
 // writeDocs writes the matrix where matrixEnv says, and checks it against
 // docs/runtime.md (or rewrites it, make docs) after a full, green run: a

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 )
 
 // NRIPlugin is a running external NRI plugin process.
@@ -71,7 +73,9 @@ func (h *Harness) stopNRIPlugin(t testing.TB, p *NRIPlugin) {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 		<-p.exited
 	}
-	if !h.awaitLog(offset, fmt.Sprintf("connection to plugin %q closed", p.Name), nil) {
+	// A containerd stopped before the test's end (Stop) has no connection
+	// left to close.
+	if !h.stopped && !h.awaitLog(offset, fmt.Sprintf("connection to plugin %q closed", p.Name), nil) {
 		t.Errorf("runtime: containerd did not notice NRI plugin %s stop", p.Name)
 	}
 }
@@ -103,4 +107,16 @@ func (h *Harness) awaitLog(offset int64, message string, stop <-chan struct{}) b
 		}
 	}
 	return false
+}
+
+// DeviceInjectorName is containerd/nri's device-injector as containerd
+// names it: index 10.
+const DeviceInjectorName = "10-device-injector"
+
+// StartDeviceInjector starts containerd/nri's device-injector on h: the
+// NRI plugin that turns a pod's cdi-devices.noderesource.dev and
+// mounts.noderesource.dev annotations into CDI devices and mounts.
+func (h *Harness) StartDeviceInjector(t testing.TB) *NRIPlugin {
+	t.Helper()
+	return h.StartNRIPlugin(t, DeviceInjectorName, exec.Command(consumers.NeedBinary(t, consumers.DeviceInjector()), "-idx", "10", "-socket-path", h.NRISocket))
 }

@@ -85,8 +85,8 @@ func serve(t *testing.T, h *runtime.Harness) *served {
 	s.cli(t, "render", "--root", s.root, "--profile", s.profile, "--host-devices", "merge")
 	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
 	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
-	h.Import(t, binaryImage(t, verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
-	h.Import(t, consumerBaseImage(), runtime.CRINamespace)
+	h.Import(t, runtime.BinaryImage(t, verifyImage, s.bin), runtime.CRINamespace, runtime.CtrNamespace)
+	h.Import(t, runtime.ConsumerBaseImage(), runtime.CRINamespace)
 	return s
 }
 
@@ -264,7 +264,7 @@ func testMergedSpec(t *testing.T, s *served) {
 // plugin is connected only while its subtest runs.
 func testNRI(t *testing.T, s *served) {
 	t.Run("device-injector", func(t *testing.T) {
-		s.h.StartNRIPlugin(t, "10-device-injector", deviceInjector(t, s.h))
+		s.h.StartDeviceInjector(t)
 		t.Run("CDI annotation", func(t *testing.T) {
 			s.routes.expect(t, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes")
 			code, r := s.verifyIn(t, runtime.Pod{Name: "nri-cdi", Annotations: map[string]string{
@@ -347,7 +347,7 @@ func testNRI(t *testing.T, s *served) {
 		t.Run("its environment", func(t *testing.T) {
 			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "nothing (any pod)", "`LD_PRELOAD` of its shims and `MOCK_PCI_ROOT` set")
 			res := s.h.RunPod(t, runtime.Pod{Name: "nvml-mock-env"}).Run(t, runtime.Container{
-				Name: "env", Image: consumerImage, Command: []string{"/usr/bin/env"},
+				Name: "env", Image: runtime.ConsumerImage, Command: []string{"/usr/bin/env"},
 				Mounts: []runtime.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
 			})
 			require.Equal(t, 0, res.ExitCode, res.Stderr)
@@ -368,9 +368,4 @@ func nvmlMockShimsWithoutPCI() []string {
 		"driver/usr/local/lib/libibmockverbs.so.1",
 		"driver/usr/local/lib/libibmocksys.so.1",
 	}
-}
-
-// deviceInjector is containerd's NRI device-injector, connecting to h.
-func deviceInjector(t *testing.T, h *runtime.Harness) *exec.Cmd {
-	return exec.Command(consumers.NeedBinary(t, consumers.DeviceInjector()), "-idx", "10", "-socket-path", h.NRISocket)
 }

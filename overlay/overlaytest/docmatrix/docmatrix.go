@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -188,4 +189,39 @@ func (p Page) keys(rows []string) []string {
 		keys = append(keys, p.key(row))
 	}
 	return keys
+}
+
+// Rows collects a suite's matrix, one row per subtest whose verdict is
+// known only as it ends: Expect registers the row, and the subtest's end
+// marks it ✓ (passed), ✗ (failed) or – (skipped). Subtests may run in
+// parallel.
+type Rows struct {
+	mu   sync.Mutex
+	rows []string
+}
+
+// Expect makes the subtest t the row of cells, the last being what it must
+// show: "| cells... | ✓ want |" when it passes.
+func (r *Rows) Expect(t *testing.T, cells ...string) {
+	t.Cleanup(func() {
+		mark := "✓"
+		switch {
+		case t.Skipped():
+			mark = "–"
+		case t.Failed():
+			mark = "✗"
+		}
+		row := slices.Clone(cells)
+		row[len(row)-1] = mark + " " + row[len(row)-1]
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.rows = append(r.rows, "| "+strings.Join(row, " | ")+" |")
+	})
+}
+
+// Table is the matrix as Markdown under the header's cells.
+func (r *Rows) Table(header ...string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return "| " + strings.Join(header, " | ") + " |\n|" + strings.Repeat("---|", len(header)) + "\n" + strings.Join(r.rows, "\n") + "\n"
 }
