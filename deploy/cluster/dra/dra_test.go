@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -61,10 +60,6 @@ const (
 	verifyImage = "docker.io/library/nvml-mock-sysfs-verify:test"
 	// namespace holds the suite's claims and pods.
 	namespace = metav1.NamespaceDefault
-	// objectsEnv names the directory of the API objects the suite judged
-	// (make e2e-k8s: bin/k8s); matrixEnv the file the matrix goes to.
-	objectsEnv = "NVML_MOCK_SYSFS_K8S_OBJECTS"
-	matrixEnv  = "NVML_MOCK_SYSFS_K8S_MATRIX"
 	// Timeouts of the waits: the kubelet retries a failed prepare with
 	// backoff (tens of seconds).
 	slicesTimeout = 2 * time.Minute
@@ -76,7 +71,6 @@ type suite struct {
 	c                *cluster.Cluster
 	plugin, bin      string
 	driverRoot, hook string
-	objects          string
 	sabotage         string
 	rows             []row
 }
@@ -90,10 +84,8 @@ func TestDRA(t *testing.T) {
 		plugin:   consumers.NeedBinary(t, consumers.GPUKubeletPlugin()),
 		bin:      overlaytest.BuildBinary(t),
 		sabotage: consumers.Sabotage(t),
-		objects:  cmp.Or(os.Getenv(objectsEnv), filepath.Join(overlaytest.Repo(t), "bin", "k8s")),
 	}
 	mockNVML := consumers.Need(t, consumers.MockNVML())
-	injector := consumers.NeedBinary(t, consumers.DeviceInjector())
 	profiles := consumers.SuiteProfiles(t)
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
@@ -106,7 +98,7 @@ func TestDRA(t *testing.T) {
 	// The route docs/deploy.md gives DRA workloads: an annotation naming
 	// our device, which containerd/nri's device-injector turns into a CDI
 	// injection beside the claim's devices.
-	s.c.Runtime.StartNRIPlugin(t, "10-device-injector", exec.Command(injector, "-idx", "10", "-socket-path", s.c.Runtime.NRISocket))
+	s.c.Runtime.StartDeviceInjector(t)
 	s.c.Runtime.Import(t, ociimage.Image{
 		Name: verifyImage,
 		Files: []ociimage.File{
@@ -129,8 +121,8 @@ func TestDRA(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	writeMatrix(&buf, s.rows)
-	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in %s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second), s.objects)
-	consumers.WriteReport(t, matrixEnv, buf.Bytes())
+	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second))
+	cluster.AppendMatrix(t, buf.String())
 }
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -348,12 +340,9 @@ func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
 	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
-	x.objects = filepath.Join(s.objects, slug(p.Name))
-	require.NoError(t, os.RemoveAll(x.objects))
-	require.NoError(t, os.MkdirAll(x.objects, 0o755))
+	x.objects = cluster.ObjectsDir(t, slug(p.Name))
 	// Our CDI spec, which the verify pod's annotation names.
-	out, err := exec.Command(s.bin, "cdi", "--root", x.root, "--output", filepath.Join(s.c.Runtime.CDIDir, "nvml-mock-sysfs.yaml")).CombinedOutput()
-	require.NoError(t, err, "nvml-mock-sysfs cdi: %s", out)
+	s.c.WriteCDISpec(t, s.bin, x.root)
 	return x
 }
 

@@ -91,6 +91,7 @@ var gpuOperatorPCI = struct{ classes, fields []string }{
 type suite struct {
 	c        *cluster.Cluster
 	repo     string
+	objects  string // bin/k8s/<objectsName>/: the objects judged
 	ds       appsv1.DaemonSet
 	cm       corev1.ConfigMap
 	key      string // the ConfigMap's profile key
@@ -105,23 +106,23 @@ type suite struct {
 
 // reprofile is reprofile.json: the ConfigMap swap's timings.
 type reprofile struct {
-	From               string        `json:"from"`
-	To                 string        `json:"to"`
-	APIUpdate          time.Time     `json:"apiUpdate"`
-	VolumeSwapped      time.Time     `json:"volumeSwapped"`
-	TreeRendered       time.Time     `json:"treeRendered"`
-	UpdateToSwap       time.Duration `json:"updateToSwapNs"`
-	SwapToTree         time.Duration `json:"swapToTreeNs"`
-	UpdateToTree       time.Duration `json:"updateToTreeNs"`
-	KubeletSyncPeriod  time.Duration `json:"kubeletSyncPeriodNs"`
-	ReaderScans        int           `json:"readerScans"`
-	ReaderTorn         int           `json:"readerTorn"`
-	ReaderViews        []int         `json:"readerViews"`
+	From               string            `json:"from"`
+	To                 string            `json:"to"`
+	APIUpdate          time.Time         `json:"apiUpdate"`
+	VolumeSwapped      time.Time         `json:"volumeSwapped"`
+	TreeRendered       time.Time         `json:"treeRendered"`
+	UpdateToSwap       time.Duration     `json:"updateToSwapNs"`
+	SwapToTree         time.Duration     `json:"swapToTreeNs"`
+	UpdateToTree       time.Duration     `json:"updateToTreeNs"`
+	KubeletSyncPeriod  time.Duration     `json:"kubeletSyncPeriodNs"`
+	ReaderScans        int               `json:"readerScans"`
+	ReaderTorn         int               `json:"readerTorn"`
+	ReaderViews        []int             `json:"readerViews"`
 	LabelsAfterGFD     map[string]string `json:"labelsAfterGFD"`
-	ExpectedGPUs       int    `json:"expectedGPUs"`
-	ExpectedMachine    string `json:"expectedMachine"`
-	UpdateToSwapString string `json:"updateToSwap"`
-	SwapToTreeString   string `json:"swapToTree"`
+	ExpectedGPUs       int               `json:"expectedGPUs"`
+	ExpectedMachine    string            `json:"expectedMachine"`
+	UpdateToSwapString string            `json:"updateToSwap"`
+	SwapToTreeString   string            `json:"swapToTree"`
 }
 
 // kubeletSyncPeriod is the kubelet's syncFrequency, its default (the
@@ -135,7 +136,7 @@ const kubeletSyncPeriod = time.Minute
 func TestNode(t *testing.T) {
 	consumers.SkipShort(t)
 	overlaytest.RequireRoot(t)
-	s := &suite{repo: overlaytest.Repo(t)}
+	s := &suite{repo: overlaytest.Repo(t), objects: cluster.ObjectsDir(t, objectsName)}
 	s.mockNVML = consumers.Need(t, consumers.MockNVML())
 	s.gfd = consumers.Need(t, consumers.GFD())
 	s.nfd = consumers.Need(t, consumers.NFDWorker())
@@ -708,18 +709,13 @@ func (s *suite) figure(format string, args ...any) {
 	s.figures = append(s.figures, fmt.Sprintf(format, args...))
 }
 
-// objectsDir is where the objects judged go: bin/k8s/<profile>/.
-func (s *suite) objectsDir() string {
-	return filepath.Join(cmp.Or(os.Getenv(cluster.ObjectsEnv), filepath.Join(s.repo, "bin", "k8s")), objectsName)
-}
-
-// writeObject writes v as indented JSON into objectsDir.
+// writeObject writes v as indented JSON into the suite's directory of
+// objects judged, bin/k8s/<profile>/.
 func (s *suite) writeObject(t *testing.T, name string, v any) {
 	t.Helper()
 	b, err := json.MarshalIndent(v, "", "  ")
 	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(s.objectsDir(), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(s.objectsDir(), name), append(b, '\n'), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(s.objects, name), append(b, '\n'), 0o644))
 }
 
 // kubernetesPage holds this suite's matrix.

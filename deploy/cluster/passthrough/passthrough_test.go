@@ -22,7 +22,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -171,8 +170,7 @@ func (s *suite) render(t *testing.T, name string) *profile.Machine {
 	require.NoError(t, err)
 	_, _, err = overlay.Render(overlay.Options{Profile: file, Root: s.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
-	out, err := exec.Command(s.bin, "cdi", "--root", s.root, "--output", filepath.Join(s.c.Runtime.CDIDir, "nvml-mock-sysfs.yaml")).CombinedOutput()
-	require.NoError(t, err, "nvml-mock-sysfs cdi: %s", out)
+	s.c.WriteCDISpec(t, s.bin, s.root)
 	entries, err := os.ReadDir(s.vfio)
 	require.NoError(t, err)
 	for _, e := range entries {
@@ -264,5 +262,7 @@ func (s *suite) allocatable(t *testing.T) []*podresourcesv1.ContainerDevices {
 	defer cancel()
 	resp, err := podresourcesv1.NewPodResourcesListerClient(conn).GetAllocatableResources(ctx, &podresourcesv1.AllocatableResourcesRequest{})
 	require.NoError(t, err, "PodResources at %s", sock)
-	return slices.DeleteFunc(resp.GetDevices(), func(d *podresourcesv1.ContainerDevices) bool { return !strings.HasPrefix(d.ResourceName, resourcePrefix) })
+	return slices.DeleteFunc(resp.GetDevices(), func(d *podresourcesv1.ContainerDevices) bool {
+		return !strings.HasPrefix(d.ResourceName, resourcePrefix)
+	})
 }
