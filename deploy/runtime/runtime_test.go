@@ -65,14 +65,15 @@ func (s *served) cli(t *testing.T, args ...string) string {
 	return string(out)
 }
 
-func serve(t *testing.T, h *runtime.Harness) *served {
+// serve renders the profile file (made servable for the mock NVML) and
+// writes our spec into the harness's CDI directory.
+func serve(t *testing.T, h *runtime.Harness, profileFile string) *served {
 	t.Helper()
-	s := &served{h: h, bin: overlaytest.BuildBinary(t)}
-	var err error
-	file, err := filepath.Abs(cmp.Or(os.Getenv(profileEnv), unseenProfile))
+	s := &served{h: h, bin: overlaytest.BuildBinary(t), routes: &routes{}}
+	file, err := filepath.Abs(profileFile)
 	require.NoError(t, err)
 	data, err := os.ReadFile(file)
-	require.NoError(t, err, "%s", profileEnv)
+	require.NoError(t, err, "the profile to serve")
 	s.profile, err = consumers.ServableProfile(t.TempDir(), filepath.Base(file), file, data)
 	require.NoError(t, err)
 	p, err := profile.LoadFile(s.profile)
@@ -145,8 +146,7 @@ func (s *served) verifyIn(t *testing.T, pod runtime.Pod, c runtime.Container) (i
 // pods that ask for no device.
 func TestContainerd(t *testing.T) {
 	h := runtime.Start(t, runtime.Options{})
-	s := serve(t, h)
-	s.routes = &routes{}
+	s := serve(t, h, cmp.Or(os.Getenv(profileEnv), unseenProfile))
 	t.Cleanup(func() { s.routes.writeDocs(t) })
 
 	t.Run("the settings are containerd's", func(t *testing.T) {
@@ -218,6 +218,32 @@ func TestContainerd(t *testing.T) {
 		testNRI(t, s)
 	})
 
+	t.Run("consumers in CRI containers", func(t *testing.T) {
+		testConsumers(t, s)
+	})
+}
+
+// newestShape is the repository's profile of nvml-mock's newest shape: a
+// Vera Rubin tray, its superchips in PCI domains 0002 and 000a with
+// upper-case bus ids below a root bus 80, NVL72 switches off the tray's
+// bus, two ConnectX-9 per GPU and a cpu block.
+const newestShape = "../../testdata/profiles/vera-rubin-tray.yaml"
+
+// TestContainerdNewestShape serves newestShape through containerd as a
+// pod is served (CRI CDI_devices, and the NRI device-injector for GFD and
+// the DRA driver's discovery, with their unserved negative controls), so
+// the runtime suite runs nvml-mock's newest shape in every make test, not
+// only when profileEnv names it. Its rows are not docs/runtime.md's.
+func TestContainerdNewestShape(t *testing.T) {
+	h := runtime.Start(t, runtime.Options{})
+	s := serve(t, h, newestShape)
+	t.Run("CRI CDI_devices", func(t *testing.T) {
+		pod := h.RunPod(t, runtime.Pod{Name: "cri"})
+		c := s.verifyContainer("cdi-devices")
+		c.CDIDevices = []string{device}
+		res := pod.Run(t, c)
+		s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+	})
 	t.Run("consumers in CRI containers", func(t *testing.T) {
 		testConsumers(t, s)
 	})
