@@ -3,12 +3,15 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
@@ -50,6 +53,33 @@ func TestFidelityCommand(t *testing.T) {
 	code, _, stderr = runCapture(t, "fidelity", "--root", root, "--sysfs", "/sys")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "give --root or --sysfs, not both")
+}
+
+// TestFidelityPassthrough checks a passthrough node's render against
+// fidelity: each GPU is held to the driver its profile binds it to, so the
+// vfio-bound GPUs pass with vfio-pci and the nvidia-bound one with nvidia.
+// The control points a vfio GPU's driver link at nvidia, as a render that
+// ignored pci.driver would, and must fail.
+func TestFidelityPassthrough(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "../../testdata/profiles/vfio-passthrough.yaml", "--no-binary")
+	require.Equal(t, 0, code, stderr)
+
+	code, out, stderr := runCapture(t, "fidelity", "--root", root)
+	require.Equal(t, 0, code, stderr+out)
+	require.Regexp(t, `0000:18:00.0\s+driver\s+consumer\s+present\s+-> (\.\./)+bus/pci/drivers/`+regexp.QuoteMeta(profile.DriverVFIO)+`\n`, out)
+	require.Regexp(t, `0000:db:00.0\s+driver\s+consumer\s+present\s+-> (\.\./)+bus/pci/drivers/`+profile.DriverNVIDIA+`\n`, out)
+	require.Regexp(t, ` 0 different; 0 failing`, out)
+
+	link := filepath.Join(root, "sys", sysfs.LinksDir, "0000:18:00.0", "driver")
+	text, err := os.Readlink(link)
+	require.NoError(t, err)
+	require.NoError(t, os.Remove(link))
+	require.NoError(t, os.Symlink(path.Join(path.Dir(text), profile.DriverNVIDIA), link))
+	code, out, _ = runCapture(t, "fidelity", "--root", root, "--gaps")
+	require.Equal(t, 1, code, out)
+	require.Regexp(t, `0000:18:00.0\s+driver\s+consumer\s+different \(FAIL\)\s+-> (\.\./)+bus/pci/drivers/nvidia, want driver `+regexp.QuoteMeta(profile.DriverVFIO)+`\n`, out)
 }
 
 // TestFidelityOnThisNode runs the command as on a real node: no profile,

@@ -1,6 +1,7 @@
 package fidelity
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -40,16 +41,20 @@ type Expect struct {
 	Driver                           string
 }
 
-// ExpectFor is what a profile device must show.
+// ExpectFor is what a profile device must show. The driver is the one the
+// profile binds the device to (a GPU on a passthrough node is on vfio-pci);
+// a device built by hand without one gets its kind's default, as the
+// profile's normaliser would give it.
 func ExpectFor(d profile.Device) *Expect {
 	e := &Expect{
 		Vendor: d.Vendor, Device: d.DeviceID, SubsystemVendor: d.SubsystemVendor, SubsystemDevice: d.SubsystemDevice,
-		Class: d.Class, Revision: d.Revision, NUMANode: d.NUMANode, Link: d.Link, Driver: "nvidia",
+		Class: d.Class, Revision: d.Revision, NUMANode: d.NUMANode, Link: d.Link, Driver: d.Driver,
 	}
 	if d.Kind == profile.GPU {
 		e.BARs = boards.BARs(d.Name, d.DeviceID, d.BAR1Bytes)
+		e.Driver = cmp.Or(e.Driver, profile.DriverNVIDIA)
 	} else {
-		e.Driver = "nvidia-nvswitch"
+		e.Driver = cmp.Or(e.Driver, profile.DriverNVSwitch)
 	}
 	return e
 }

@@ -257,10 +257,13 @@ func TestHostKernelAgrees(t *testing.T) {
 func TestExpectForBoards(t *testing.T) {
 	gpu := fidelity.ExpectFor(profile.Device{Kind: profile.GPU, DeviceID: 0x20b0, BAR1Bytes: 64 << 30})
 	require.Equal(t, boards.BARs("", 0x20b0, 64<<30), gpu.BARs)
-	require.Equal(t, "nvidia", gpu.Driver)
+	require.Equal(t, profile.DriverNVIDIA, gpu.Driver)
 	sw := fidelity.ExpectFor(profile.Device{Kind: profile.NVSwitch, DeviceID: 0x22a3})
 	require.Nil(t, sw.BARs)
-	require.Equal(t, "nvidia-nvswitch", sw.Driver)
+	require.Equal(t, profile.DriverNVSwitch, sw.Driver)
+	// The device's own driver wins: a passthrough GPU is on vfio-pci.
+	vfio := fidelity.ExpectFor(profile.Device{Kind: profile.GPU, DeviceID: 0x2330, Driver: profile.DriverVFIO})
+	require.Equal(t, profile.DriverVFIO, vfio.Driver)
 }
 
 // TestByteSize pins both spellings: fidelity's rows ("64G", as lspci) and
