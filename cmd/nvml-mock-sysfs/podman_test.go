@@ -52,6 +52,7 @@ func newE2E(t *testing.T) *e2e {
 	if out, err := exec.Command("podman", "--version").CombinedOutput(); err != nil {
 		t.Skipf("podman does not run here: %v: %s", err, out)
 	}
+	holdCDISpecDir(t)
 	dir := t.TempDir()
 	bin := binaries.Binary(t)
 	rootfs := filepath.Join(dir, "rootfs")
@@ -79,6 +80,26 @@ func (x *e2e) render(profileFile string) string {
 	return root
 }
 
+// holdCDISpecDir makes the host's /var/run/cdi ready for the test's specs:
+// podman 4.3 reads CDI specs from /etc/cdi and /var/run/cdi only, with no
+// flag or containers.conf key to name another directory, so the specs
+// must go there. The test holds the host paths meanwhile (test binaries
+// running beside it then never see its specs), and removes the directory
+// at its end if it made it, after its specs (cleanups run last first).
+func holdCDISpecDir(t *testing.T) {
+	t.Helper()
+	overlaytest.HoldHostPaths(t)
+	if _, err := os.Lstat(cdiSpecDir); err == nil {
+		return
+	}
+	require.NoError(t, os.MkdirAll(cdiSpecDir, 0o755))
+	t.Cleanup(func() {
+		if err := os.Remove(cdiSpecDir); err != nil {
+			t.Errorf("remove the %s this test made: %v", cdiSpecDir, err)
+		}
+	})
+}
+
 // specFile names a CDI spec in /var/run/cdi, unique to this test, with a
 // kind no other spec uses, and removes it when the test ends.
 func (x *e2e) specFile(class string) (file, kind string) {
@@ -87,7 +108,6 @@ func (x *e2e) specFile(class string) (file, kind string) {
 	_, err := rand.Read(b)
 	require.NoError(x.t, err)
 	id := hex.EncodeToString(b)
-	require.NoError(x.t, os.MkdirAll(cdiSpecDir, 0o755))
 	file = filepath.Join(cdiSpecDir, "nvml-mock-sysfs-e2e-"+id+".yaml")
 	x.t.Cleanup(func() { _ = os.Remove(file) })
 	return file, "e2e-" + id + ".nvml-mock.test/" + class
