@@ -33,14 +33,16 @@ const compatChild = "compat"
 
 func TestMain(m *testing.M) {
 	if overlaytest.ChildMode() == compatChild {
-		os.Exit(runCompat(os.Args[len(os.Args)-1]))
+		os.Exit(runCompat(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]))
 	}
 	os.Exit(overlaytest.KeepHostRoot(m.Run))
 }
 
 // runCompat runs compat with the consumers' defaults (/sys) for the
-// effective profile file named, printing its report as JSON.
-func runCompat(effective string) int {
+// effective profile file named, and its NVML pairing (compat.NVMLCheck,
+// what verify and compat --sysfs add in a served container) for the
+// profile nvml-mock's NVML serves, printing its report as JSON.
+func runCompat(effective, nvmlProfile string) int {
 	p, err := profile.LoadFile(effective)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -51,7 +53,9 @@ func runCompat(effective string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(compat.Run(m, compat.KernelSysfs)); err != nil {
+	report := compat.Run(m, compat.KernelSysfs)
+	report.Results = append(report.Results, compat.NVMLCheck(nvmlProfile, compat.KernelSysfs))
+	if err := json.NewEncoder(os.Stdout).Encode(report); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -170,6 +174,13 @@ type subject struct {
 	suiteProfile
 	m    *profile.Machine
 	gpus []profile.Device
+	// nvml is the profile nvml-mock's NVML serves (consumers.NVMLProfile):
+	// the file itself, or on a passthrough node its nvidia-bound GPUs
+	// alone; nvmlGPUs are those GPUs, the ones GFD's NVML strategy and the
+	// DRA driver can see, and vfio counts the others.
+	nvml     string
+	nvmlGPUs []profile.Device
+	vfio     int
 	// bridges are the bridges the plan puts in the tree, rendered alone
 	// and with the host's devices (which keep bridges off the host's BDFs).
 	bridges, mergedBridges []string
@@ -191,6 +202,15 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	require.NoError(t, err)
 	x.gpus = x.m.GPUs()
 	require.NotEmpty(t, x.gpus)
+	x.nvml, err = consumers.NVMLProfile(t.TempDir(), p.Name, p.File)
+	require.NoError(t, err)
+	for _, g := range x.gpus {
+		if g.Driver == profile.DriverVFIO {
+			x.vfio++
+			continue
+		}
+		x.nvmlGPUs = append(x.nvmlGPUs, g)
+	}
 	dir := t.TempDir()
 	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
 	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})
@@ -207,6 +227,15 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 		x.mode = compat.GFDMode(classes[0])
 	}
 	return x
+}
+
+// besidesVFIO notes, where the profile binds GPUs to vfio-pci, that a
+// count of NVML's GPUs leaves them out.
+func (x *subject) besidesVFIO() string {
+	if x.vfio == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (NVML's; %d on %s)", x.vfio, profile.DriverVFIO)
 }
 
 // bridgesOf lists the BDFs of the bridges a plan puts in the tree.
@@ -268,7 +297,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		if name == servedTree {
 			sv.Env = append(sv.Env, specEnv(t, x.root)...)
 		}
-		gfd[name] = s.runGFD(t, sv, p.File, "")
+		gfd[name] = s.runGFD(t, sv, x.nvml, "")
 	}
 	gfdVFIO(t, x, s, served, row)
 	gfdMachine(t, x, gfd, row)
@@ -277,11 +306,13 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		if name == servedNone {
 			want = "unknown"
 		}
+		// GFD counts the GPUs NVML lists: on a passthrough node, the
+		// nvidia-bound ones.
 		mode, count := labels[gfdModeLabel], labels["nvidia.com/gpu.count"]
-		text := fmt.Sprintf("%s, count %s", mode, count)
-		ok := mode == want && count == strconv.Itoa(len(x.gpus))
-		why := fmt.Sprintf("want gpu.mode=%s and gpu.count=%d", want, len(x.gpus))
-		if products(x.gpus) > 1 {
+		text := fmt.Sprintf("%s, count %s%s", mode, count, x.besidesVFIO())
+		ok := mode == want && count == strconv.Itoa(len(x.nvmlGPUs))
+		why := fmt.Sprintf("want gpu.mode=%s and gpu.count=%d", want, len(x.nvmlGPUs))
+		if products(x.nvmlGPUs) > 1 {
 			// GFD labels a node as if all its GPUs were one product, taking
 			// any one of them: count and product labels vary run to run.
 			ok, why = mode == want, "want gpu.mode="+want
@@ -300,25 +331,56 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		row(name).check(t, colGFD, text, ok, why)
 	}
 
-	// The DRA driver's discovery: every GPU's pcieRoot is its root complex
-	// with the tree, and absent without it or with plain escaped links.
+	// The DRA driver's discovery: every GPU NVML lists has the pcieRoot of
+	// its root complex with the tree, and none without it or with plain
+	// escaped links.
 	dra := map[string][]consumers.DRADevice{}
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
-		dra[name] = s.runDRA(t, served[name], p.File)
-		rooted, problems := pcieRoots(x.gpus, dra[name])
-		text := fmt.Sprintf("%d/%d GPUs", rooted, len(x.gpus))
+		dra[name] = s.runDRA(t, served[name], x.nvml)
+		rooted, problems := pcieRoots(x.nvmlGPUs, dra[name])
+		text := fmt.Sprintf("%d/%d GPUs%s", rooted, len(x.nvmlGPUs), x.besidesVFIO())
 		if name == servedTree {
-			row(name).check(t, colDRA, text, rooted == len(x.gpus) && len(problems) == 0, strings.Join(problems, "; "))
+			row(name).check(t, colDRA, text, rooted == len(x.nvmlGPUs) && len(problems) == 0, strings.Join(problems, "; "))
 		} else {
 			row(name).check(t, colDRA, text+" (none expected)", rooted == 0, "pcieRoot published without a correct link form: "+strings.Join(problems, "; "))
 		}
 	}
 
+	// NVML (the real mock library) and the served sysfs name the same
+	// GPUs, with the same ids, but for those sysfs binds to vfio-pci,
+	// which NVML must not list.
+	nvml := s.runNVMLList(t, x.nvml)
+	requireNVMLModel(t, x.nvml, nvml)
+	nvmlOK := map[string]bool{}
+	for _, name := range []string{servedTree, servedNone} {
+		sysfs := readSysfsGPUs(t, served[name])
+		text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
+		nvmlOK[name] = ok
+		if name == servedNone {
+			row(name).check(t, colNVML, text, !ok, "NVML and the node's own sysfs agree without the tree: the check cannot fail")
+			continue
+		}
+		row(name).check(t, colNVML, text, ok, why)
+		if x.vfio > 0 {
+			// The negative control of the passthrough pairing: NVML served
+			// the whole profile lists the vfio-pci GPUs, which the check
+			// must name.
+			_, ok, why := compareNVMLSysfs(x, s.runNVMLList(t, x.File), sysfs)
+			named := strings.Count(why, "which sysfs binds to "+profile.DriverVFIO)
+			row(name).check(t, colNVML, fmt.Sprintf("the whole profile to NVML: %d named on %s", named, profile.DriverVFIO), !ok && named == x.vfio,
+				fmt.Sprintf("NVML served the whole profile lists its %d GPUs on %s, which the pairing must name: %s", x.vfio, profile.DriverVFIO, why))
+		}
+	}
+
 	// compat, run in the same namespace, agrees with GFD and the DRA
-	// driver on every row they share.
+	// driver on every row they share, and its NVML pairing with the real
+	// NVML's.
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
-		report := s.runCompat(t, served[name], filepath.Join(x.root, plan.ProfileFile))
+		report := s.runCompat(t, served[name], filepath.Join(x.root, plan.ProfileFile), x.nvml)
 		disagreements := compatDisagreements(x, report, gfd[name], dra[name])
+		if ok, compared := nvmlOK[name]; compared {
+			disagreements = append(disagreements, nvmlDisagreement(report, ok)...)
+		}
 		text := "agrees"
 		if len(disagreements) > 0 {
 			text = fmt.Sprintf("%d disagreements", len(disagreements))
@@ -377,18 +439,6 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		}
 	}
 
-	// NVML and the served sysfs name the same GPUs, with the same ids.
-	nvml := s.runNVMLList(t, p.File)
-	requireNVMLModel(t, p.File, nvml)
-	for _, name := range []string{servedTree, servedNone} {
-		sysfs := readSysfsGPUs(t, served[name])
-		text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
-		if name == servedNone {
-			row(name).check(t, colNVML, text, !ok, "NVML and the node's own sysfs agree without the tree: the check cannot fail")
-		} else {
-			row(name).check(t, colNVML, text, ok, why)
-		}
-	}
 }
 
 // requireNVMLModel checks verify's model of nvml-mock's NVML
@@ -496,13 +546,31 @@ func compatDisagreements(x *subject, report *compat.Report, gfd map[string]strin
 			driverRoot[a.String()], _ = d.PCIeRoot()
 		}
 	}
-	for _, g := range x.gpus {
+	// The driver sees the GPUs NVML lists; compat's pcieRoot rows are of
+	// every GPU in sysfs.
+	for _, g := range x.nvmlGPUs {
 		bdf := g.Address.String()
 		if draOK := driverRoot[bdf] == g.RootComplex.String(); draOK != rootOK[bdf] {
 			out = append(out, fmt.Sprintf("%s pcieRoot: compat passes=%v, the driver published %q", bdf, rootOK[bdf], driverRoot[bdf]))
 		}
 	}
 	return out
+}
+
+// nvmlDisagreement compares compat's NVML pairing (compat.NVMLCheck: the
+// profile's model of NVML, go-nvlib's drivers) with the suite's of the
+// real NVML and the served sysfs (compareNVMLSysfs): they must pass and
+// fail together.
+func nvmlDisagreement(report *compat.Report, suiteOK bool) []string {
+	for _, r := range report.Results {
+		if r.Check == compat.NVMLAgreement {
+			if r.OK != suiteOK {
+				return []string{fmt.Sprintf("NVML pairing: compat passes=%v (%s), the real NVML's passes=%v", r.OK, r.Detail, suiteOK)}
+			}
+			return nil
+		}
+	}
+	return []string{"compat reported no " + compat.NVMLAgreement + " row"}
 }
 
 func labelNames(labels map[string]string) string {
@@ -597,21 +665,28 @@ func ghwFinds(x *subject, bridges []string, hcas []plan.HCA, devices []consumers
 type sysfsGPU struct {
 	Address                    string
 	Device, SubsystemID, Class uint32
+	// Driver is the basename of its driver link, "-" with none.
+	Driver string
 }
 
 // readSysfsGPUs reads, inside the namespace, every NVIDIA function of
-// display class in /sys/bus/pci/devices, with its ids as NVML packs them.
+// display class in /sys/bus/pci/devices, with its ids as NVML packs them
+// and the driver it is bound to.
 func readSysfsGPUs(t *testing.T, s overlaytest.Served) map[string]sysfsGPU {
 	t.Helper()
 	stdout, stderr, err := s.Shell(`cd /sys/bus/pci/devices
 for d in *; do
-	echo "$d $(cat $d/vendor) $(cat $d/device) $(cat $d/subsystem_vendor) $(cat $d/subsystem_device) $(cat $d/class)"
+	drv=$(readlink $d/driver)
+	echo "$d $(cat $d/vendor) $(cat $d/device) $(cat $d/subsystem_vendor) $(cat $d/subsystem_device) $(cat $d/class) ${drv##*/}"
 done`)
 	require.NoError(t, err, "%s", stderr)
 	out := map[string]sysfsGPU{}
 	for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
 		f := strings.Fields(line)
-		require.Len(t, f, 6, "sysfs line %q", line)
+		if len(f) == 6 {
+			f = append(f, "-")
+		}
+		require.Len(t, f, 7, "sysfs line %q", line)
 		var v [5]uint64
 		for i := range v {
 			v[i], err = strconv.ParseUint(f[i+1], 0, 32)
@@ -620,43 +695,59 @@ done`)
 		if v[0] != 0x10de || v[4]>>16 != 0x03 {
 			continue
 		}
-		out[f[0]] = sysfsGPU{Address: f[0], Device: uint32(v[1]<<16 | v[0]), SubsystemID: uint32(v[3]<<16 | v[2]), Class: uint32(v[4])}
+		out[f[0]] = sysfsGPU{Address: f[0], Device: uint32(v[1]<<16 | v[0]), SubsystemID: uint32(v[3]<<16 | v[2]), Class: uint32(v[4]), Driver: f[6]}
 	}
 	return out
 }
 
-// compareNVMLSysfs checks that NVML's GPUs and the sysfs GPUs are the same
-// set, with the same device and subsystem ids.
+// compareNVMLSysfs checks that NVML's GPUs and the sysfs GPUs not bound to
+// vfio-pci are the same set, with the same device and subsystem ids
+// (profile.MatchIdentities, compat.NVMLCheck's rule), and names every GPU
+// NVML reports that sysfs binds to vfio-pci: a real passthrough node's
+// NVML lists none (docs/passthrough.md).
 func compareNVMLSysfs(x *subject, nvml []consumers.NVMLDevice, sysfs map[string]sysfsGPU) (string, bool, string) {
 	var problems []string
+	shown := map[pciaddr.Address]profile.Identity{}
+	vfio := map[pciaddr.Address]bool{}
+	for _, g := range sysfs {
+		a, err := pciaddr.Parse(g.Address)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if g.Driver == profile.DriverVFIO {
+			vfio[a] = true
+			continue
+		}
+		shown[a] = profile.Identity{Address: a, DeviceID: g.Device, SubsystemID: g.SubsystemID}
+	}
+	var listed []profile.Identity
 	matched := 0
-	seen := map[string]bool{}
 	for _, d := range nvml {
 		a, err := d.Address()
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
 		}
-		seen[a.String()] = true
-		s, ok := sysfs[a.String()]
-		switch {
-		case !ok:
-			problems = append(problems, fmt.Sprintf("NVML's %s is not in sysfs", d.BusID))
-		case s.Device != d.DeviceID || s.SubsystemID != d.SubsystemID:
-			problems = append(problems, fmt.Sprintf("%s: NVML ids %08x/%08x, sysfs %08x/%08x", a, d.DeviceID, d.SubsystemID, s.Device, s.SubsystemID))
-		default:
+		id := profile.Identity{Address: a, DeviceID: d.DeviceID, SubsystemID: d.SubsystemID}
+		if vfio[a] {
+			problems = append(problems, fmt.Sprintf("NVML reports %s, which sysfs binds to %s: a real node's NVML lists no GPU bound for passthrough", id, profile.DriverVFIO))
+			continue
+		}
+		listed = append(listed, id)
+		if s, ok := shown[a]; ok && len(profile.MatchIdentities([]profile.Identity{id}, "sysfs", []profile.Identity{s})) == 0 {
 			matched++
 		}
 	}
-	for addr := range sysfs {
-		if !seen[addr] {
-			problems = append(problems, "sysfs's "+addr+" is not in NVML")
-		}
+	others := slices.SortedFunc(maps.Values(shown), func(a, b profile.Identity) int { return a.Address.Compare(b.Address) })
+	problems = append(problems, profile.MatchIdentities(listed, "sysfs", others)...)
+	if len(nvml) != len(x.nvmlGPUs) {
+		problems = append(problems, fmt.Sprintf("NVML reports %d GPUs, the profile has %d not bound to %s", len(nvml), len(x.nvmlGPUs), profile.DriverVFIO))
 	}
-	if len(nvml) != len(x.gpus) {
-		problems = append(problems, fmt.Sprintf("NVML reports %d GPUs, the profile has %d", len(nvml), len(x.gpus)))
+	text := fmt.Sprintf("%d of NVML's %d in sysfs's %d", matched, len(nvml), len(shown))
+	if len(vfio) > 0 {
+		text += fmt.Sprintf(" (besides %d on %s)", len(vfio), profile.DriverVFIO)
 	}
-	text := fmt.Sprintf("%d of NVML's %d in sysfs's %d", matched, len(nvml), len(sysfs))
 	return text, len(problems) == 0, strings.Join(problems, "; ")
 }
 
@@ -738,9 +829,9 @@ func (s *suite) runNVMLList(t *testing.T, prof string) []consumers.NVMLDevice {
 	return devices
 }
 
-func (s *suite) runCompat(t *testing.T, served overlaytest.Served, effective string) *compat.Report {
+func (s *suite) runCompat(t *testing.T, served overlaytest.Served, effective, nvmlProfile string) *compat.Report {
 	t.Helper()
-	stdout, _ := s.run(t, "compat", served.Reexec(t, compatChild, effective))
+	stdout, _ := s.run(t, "compat", served.Reexec(t, compatChild, effective, nvmlProfile))
 	var r compat.Report
 	require.NoError(t, json.Unmarshal(stdout, &r))
 	return &r

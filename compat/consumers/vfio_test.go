@@ -1,16 +1,22 @@
 package consumers_test
 
 // The checks of issue 26 in the real programs: GPU Feature Discovery's
-// vfio strategy on a passthrough node.
+// vfio strategy on a passthrough node, and NVML paired with its sysfs
+// (compareNVMLSysfs) where NVML lists the nvidia-bound GPUs alone.
 
 import (
 	"fmt"
 	"math/bits"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -31,7 +37,7 @@ func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.S
 		}
 	}
 	for _, name := range []string{servedTree, servedNone} {
-		labels := s.runGFD(t, served[name], x.File, "vfio")
+		labels := s.runGFD(t, served[name], x.nvml, "vfio")
 		count, memory, product := labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"], labels["nvidia.com/gpu.product"]
 		if name == servedNone || len(vfio) == 0 {
 			none := count == "" || count == "0"
@@ -45,4 +51,43 @@ func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.S
 		row(name).check(t, colGFDVFIO, fmt.Sprintf("count %s, %s, memory %s", count, product, memory), ok,
 			fmt.Sprintf("want gpu.count=%d, gpu.memory=%s (the BARs' 64-bit total, rounded up to a power of two) and a gpu.product; labels %v", len(vfio), wantMemory, labels))
 	}
+}
+
+// TestCompareNVMLSysfsPassthrough: on a passthrough node (three GPUs on
+// vfio-pci, one on nvidia) NVML listing the nvidia-bound GPU alone pairs
+// with the sysfs; NVML listing all four, as nvml-mock's does when served
+// the whole profile, is refused, each vfio-pci GPU named; and NVML missing
+// the nvidia-bound GPU is refused too.
+func TestCompareNVMLSysfsPassthrough(t *testing.T) {
+	const device, subsystem = 0x233010de, 0x16c110de
+	addrs := []string{"0000:18:00.0", "0000:2a:00.0", "0000:ba:00.0", "0000:db:00.0"}
+	sysfs := map[string]sysfsGPU{}
+	var nvmlAll []consumers.NVMLDevice
+	x := &subject{vfio: 3}
+	for i, a := range addrs {
+		driver := profile.DriverVFIO
+		if i == 3 {
+			driver = profile.DriverNVIDIA
+			addr, err := pciaddr.Parse(a)
+			require.NoError(t, err)
+			x.nvmlGPUs = append(x.nvmlGPUs, profile.Device{Address: addr, Driver: driver})
+		}
+		sysfs[a] = sysfsGPU{Address: a, Device: device, SubsystemID: subsystem, Class: 0x030200, Driver: driver}
+		nvmlAll = append(nvmlAll, consumers.NVMLDevice{Index: i, BusID: "0000" + strings.ToUpper(a), DeviceID: device, SubsystemID: subsystem})
+	}
+	x.gpus = x.nvmlGPUs
+
+	text, ok, why := compareNVMLSysfs(x, []consumers.NVMLDevice{{BusID: "00000000:DB:00.0", DeviceID: device, SubsystemID: subsystem}}, sysfs)
+	require.True(t, ok, why)
+	require.Equal(t, "1 of NVML's 1 in sysfs's 1 (besides 3 on vfio-pci)", text)
+
+	_, ok, why = compareNVMLSysfs(x, nvmlAll, sysfs)
+	require.False(t, ok)
+	require.Equal(t, 3, strings.Count(why, "which sysfs binds to vfio-pci"), why)
+	require.Contains(t, why, "NVML reports 0000:18:00.0 10de:2330 subsystem 10de:16c1, which sysfs binds to vfio-pci")
+	require.Contains(t, why, "NVML reports 4 GPUs, the profile has 1 not bound to vfio-pci")
+
+	_, ok, why = compareNVMLSysfs(x, nil, sysfs)
+	require.False(t, ok)
+	require.Contains(t, why, "sysfs shows 0000:db:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:db:00.0")
 }
