@@ -184,7 +184,7 @@ func NVMLProfile(dir, name, file string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("profile %s: %w", name, err)
 	}
-	header := fmt.Sprintf("# %s as nvml-mock's NVML serves it on a passthrough node: its %d nvidia-bound GPUs alone, without the %d bound to %s.\n", name, len(kept), len(vfio), profile.DriverVFIO)
+	header := fmt.Sprintf("# %s as nvml-mock's NVML serves it on a passthrough node: the nvidia-bound GPUs alone (%d), without the %d bound to %s.\n", name, len(kept), len(vfio), profile.DriverVFIO)
 	derived := filepath.Join(dir, filepath.Base(name)+"-nvml.yaml")
 	if err := os.WriteFile(derived, append([]byte(header), body...), 0o644); err != nil {
 		return "", err
