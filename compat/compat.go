@@ -306,8 +306,8 @@ func (c *checker) gpuDriver(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 		}
 	}
 	switch {
-	case d.Driver == profile.DriverVFIO && !strings.HasPrefix(g.IommuFD, "vfio"):
-		p = append(p, fmt.Sprintf("iommufd device %q, want vfio-dev/vfioN", g.IommuFD))
+	case d.Driver == profile.DriverVFIO && !sysfs.IsVFIODevName(g.IommuFD):
+		p = append(p, fmt.Sprintf("iommufd device %q, want %s/%s", g.IommuFD, sysfs.VFIODevDir, sysfs.VFIODevName(0)))
 	case d.Driver != profile.DriverVFIO && g.IommuFD != "":
 		p = append(p, fmt.Sprintf("iommufd device %q on a GPU not bound to vfio-pci", g.IommuFD))
 	}

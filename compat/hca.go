@@ -71,8 +71,8 @@ func (c *checker) hcas() {
 		if p := mismatch(d, *n.Device); p != "" {
 			problems = append(problems, d.Address+": "+p)
 		}
-		if d.Driver != "mlx5_core" {
-			problems = append(problems, fmt.Sprintf("%s: driver %q, want mlx5_core", d.Address, d.Driver))
+		if d.Driver != profile.DriverMLX5 {
+			problems = append(problems, fmt.Sprintf("%s: driver %q, want %s", d.Address, d.Driver, profile.DriverMLX5))
 		}
 	}
 	if missing := missingFrom(found, keys(want)); len(missing) > 0 {

@@ -3,12 +3,15 @@ package compat_test
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 const vfioProfile = "../testdata/profiles/vfio-passthrough.yaml"
@@ -26,8 +29,8 @@ func TestVFIODriverRows(t *testing.T) {
 		}
 	}
 	require.Len(t, details, 4)
-	require.Regexp(t, `^0000:18:00.0 vfio-pci, IOMMU group \d+ alone, iommufd vfio0$`, details[0])
-	require.Regexp(t, `^0000:db:00.0 nvidia, IOMMU group \d+ alone$`, details[3])
+	require.Regexp(t, `^0000:18:00.0 `+regexp.QuoteMeta(profile.DriverVFIO)+`, IOMMU group \d+ alone, iommufd `+sysfs.VFIODevName(0)+`$`, details[0])
+	require.Regexp(t, `^0000:db:00.0 `+profile.DriverNVIDIA+`, IOMMU group \d+ alone$`, details[3])
 }
 
 // NVML and sysfs on a passthrough node: a real node's NVML lists only the

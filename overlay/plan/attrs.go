@@ -49,7 +49,7 @@ func driverOf(n *Node) string {
 		case profile.NVSwitch:
 			return profile.DriverNVSwitch
 		case profile.HCA:
-			return "mlx5_core"
+			return profile.DriverMLX5
 		}
 		return cmp.Or(n.Device.Driver, profile.DriverNVIDIA)
 	}

@@ -159,7 +159,7 @@ func TestLinksResolve(t *testing.T) {
 				}
 				driver := map[plan.Role]string{plan.RootPort: "pcieport", plan.SwitchUp: "pcieport", plan.SwitchDown: "pcieport"}[n.Role]
 				if n.Role == plan.Endpoint {
-					driver = map[profile.DeviceKind]string{profile.GPU: "nvidia", profile.NVSwitch: "nvidia-nvswitch", profile.HCA: "mlx5_core"}[n.Device.Kind]
+					driver = map[profile.DeviceKind]string{profile.GPU: profile.DriverNVIDIA, profile.NVSwitch: profile.DriverNVSwitch, profile.HCA: profile.DriverMLX5}[n.Device.Kind]
 				}
 				if driver == "" {
 					_, err := os.Lstat(filepath.Join(root, dir, "driver"))

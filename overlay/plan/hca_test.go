@@ -196,7 +196,7 @@ func TestHCAFacts(t *testing.T) {
 				require.Equal(t, "16\n", get("current_link_width"))
 				require.Equal(t, fmt.Sprintf("%d\n", h.GPU.NUMANode), get("numa_node"))
 				require.Equal(t, text(t, fs, "sys/"+h.GPU.SysPath()+"/local_cpus"), get("local_cpus"))
-				require.Contains(t, get("uevent"), "DRIVER=mlx5_core\n")
+				require.Contains(t, get("uevent"), "DRIVER="+profile.DriverMLX5+"\n")
 				require.Equal(t, h.GPU.Parent.Parent, h.Node.Parent.Parent, "%s beside GPU %s under one switch", h.Node.Address, h.GPU.Address)
 			}
 			require.Equal(t, "DGX H100\n", text(t, fs, plan.ProductNameFile))

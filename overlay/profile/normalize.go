@@ -74,6 +74,10 @@ const (
 	DriverNVSwitch = "nvidia-nvswitch"
 )
 
+// DriverMLX5 is the driver a ConnectX HCA is bound to. A profile cannot
+// choose it: an HCA is always on it, on a passthrough node too.
+const DriverMLX5 = "mlx5_core"
+
 // RootComplex is a host bridge and its NUMA node.
 type RootComplex struct {
 	ID       pciaddr.RootComplex

@@ -65,3 +65,15 @@ func TestLinkFields(t *testing.T) {
 	}
 	require.Equal(t, uint32(0x105), LinkFields(5, 16), "Gen5 x16 as an H100's LnkCap holds it")
 }
+
+// TestVFIODevName pins the vfio device names that compat accepts to the
+// ones the renderer writes, and nothing looser.
+func TestVFIODevName(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 1, 9, 10, 255} {
+		require.True(t, IsVFIODevName(VFIODevName(n)), VFIODevName(n))
+	}
+	for _, s := range []string{"", "vfio", "vfio-1", "vfio+1", "vfio01", "vfio1a", "VFIO0", "iommufd0", " vfio0"} {
+		require.False(t, IsVFIODevName(s), "%q", s)
+	}
+}

@@ -1,6 +1,9 @@
 package sysfs
 
-import "strconv"
+import (
+	"strconv"
+	"strings"
+)
 
 // VFIODevDir is the directory the kernel adds to a vfio-pci device's own
 // directory (drivers/vfio/device_cdev.c, since Linux 6.2), holding one
@@ -15,6 +18,18 @@ const VFIODevDir = "vfio-dev"
 // registers first.
 const VFIODevMajor = 511
 
+// vfioDevPrefix begins every vfio device's name: the kernel names them
+// "vfio%d" by the device's index (drivers/vfio/vfio_main.c).
+const vfioDevPrefix = "vfio"
+
 // VFIODevName is the name of the n-th vfio device (vfio0, vfio1, ...),
 // the kernel's order of binding.
-func VFIODevName(n int) string { return "vfio" + strconv.Itoa(n) }
+func VFIODevName(n int) string { return vfioDevPrefix + strconv.Itoa(n) }
+
+// IsVFIODevName reports whether name is a vfio device's name as the kernel
+// writes it: vfio and a decimal number, no sign and no leading zero.
+func IsVFIODevName(name string) bool {
+	digits, found := strings.CutPrefix(name, vfioDevPrefix)
+	n, err := strconv.Atoi(digits)
+	return found && err == nil && n >= 0 && strconv.Itoa(n) == digits
+}
