@@ -64,7 +64,7 @@ const (
 )
 
 // Options tune a Cluster. The zero value prints progress on standard
-// error and gives pods a bridge network.
+// error. (Pods always get the bridge network of bridgeConfList.)
 type Options struct {
 	// Progress receives a line per startup step and at shutdown; nil
 	// means standard error.
@@ -99,9 +99,11 @@ type Cluster struct {
 	host     hostState
 	procs    []*Process
 	stopped  bool
-	// containers are the IDs of the pod sandboxes and containers
-	// containerd had at the end, whose cgroups are the cluster's.
-	containers []string
+	// paths are the host's; the zero value the real ones.
+	paths hostPaths
+	// containers are the IDs of every pod sandbox and container the
+	// cluster's containerd made, whose cgroups are the cluster's.
+	containers map[string]bool
 	bins       struct{ kube, etcd string }
 	token      string
 }
@@ -112,12 +114,14 @@ func (c *Cluster) logf(format string, args ...any) {
 
 // Start starts the cluster for the test (and its subtests) and stops it
 // when the test ends, failing the test if anything is left on the host.
-// It skips under -short and when not root; a failed build fails.
+// It skips under -short and, outside make, when not root or a program is
+// missing (see Prerequisites); a failed build fails.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	consumers.SkipShort(t)
-	overlaytest.RequireRoot(t, "runc", "nsenter")
-	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
+	need := Prerequisites(t)
+	overlaytest.RequireRoot(need, "runc", "nsenter")
+	cni := overlaytest.RequireProgram(need, "/usr/lib/cni/bridge", "containernetworking-plugins")
 	began := time.Now()
 	c := &Cluster{progress: opts.Progress}
 	if c.progress == nil {
@@ -133,7 +137,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	c.Dir = dir
 	c.KubeletRootDir = filepath.Join(dir, "kubelet")
-	c.host = readHost()
+	c.host = c.paths.read()
 	// Registered first, so a start that fails half-way still stops what
 	// it started, and the leftovers check runs after everything.
 	t.Cleanup(func() {
@@ -513,10 +517,11 @@ func (c *Cluster) Stop(t testing.TB) {
 			t.Errorf("cluster: nsenter of %s (pid %d) outlived its namespace by %s", p.Name, p.cmd.Process.Pid, stopTimeout)
 		}
 	}
-	if err := c.removeCgroups(); err != nil {
+	removed, err := c.removeCgroups()
+	if err != nil {
 		t.Errorf("cluster: %v", err)
 	}
-	c.logf("stopped in %s", time.Since(began).Round(time.Millisecond))
+	c.logf("stopped in %s; %d cgroups of its containers removed below %s", time.Since(began).Round(time.Millisecond), removed, podCgroup)
 }
 
 // Events lists the events of a namespace, one line each, for a failure

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
@@ -10,13 +11,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,10 +45,16 @@ func kubeletHostPaths() []string {
 }
 
 // podCgroup is where containerd puts a kubelet's containers (in every
-// cgroup v1 hierarchy) when the kubelet makes no QoS cgroups.
+// cgroup v1 hierarchy) when the kubelet makes no QoS cgroups: its default
+// cgroup parent, its CRI namespace. The kubelet ignores cgroupRoot
+// without cgroupsPerQOS (../shared/KUBERNETES.md), so a cluster cannot
+// have a parent of its own as deploy/runtime's own containers do, and
+// every cluster on the host shares this one.
 const podCgroup = "k8s.io"
 
-// cgroupRoot is where the cgroup hierarchies are mounted.
+// cgroupRoot is where the cgroup hierarchies are mounted (as
+// deploy/runtime's RemoveCgroup has it, which removes a cgroup whole;
+// the harness removes single new children of a shared parent instead).
 const cgroupRoot = "/sys/fs/cgroup"
 
 // namespaceTimeout bounds the namespace's setup.
@@ -236,72 +242,155 @@ func (c *Cluster) dialLocked(ctx context.Context, network, address string) (net.
 	return conn, err
 }
 
+// hostPaths is where the host keeps what the cluster must leave as it
+// found it. The zero value is the real host; the harness's own test
+// gives stand-ins in a temporary directory, so that Leftovers is seen to
+// report each kind of leftover without the test touching the host.
+type hostPaths struct {
+	sysctlRoot string   // /proc/sys
+	cgroupRoot string   // cgroupRoot
+	dirs       []string // kubeletHostPaths
+	mountinfo  string   // /proc/self/mountinfo
+}
+
+func (p hostPaths) sysctl(s string) string {
+	return filepath.Join(cmp.Or(p.sysctlRoot, "/proc/sys"), s)
+}
+
+func (p hostPaths) kubeletDirs() []string {
+	if p.dirs == nil {
+		return kubeletHostPaths()
+	}
+	return p.dirs
+}
+
+// podCgroupDirs is podCgroup's directory in every hierarchy (v1
+// controllers, or the one v2 tree).
+func (p hostPaths) podCgroupDirs() []string {
+	root := cmp.Or(p.cgroupRoot, cgroupRoot)
+	dirs := []string{filepath.Join(root, podCgroup)}
+	hierarchies, _ := os.ReadDir(root)
+	for _, h := range hierarchies {
+		if h.IsDir() {
+			dirs = append(dirs, filepath.Join(root, h.Name(), podCgroup))
+		}
+	}
+	return dirs
+}
+
 // hostState is what the cluster must leave on the host as it found it.
 type hostState struct {
 	sysctls map[string]string // kubeletSysctls' values
 	paths   map[string]bool   // which kubeletHostPaths existed
-	// podCgroup is whether podCgroup existed, in which hierarchies.
-	podCgroup map[string]bool
-	pidNS     string // the namespace's, once it runs
+	// cgroups are the podCgroup directories and their children (a
+	// container's cgroup each) that existed, in every hierarchy.
+	cgroups map[string]bool
+	pidNS   string // the namespace's, once it runs
 }
 
-// readHost reads the host's state.
-func readHost() hostState {
-	h := hostState{sysctls: map[string]string{}, paths: map[string]bool{}, podCgroup: map[string]bool{}}
+// read reads the host's state.
+func (p hostPaths) read() hostState {
+	h := hostState{sysctls: map[string]string{}, paths: map[string]bool{}, cgroups: map[string]bool{}}
 	for _, s := range kubeletSysctls() {
-		b, _ := os.ReadFile("/proc/sys/" + s)
+		b, _ := os.ReadFile(p.sysctl(s))
 		h.sysctls[s] = strings.TrimSpace(string(b))
 	}
-	for _, p := range kubeletHostPaths() {
-		_, err := os.Lstat(p)
-		h.paths[p] = err == nil
+	for _, d := range p.kubeletDirs() {
+		_, err := os.Lstat(d)
+		h.paths[d] = err == nil
 	}
-	for _, d := range cgroupDirs(podCgroup) {
+	for _, d := range p.podCgroupDirs() {
 		if _, err := os.Stat(d); err == nil {
-			h.podCgroup[d] = true
+			h.cgroups[d] = true
+		}
+		for _, child := range childDirs(d) {
+			h.cgroups[child] = true
 		}
 	}
 	return h
 }
 
-// cgroupDirs is a cgroup's directory in every hierarchy.
-func cgroupDirs(cgroup string) []string {
-	dirs := []string{filepath.Join(cgroupRoot, cgroup)}
-	hierarchies, _ := os.ReadDir(cgroupRoot)
-	for _, h := range hierarchies {
-		dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroup))
+// childDirs lists the directories in dir.
+func childDirs(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
 	}
-	return dirs
+	return out
 }
 
-// recordContainers remembers the pod sandboxes and containers containerd
-// has, whose cgroups (podCgroup/ID) outlive them: another cluster on the
-// host may have its own there, so only these are the cluster's to remove.
+// containerIDs lists what in s looks like a pod sandbox's or container's
+// ID, which names its cgroup below podCgroup.
+func containerIDs(s string) []string {
+	return regexp.MustCompile(`\b[0-9a-f]{64}\b`).FindAllString(s, -1)
+}
+
+// recordContainers remembers every pod sandbox and container this
+// cluster's containerd ever made: those it still has (crictl), and those
+// its log names, which include the pods a suite deleted while the
+// cluster ran (containerd logs each ID it returns at info level: "returns
+// sandbox id", "returns container id"). runc removes a container's cgroup
+// when the container is deleted, but the cgroup is the harness's to
+// account for either way, and only these are: the clusters of other
+// tests on the host put theirs below the same podCgroup.
 func (c *Cluster) recordContainers(t testing.TB) {
+	if c.containers == nil {
+		c.containers = map[string]bool{}
+	}
 	for _, args := range [][]string{{"pods", "--quiet", "--no-trunc"}, {"ps", "--all", "--quiet", "--no-trunc"}} {
 		for _, id := range strings.Fields(c.Runtime.Crictl(t, args...)) {
-			if !slices.Contains(c.containers, id) {
-				c.containers = append(c.containers, id)
-			}
+			c.containers[id] = true
+		}
+	}
+	if b, err := os.ReadFile(c.Runtime.LogFile); err == nil {
+		for _, id := range containerIDs(string(b)) {
+			c.containers[id] = true
 		}
 	}
 }
 
-// removeCgroups removes the cgroups of the cluster's pods and containers,
-// and podCgroup where the cluster made it and nothing else uses it.
-func (c *Cluster) removeCgroups() error {
-	var errs []error
-	for _, id := range c.containers {
-		if err := runtime.RemoveCgroup(filepath.Join("/", podCgroup, id)); err != nil {
-			errs = append(errs, err)
+// newCgroups sorts the children of podCgroup that were not there when
+// the cluster started into the cluster's own and others'. Every new child
+// is judged, not only those of the containers containerd still has at
+// the end: a suite deletes pods while the cluster runs.
+func (c *Cluster) newCgroups(dir string) (own, others []string) {
+	for _, child := range childDirs(dir) {
+		switch {
+		case c.host.cgroups[child]:
+		case c.containers[filepath.Base(child)]:
+			own = append(own, child)
+		default:
+			others = append(others, child)
 		}
 	}
-	for _, d := range cgroupDirs(podCgroup) {
-		if !c.host.podCgroup[d] {
+	return own, others
+}
+
+// removeCgroups removes the new cgroups of the cluster's pods and
+// containers in every hierarchy, and podCgroup where the cluster made it
+// and nothing else uses it. rmdir removes a cgroup only once it has no
+// process and no child: one that stays is a leftover Leftovers reports.
+// It returns how many it removed.
+func (c *Cluster) removeCgroups() (int, error) {
+	var errs []error
+	removed := 0
+	for _, d := range c.paths.podCgroupDirs() {
+		own, _ := c.newCgroups(d)
+		for _, child := range own {
+			if err := os.Remove(child); err != nil {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", child, err))
+				continue
+			}
+			removed++
+		}
+		if !c.host.cgroups[d] {
 			_ = os.Remove(d) // fails while another cluster's cgroups are in it
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // Leftovers lists what the cluster left on the host that was not there
@@ -311,25 +400,24 @@ func (c *Cluster) removeCgroups() error {
 func (c *Cluster) Leftovers() []string {
 	var left []string
 	for _, s := range kubeletSysctls() {
-		b, _ := os.ReadFile("/proc/sys/" + s)
+		b, _ := os.ReadFile(c.paths.sysctl(s))
 		if got := strings.TrimSpace(string(b)); got != c.host.sysctls[s] {
 			left = append(left, fmt.Sprintf("sysctl %s: %s, was %s", strings.ReplaceAll(s, "/", "."), got, c.host.sysctls[s]))
 		}
 	}
-	for _, p := range kubeletHostPaths() {
+	for _, p := range c.paths.kubeletDirs() {
 		if _, err := os.Lstat(p); err == nil && !c.host.paths[p] {
 			left = append(left, "directory "+p)
 		}
 	}
-	for _, id := range c.containers {
-		for _, d := range cgroupDirs(filepath.Join(podCgroup, id)) {
-			if _, err := os.Stat(d); err == nil {
-				left = append(left, "cgroup "+d)
-			}
+	for _, d := range c.paths.podCgroupDirs() {
+		own, others := c.newCgroups(d)
+		for _, child := range own {
+			left = append(left, "cgroup "+child)
 		}
-	}
-	for _, d := range cgroupDirs(podCgroup) {
-		if entries, err := os.ReadDir(d); err == nil && !c.host.podCgroup[d] && !slices.ContainsFunc(entries, fs.DirEntry.IsDir) {
+		// podCgroup itself is the cluster's leftover when it made it,
+		// unless another cluster's cgroups keep it.
+		if _, err := os.Stat(d); err == nil && !c.host.cgroups[d] && len(others) == 0 {
 			left = append(left, "cgroup "+d)
 		}
 	}
@@ -342,7 +430,7 @@ func (c *Cluster) Leftovers() []string {
 			}
 			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == c.host.pidNS && runtime.Alive(pid) {
 				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-				left = append(left, fmt.Sprintf("process %d %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+				left = append(left, fmt.Sprintf("process %d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
 			}
 		}
 	}
@@ -353,7 +441,7 @@ func (c *Cluster) Leftovers() []string {
 			left = append(left, fmt.Sprintf("process %d (nsenter of %s)", p.cmd.Process.Pid, p.Name))
 		}
 	}
-	if mounts, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+	if mounts, err := os.ReadFile(cmp.Or(c.paths.mountinfo, "/proc/self/mountinfo")); err == nil {
 		for _, line := range strings.Split(string(mounts), "\n") {
 			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.Dir+"/") {
 				left = append(left, "mount "+f[4])
