@@ -302,10 +302,12 @@ func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
 // TestReadmeKubernetesQuickStart checks the README's Kubernetes quick
 // start against the manifests, line by line: the image it builds and loads
 // is the DaemonSet's, it applies the files that hold the ConfigMap and the
-// DaemonSet (in that order, the namespace first), it waits on that
-// DaemonSet in its namespace, and the annotation it shows names our
-// device. The node suite (deploy/cluster/node) applies the files these
-// lines name, in their order, as kubectl apply --server-side does.
+// DaemonSet (in that order, the namespace first), every file a line names
+// exists, it waits on that DaemonSet in its namespace, it reads the labels
+// the node suite judges, and the annotation it shows names our device.
+// The node suite (deploy/cluster/node) applies the files these lines name,
+// in their order, as kubectl apply --server-side does, and checks the
+// README's sample labels against its Node.
 func TestReadmeKubernetesQuickStart(t *testing.T) {
 	steps := overlaytest.ReadmeShell(t)["Kubernetes quick start"]
 	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
@@ -317,16 +319,66 @@ func TestReadmeKubernetesQuickStart(t *testing.T) {
 		"kubectl apply --server-side -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
 		"kubectl apply --server-side -f deploy/kubernetes/nvml-mock-sysfs.yaml",
 		"kubectl -n " + ds.Namespace + " rollout status daemonset/" + ds.Name + " --timeout=2m",
-		"kubectl get nodes -o jsonpath='{.items[0].metadata.labels}'",
+		"kubectl get nodes -L nvidia.com/gpu.mode -L nvidia.com/gpu.count -L nvidia.com/gpu.machine",
 		"kubectl get resourceslices -o yaml",
 	}, steps)
-	for _, step := range steps {
-		if file, ok := strings.CutPrefix(step, "kubectl apply -f deploy/"); ok {
-			_, err := os.Stat(file)
-			require.NoError(t, err, "README: %s", step)
-		}
-	}
+	files := namedFiles(steps)
+	require.Len(t, files, 3, "the Dockerfile and the two manifests: %q", files)
+	require.Empty(t, missingFiles(t, files), "files the README's quick start names")
+
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	require.Contains(t, string(readme), "cdi-devices.noderesource.dev/container.<container-name>: |\n  - "+deploy.DefaultKind+"="+deploy.DeviceName+"\n")
+	var annotated bool
+	lines := strings.Split(string(readme), "\n")
+	for i, line := range lines[:len(lines)-1] {
+		if strings.TrimSpace(line) == "cdi-devices.noderesource.dev/container.<container-name>: |" {
+			require.Equal(t, "- "+deploy.DefaultKind+"="+deploy.DeviceName, strings.TrimSpace(lines[i+1]), "README: the annotation's device")
+			annotated = true
+		}
+	}
+	require.True(t, annotated, "README shows the device-injector's annotation")
+}
+
+// The file check fails on a path that is not there, and reads every
+// command's -f, not only kubectl apply's of one form.
+func TestReadmeFileCheckFailsOnAWrongPath(t *testing.T) {
+	steps := []string{
+		"docker build -t x -f deploy/kubernetes/Dockerfile .",
+		"kubectl apply --server-side -f deploy/kubernetes/nvml-mock-sysfs.yaml",
+		"kubectl apply -f deploy/kubernetes/no-such-manifest.yaml",
+		"kubectl create --filename=deploy/kubernetes/standalone/no-such.yaml",
+	}
+	require.Equal(t, []string{"deploy/kubernetes/Dockerfile", "deploy/kubernetes/nvml-mock-sysfs.yaml", "deploy/kubernetes/no-such-manifest.yaml", "deploy/kubernetes/standalone/no-such.yaml"}, namedFiles(steps))
+	require.Equal(t, []string{"deploy/kubernetes/no-such-manifest.yaml", "deploy/kubernetes/standalone/no-such.yaml"}, missingFiles(t, namedFiles(steps)))
+}
+
+// namedFiles are the files shell lines name with -f or --filename, as
+// written (relative to the repository's top, where the README's commands
+// run).
+func namedFiles(steps []string) []string {
+	var files []string
+	for _, step := range steps {
+		f := strings.Fields(step)
+		for i, w := range f {
+			switch {
+			case (w == "-f" || w == "--filename") && i+1 < len(f):
+				files = append(files, f[i+1])
+			case strings.HasPrefix(w, "--filename="):
+				files = append(files, strings.TrimPrefix(w, "--filename="))
+			}
+		}
+	}
+	return files
+}
+
+// missingFiles are those of files that do not exist below the repository.
+func missingFiles(t *testing.T, files []string) []string {
+	t.Helper()
+	var missing []string
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(overlaytest.Repo(t), f)); err != nil {
+			missing = append(missing, f)
+		}
+	}
+	return missing
 }

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/runtime"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -100,6 +104,7 @@ type suite struct {
 	mockNVML string
 	gfd, nfd string // build directories
 	rows     docmatrix.Rows
+	sabotage string // consumers.Sabotage's: the served labellers go unserved
 	figures  []string
 	reprof   reprofile
 }
@@ -136,7 +141,7 @@ const kubeletSyncPeriod = time.Minute
 func TestNode(t *testing.T) {
 	consumers.SkipShort(t)
 	overlaytest.RequireRoot(t)
-	s := &suite{repo: overlaytest.Repo(t), objects: cluster.ObjectsDir(t, objectsName)}
+	s := &suite{repo: overlaytest.Repo(t), objects: cluster.ObjectsDir(t, objectsName), sabotage: consumers.Sabotage(t)}
 	s.mockNVML = consumers.Need(t, consumers.MockNVML())
 	s.gfd = consumers.Need(t, consumers.GFD())
 	s.nfd = consumers.Need(t, consumers.NFDWorker())
@@ -303,7 +308,9 @@ func (s *suite) labellerAccess(t *testing.T) {
 // (hostPath volumes), nvml-mock's ConfigMap at /etc/nvml-mock, the
 // labellers' ServiceAccount, the node's network (the API server is on its
 // loopback), and the extra mounts. served annotates the container for our
-// device.
+// device, unless the run is sabotaged: the tree here is the DaemonSet's,
+// whose links are right, so either sabotage withholds it, and the served
+// GFD and nfd-worker steps must turn red.
 func (s *suite) labellerPod(name, container, build string, inv consumers.Invocation, served bool, extra ...runtime.Mount) *corev1.Pod {
 	volumes, mounts := cluster.HostPathVolumes("consumer", append(runtime.ConsumerMounts(build, s.mockNVML), extra...))
 	volumes = append(volumes, corev1.Volume{Name: "profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -337,7 +344,7 @@ func (s *suite) labellerPod(name, container, build string, inv consumers.Invocat
 			Volumes: volumes,
 		},
 	}
-	if served {
+	if served && s.sabotage == "" {
 		pod.Annotations = map[string]string{injectAnnotation + container: "- " + device}
 	}
 	return pod
@@ -391,14 +398,17 @@ func wantLabels(want map[string]string) func(map[string]string) error {
 	}
 }
 
-// machineLabel is GFD's nvidia.com/gpu.machine for the tree at the node
-// now: the render's machine type file, which GFD labels with its spaces
-// made hyphens (a label value has none).
-func (s *suite) machineLabel(t *testing.T) string {
+// machineLabel is the nvidia.com/gpu.machine GFD must put on the Node for
+// a profile: its machine type as the render normalises it (the profile's
+// system.product_name, else its GPU board's machine), made a label value
+// as GFD makes it. It comes from the profile, not from the tree at the
+// node, so a render that wrote the wrong machine fails the check. A
+// profile that names no machine would leave GFD the node's own DMI name,
+// and the check nothing to catch.
+func machineLabel(t *testing.T, m *profile.Machine) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(s.nodePath(s.root), "dmi/product_name"))
-	require.NoError(t, err)
-	return strings.ReplaceAll(strings.TrimSpace(string(b)), " ", "-")
+	require.NotEmpty(t, m.ProductName, "the profile names a machine, so the gpu.machine check can fail")
+	return consumers.GFDMachineLabel(m.ProductName)
 }
 
 // nfdCRDs is the NodeFeature CRDs' file in node-feature-discovery's
@@ -427,14 +437,52 @@ func (s *suite) testGFD(t *testing.T) {
 		s.waitLabels(t, labelMode+"=unknown", wantLabels(map[string]string{labelMode: "unknown"}))
 	})
 	t.Run("served", func(t *testing.T) {
-		s.rows.Expect(t, "GFD pod with `"+injectAnnotation+"<name>`", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the render's machine", labelMode, labelCount, len(want.GPUs()), labelMachine))
+		s.rows.Expect(t, "GFD pod with `"+injectAnnotation+"<name>`", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine", labelMode, labelCount, len(want.GPUs()), labelMachine))
 		began := time.Now()
 		s.c.RunPod(t, s.gfdPod("gfd-served", true))
 		labels := s.waitLabels(t, "GFD's labels", wantLabels(map[string]string{
-			labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelMachine: s.machineLabel(t),
+			labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelMachine: machineLabel(t, want),
 		}))
 		s.figure("GFD pod created -> Node %s=%s %s=%s %s=%s in %s", labelMode, labels[labelMode], labelCount, labels[labelCount], labelMachine, labels[labelMachine], time.Since(began).Round(time.Millisecond))
+		keys, header, row := s.readmeLabels(t)
+		require.Equal(t, []string{labelMode, labelCount, labelMachine}, keys, "the README's kubectl get nodes -L shows the labels judged here")
+		var values []string
+		for i, k := range keys {
+			require.Equal(t, strings.ToUpper(k[strings.LastIndex(k, "/")+1:]), header[i], "the README sample's column of %s", k)
+			values = append(values, labels[k])
+		}
+		require.Equal(t, values, row, "the README's sample row against this Node's labels")
 	})
+}
+
+// readmeLabels reads the README's Kubernetes quick start: the label keys
+// its kubectl get nodes line asks for with -L, and the label columns'
+// header and values in its sample output (kubectl's last columns, one per
+// key, headed by the key's name after its prefix, upper-cased).
+func (s *suite) readmeLabels(t *testing.T) (keys, header, row []string) {
+	t.Helper()
+	for _, step := range overlaytest.ReadmeShell(t)["Kubernetes quick start"] {
+		if f := strings.Fields(step); len(f) > 3 && strings.Join(f[:3], " ") == "kubectl get nodes" {
+			for i, w := range f {
+				if w == "-L" && i+1 < len(f) {
+					keys = append(keys, f[i+1])
+				}
+			}
+		}
+	}
+	require.NotEmpty(t, keys, "README: the quick start's kubectl get nodes -L line")
+	readme, err := os.ReadFile(filepath.Join(s.repo, "README.md"))
+	require.NoError(t, err)
+	lines := strings.Split(string(readme), "\n")
+	for i, line := range lines[:len(lines)-1] {
+		if f := strings.Fields(line); len(f) > len(keys) && f[0] == "NAME" {
+			r := strings.Fields(lines[i+1])
+			require.Len(t, r, len(f), "README: the sample row under %q", line)
+			return keys, f[len(f)-len(keys):], r[len(r)-len(keys):]
+		}
+	}
+	t.Fatal("README: no sample output of kubectl get nodes (a NAME header line)")
+	return nil, nil, nil
 }
 
 // nfdPod runs nfd-worker once, configured as the GPU Operator deploys it
@@ -540,6 +588,64 @@ func containerID(t *testing.T, pod *corev1.Pod) string {
 	return id
 }
 
+// scanBytesBound is at most how many bytes one scan of the links directory
+// at the node path links reads: linkscan reads every entry's vendor, class
+// and resource files. A node's own entry (its link has the kernel's text)
+// is read here, from the host's sysfs, which the reader reads through it;
+// a mock entry's files are at most a vendor and a class line and a
+// bridge's resource lines.
+func scanBytesBound(t *testing.T, links string) int64 {
+	t.Helper()
+	mock := int64(len(fmt.Sprintf("0x%04x\n", 0)) + len(fmt.Sprintf("0x%06x\n", 0)) +
+		sysfs.ResourceLinesBridge*len(fmt.Sprintf("0x%016x 0x%016x 0x%016x\n", 0, 0, 0)))
+	entries, err := os.ReadDir(links)
+	require.NoError(t, err)
+	var n int64
+	for _, e := range entries {
+		target, err := os.Readlink(filepath.Join(links, e.Name()))
+		require.NoError(t, err)
+		if !plan.IsKernelLinkText(target) {
+			n += mock
+			continue
+		}
+		for _, f := range linkscan.Files() {
+			b, err := os.ReadFile(filepath.Join("/sys/bus/pci/devices", e.Name(), f))
+			require.NoError(t, err, "the node's own device %s", e.Name())
+			n += int64(len(b))
+		}
+	}
+	return n
+}
+
+// containerPID is a CRI container's process in the node's pid namespace.
+func (s *suite) containerPID(t *testing.T, id string) int {
+	t.Helper()
+	var inspect struct {
+		Info struct {
+			PID int `json:"pid"`
+		} `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.c.Runtime.Crictl(t, "inspect", id)), &inspect))
+	require.Positive(t, inspect.Info.PID, "container %s's pid", id)
+	return inspect.Info.PID
+}
+
+// bytesRead is how many bytes a process of the node has read with read
+// system calls (its /proc/<pid>/io rchar).
+func (s *suite) bytesRead(pid int) (int64, error) {
+	file := s.c.ProcPath(fmt.Sprintf("/proc/%d/io", pid))
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("%s: no rchar line in %q", file, b)
+}
+
 // withProductName is the profile file's text with system.product_name
 // set.
 func withProductName(t *testing.T, file, name string) string {
@@ -594,6 +700,8 @@ func (s *suite) testReprofile(t *testing.T) {
 		}
 		return nil
 	})
+	links := filepath.Join(s.nodePath(s.root), plan.LinksDir)
+	oldScan := scanBytesBound(t, links)
 
 	r := &s.reprof
 	r.From, r.To, r.KubeletSyncPeriod = "standalone ConfigMap ("+s.key+")", "built-in "+reprofileTo, kubeletSyncPeriod
@@ -616,8 +724,23 @@ func (s *suite) testReprofile(t *testing.T) {
 	r.UpdateToSwapString, r.SwapToTreeString = r.UpdateToSwap.Round(time.Millisecond).String(), r.SwapToTree.Round(time.Millisecond).String()
 	s.c.WaitPod(t, pod.Namespace, pod.Name, time.Minute, cluster.PodReady)
 
+	// The reader has made a whole scan of the new tree once it has read
+	// more, since the tree was complete, than the rest of a scan under way
+	// then (at most every entry of both trees) and one whole scan of the
+	// new tree.
+	pid := s.containerPID(t, containerID(t, running))
+	since, err := s.bytesRead(pid)
+	require.NoError(t, err)
+	enough := oldScan + 2*scanBytesBound(t, links)
+	s.c.Wait(t, "the reader's whole scan of the new tree", time.Minute, func() error {
+		n, err := s.bytesRead(pid)
+		if err == nil && n-since < enough {
+			err = fmt.Errorf("the reader read %d bytes since the new tree was complete, want %d", n-since, enough)
+		}
+		return err
+	})
+
 	// Stopped through CRI, the reader prints its totals and exits 0.
-	time.Sleep(time.Second) // scans of the new tree
 	s.c.Runtime.Crictl(t, "stop", "--timeout", "10", containerID(t, running))
 	s.c.WaitPod(t, reader.Namespace, reader.Name, time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
 	totals, err := runtime.ParseReaderTotals(s.c.PodLog(t, reader.Namespace, reader.Name))
@@ -627,7 +750,7 @@ func (s *suite) testReprofile(t *testing.T) {
 	require.Positive(t, totals.Scans)
 	require.GreaterOrEqual(t, len(totals.Views), 2, "the reader saw the first tree and the new one: %v", totals.Views)
 
-	r.ExpectedGPUs, r.ExpectedMachine = len(want.GPUs()), s.machineLabel(t)
+	r.ExpectedGPUs, r.ExpectedMachine = len(want.GPUs()), machineLabel(t, want)
 	s.c.RunPod(t, s.gfdPod("gfd-reprofiled", true))
 	r.LabelsAfterGFD = s.waitLabels(t, "GFD's labels of "+reprofileTo, wantLabels(map[string]string{
 		labelMode: "compute", labelCount: fmt.Sprint(r.ExpectedGPUs), labelMachine: r.ExpectedMachine,
