@@ -382,3 +382,33 @@ func missingFiles(t *testing.T, files []string) []string {
 	}
 	return missing
 }
+
+// docs/deploy.md's kind steps apply and wait as the README's quick start
+// does (server-side apply, a bounded rollout wait), and every file their
+// kubectl lines name exists.
+func TestKindStepsApplyAsTheReadmeDoes(t *testing.T) {
+	doc, err := os.ReadFile("../docs/deploy.md")
+	require.NoError(t, err)
+	var readmeWait string
+	for _, step := range overlaytest.ReadmeShell(t)["Kubernetes quick start"] {
+		if strings.Contains(step, " rollout status ") {
+			readmeWait = step
+		}
+	}
+	require.NotEmpty(t, readmeWait)
+	var kubectl []string
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(line, "kubectl apply "):
+			require.True(t, strings.HasPrefix(line, "kubectl apply --server-side -f "), "docs/deploy.md: %q: apply as the README does", line)
+		case strings.Contains(line, " rollout status "):
+			require.Equal(t, readmeWait, line, "docs/deploy.md waits as the README does")
+		default:
+			continue
+		}
+		kubectl = append(kubectl, line)
+	}
+	require.GreaterOrEqual(t, len(kubectl), 4, "the standalone ConfigMap, the DaemonSet, its rollout, the verify pod: %q", kubectl)
+	require.Empty(t, missingFiles(t, namedFiles(kubectl)), "files docs/deploy.md's kubectl lines name")
+}

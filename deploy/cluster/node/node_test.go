@@ -287,12 +287,23 @@ func (s *suite) labellerAccess(t *testing.T) {
 	ns := s.ds.Namespace
 	_, err := s.c.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: serviceAccount, Namespace: ns}}, metav1.CreateOptions{})
 	require.NoError(t, err)
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"nfd.k8s-sigs.io"}, Resources: []string{"nodefeatures"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list"}},
+	}
+	// docs/kubernetes.md says what the labellers are allowed: the same.
+	page, err := os.ReadFile(kubernetesPage().Path)
+	require.NoError(t, err)
+	text := strings.Join(strings.Fields(string(page)), " ")
+	for _, r := range rules {
+		said := "(" + strings.Join(r.Verbs, ", ") + ")"
+		if r.APIGroups[0] != "" {
+			said = "(`" + r.APIGroups[0] + "`: " + strings.Join(r.Verbs, ", ") + ")"
+		}
+		require.Contains(t, text, said, "%s says the labellers' verbs on %v", kubernetesPage().Path, r.Resources)
+	}
 	_, err = s.c.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: serviceAccount},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"nfd.k8s-sigs.io"}, Resources: []string{"nodefeatures"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
-			{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list"}},
-		},
+		ObjectMeta: metav1.ObjectMeta{Name: serviceAccount}, Rules: rules,
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = s.c.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
