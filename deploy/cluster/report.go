@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"cmp"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -54,6 +56,33 @@ func ObjectsDir(t testing.TB, name string) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// WriteObject writes an API object the suite judged into dir (ObjectsDir's)
+// as name, indented JSON: v as the API server returned it ([]byte, a GET's
+// body, written as it is but indented) or a typed object (marshalled). A
+// write that fails is an error of the test, not its end: the judgment
+// goes on (a suite writes its objects when a profile fails, too).
+func WriteObject(t testing.TB, dir, name string, v any) {
+	t.Helper()
+	var out bytes.Buffer
+	var err error
+	switch raw := v.(type) {
+	case []byte:
+		err = json.Indent(&out, raw, "", "  ")
+	default:
+		var b []byte
+		if b, err = json.MarshalIndent(v, "", "  "); err == nil {
+			out.Write(b)
+		}
+	}
+	if err == nil {
+		out.WriteByte('\n')
+		err = os.WriteFile(filepath.Join(dir, name), out.Bytes(), 0o644)
+	}
+	if err != nil {
+		t.Errorf("cluster: write the judged object %s: %v", filepath.Join(dir, name), err)
+	}
 }
 
 // specFile is the name the DaemonSet gives our spec (--output=/var/run/cdi/…).

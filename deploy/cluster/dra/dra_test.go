@@ -78,7 +78,7 @@ type suite struct {
 // TestDRA runs the driver on the node for every profile of the set.
 func TestDRA(t *testing.T) {
 	consumers.SkipShort(t)
-	overlaytest.RequireRoot(t)
+	overlaytest.RequireRoot(cluster.Prerequisites(t))
 	began := time.Now()
 	s := &suite{
 		plugin:   consumers.NeedBinary(t, consumers.GPUKubeletPlugin()),
@@ -89,7 +89,7 @@ func TestDRA(t *testing.T) {
 	profiles := consumers.SuiteProfiles(t)
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
-	require.NoError(t, consumers.WriteDriverRoot(s.driverRoot, mockNVML))
+	require.NoError(t, consumers.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
 	writeDeviceNodes(t, s.driverRoot, maxGPUs(t, profiles))
 	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
 	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
@@ -113,7 +113,7 @@ func TestDRA(t *testing.T) {
 			Expression: `device.driver == "` + driverName + `" && device.attributes["` + driverName + `"].type == "gpu"`,
 		}}}},
 	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, err, "create DeviceClass %s", deviceClass)
 	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
 
 	for _, p := range profiles {
@@ -123,6 +123,17 @@ func TestDRA(t *testing.T) {
 	writeMatrix(&buf, s.rows)
 	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second))
 	cluster.AppendMatrix(t, buf.String())
+
+	// Roots that hold different numbers of GPUs are where aligning can
+	// go wrong (the claim must land on a largest one): a set with no such
+	// profile passing would prove that for none, silently.
+	switch {
+	case s.sabotage != "":
+	case len(s.rows) < len(profiles):
+		t.Logf("%d of %d profiles ran (-run): not judging whether the set has uneven roots", len(s.rows), len(profiles))
+	case !slices.ContainsFunc(s.rows, func(r row) bool { return r.pass == "ok" && r.uneven }):
+		t.Errorf("no passing profile has roots holding different numbers of GPUs: the uneven case went unproven")
+	}
 }
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -131,7 +142,7 @@ func maxGPUs(t *testing.T, profiles []consumers.SuiteProfile) int {
 	n := 0
 	for _, p := range profiles {
 		m, err := overlay.LoadMachine(p.File, "")
-		require.NoError(t, err)
+		require.NoError(t, err, "profile %s", p.Name)
 		n = max(n, len(m.GPUs()))
 	}
 	return n
@@ -142,7 +153,7 @@ func maxGPUs(t *testing.T, profiles []consumers.SuiteProfile) int {
 // /dev/null's numbers, which is what any container may open.
 func writeDeviceNodes(t *testing.T, driverRoot string, gpus int) {
 	dev := filepath.Join(driverRoot, "dev")
-	require.NoError(t, os.MkdirAll(dev, 0o755))
+	require.NoError(t, os.MkdirAll(dev, 0o755), "the driver root's dev")
 	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
 	for i := range gpus {
 		names = append(names, fmt.Sprintf("nvidia%d", i))
@@ -161,19 +172,23 @@ type subject struct {
 	root, escaped string
 	// perRoot counts the profile's GPUs under each root complex.
 	perRoot map[string]int
-	objects string
 }
 
-// row is one profile's line of the matrix.
+// row is one profile's block of the matrix.
 type row struct {
-	name                    string
-	gpus, devices           int
-	roots                   string // pcieRoot: GPUs per root, as published
-	escapedRoots            int    // devices with pcieRoot when served escaped links
-	numa                    string
-	fit, fitGot             string // the aligned claim and what it got
-	tooMany, tooManyGot     string
-	verify, unprepare, pass string
+	name          string
+	gpus, devices int
+	roots         string   // GPUs per pcieRoot, as published
+	perGPU        []string // each device's pcieRoot: "gpu-0 pci0000:00"
+	uneven        bool     // the profile's roots hold different numbers of GPUs
+	escapedRoots  int      // devices with pcieRoot when served escaped links
+	numa          string
+	fit, fitGot   string // the aligned claim and what it got
+	tooMany       string
+	tooManyGot    string
+	verify        string
+	unprepare     string
+	pass          string
 }
 
 func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
@@ -183,6 +198,26 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 			r.pass = "ok"
 		}
 		s.rows = append(s.rows, r)
+	}()
+	objects := cluster.ObjectsDir(t, slug(p.Name))
+	judged := map[string][]byte{}
+	// The objects behind the profile's lines of the matrix, as the API
+	// server returned them: those judged, or, for a profile that failed
+	// before they were, what the API server has when it failed. A defer,
+	// not a cleanup: it runs before the cleanups delete the pods and
+	// claims and stop the plugin.
+	defer func() {
+		for _, file := range objectFiles() {
+			b, ok := judged[file]
+			if !ok {
+				var err error
+				if b, err = s.list(file); err != nil {
+					t.Errorf("%s, for %s: %v", file, objects, err)
+					continue
+				}
+			}
+			cluster.WriteObject(t, objects, file, b)
+		}
 	}()
 	x := s.render(t, p)
 	r.gpus = len(x.gpus)
@@ -213,7 +248,9 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 
 	// The claims: as many GPUs as the largest root holds, aligned on one
 	// root, and one more than any root holds.
-	most := slices.Max(slices.Collect(maps.Values(x.perRoot)))
+	counts := slices.Collect(maps.Values(x.perRoot))
+	most := slices.Max(counts)
+	r.uneven = slices.Min(counts) != most
 	fit := s.claim(t, "fit", most)
 	tooMany := s.claim(t, "too-many", most+1)
 	r.fit = fmt.Sprintf("%d GPUs, one pcieRoot", most)
@@ -231,16 +268,18 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return unschedulable(p) != "" })
 
 	// The objects judged, as the API server returns them.
-	rawSlices := s.raw(t, x, "resourceslices.json", s.c.Client.ResourceV1().RESTClient().Get().Resource("resourceslices"))
-	rawClaims := s.raw(t, x, "resourceclaims.json", s.c.Client.ResourceV1().RESTClient().Get().Namespace(namespace).Resource("resourceclaims"))
-	rawPods := s.raw(t, x, "pods.json", s.c.Client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("pods"))
+	for _, file := range objectFiles() {
+		b, err := s.list(file)
+		require.NoError(t, err, "%s", file)
+		judged[file] = b
+	}
 	var sl resourcev1.ResourceSliceList
-	require.NoError(t, json.Unmarshal(rawSlices, &sl))
+	require.NoError(t, json.Unmarshal(judged["resourceslices.json"], &sl), "resourceslices.json")
 	require.Len(t, devicesOf(sl.Items), len(devices), "the slices judged hold the devices published")
 	var claims resourcev1.ResourceClaimList
-	require.NoError(t, json.Unmarshal(rawClaims, &claims))
+	require.NoError(t, json.Unmarshal(judged["resourceclaims.json"], &claims), "resourceclaims.json")
 	var pods corev1.PodList
-	require.NoError(t, json.Unmarshal(rawPods, &pods))
+	require.NoError(t, json.Unmarshal(judged["pods.json"], &pods), "pods.json")
 
 	got := map[string]*resourcev1.ResourceClaim{}
 	for i := range claims.Items {
@@ -256,16 +295,20 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 		allocated = append(allocated, res.Device)
 		roots[rootOf[res.Device]] = true
 	}
-	slices.Sort(allocated)
+	slices.SortFunc(allocated, byDeviceName)
 	require.Len(t, allocated, most, "claim fit's devices")
+	// One root holding all most devices is the root that can hold the
+	// claim; on an uneven profile, a root of the largest size.
 	require.Len(t, roots, 1, "claim fit's devices %v share one pcieRoot: %v", allocated, roots)
 	root := slices.Collect(maps.Keys(roots))[0]
 	require.NotEmpty(t, root, "claim fit's devices have a pcieRoot")
-	require.GreaterOrEqual(t, x.perRoot[root], most, "root %s holds the claim", root)
 	r.fitGot = fmt.Sprintf("%s on %s (holds %d)", strings.Join(allocated, ","), root, x.perRoot[root])
-	if tm := got["too-many"]; tm != nil {
-		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
+	if r.uneven {
+		r.fitGot += "; roots uneven, it took a largest"
 	}
+	tm := got["too-many"]
+	require.NotNil(t, tm, "claim too-many")
+	require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
 	podNamed := map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		podNamed[pods.Items[i].Name] = &pods.Items[i]
@@ -285,36 +328,72 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 	spec := filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(fitClaim.UID)+".yaml")
 	require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
 
-	// Deleting the pods unprepares the claim: the driver removes its spec.
-	s.removePods(t)
-	s.c.Wait(t, "NodeUnprepareResources of claim fit (its CDI spec removed)", podTimeout, func() error {
+	// Deleting the pod unprepares the claim: with the claim still there,
+	// the kubelet calls NodeUnprepareResources and the driver removes the
+	// claim's spec. Only then go the other pod and the claims.
+	s.remove(t, []string{"fit"}, nil)
+	s.c.Wait(t, "NodeUnprepareResources of claim fit once its pod is deleted (its CDI spec removed)", podTimeout, func() error {
 		if _, err := os.Stat(spec); err == nil {
 			return fmt.Errorf("%s is still there", spec)
 		}
 		return nil
 	})
-	r.unprepare = "spec removed"
+	_, err := s.c.Client.ResourceV1().ResourceClaims(namespace).Get(context.Background(), "fit", metav1.GetOptions{})
+	require.NoError(t, err, "claim fit outlives its pod: the pod's deletion unprepared it")
+	r.unprepare = "pod deleted -> spec removed, claim kept"
+	s.removePods(t)
+}
+
+// objectFiles are the lists a profile's directory of judged objects
+// holds.
+func objectFiles() []string {
+	return []string{"resourceslices.json", "resourceclaims.json", "pods.json"}
+}
+
+// list GETs one of objectFiles' lists as the API server returns it.
+func (s *suite) list(file string) ([]byte, error) {
+	ctx := context.Background()
+	switch file {
+	case "resourceslices.json":
+		return s.c.Client.ResourceV1().RESTClient().Get().Resource("resourceslices").DoRaw(ctx)
+	case "resourceclaims.json":
+		return s.c.Client.ResourceV1().RESTClient().Get().Namespace(namespace).Resource("resourceclaims").DoRaw(ctx)
+	case "pods.json":
+		return s.c.Client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("pods").DoRaw(ctx)
+	}
+	return nil, fmt.Errorf("no list %s", file)
 }
 
 // removePods deletes the suite's pods and claims, if there, and waits
 // until they are gone.
 func (s *suite) removePods(t *testing.T) {
 	t.Helper()
+	s.remove(t, []string{"fit", "too-many"}, []string{"fit", "too-many"})
+}
+
+// remove deletes the pods and the claims named, if there, and waits until
+// they are gone.
+func (s *suite) remove(t *testing.T, podNames, claimNames []string) {
+	t.Helper()
 	ctx := context.Background()
 	pods, claims := s.c.Client.CoreV1().Pods(namespace), s.c.Client.ResourceV1().ResourceClaims(namespace)
-	for _, name := range []string{"fit", "too-many"} {
+	for _, name := range podNames {
 		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete pod %s: %v", name, err)
 		}
+	}
+	for _, name := range claimNames {
 		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Errorf("delete claim %s: %v", name, err)
 		}
 	}
-	s.c.Wait(t, "the pods and claims deleted", podTimeout, func() error {
-		for _, name := range []string{"fit", "too-many"} {
+	s.c.Wait(t, fmt.Sprintf("pods %v and claims %v deleted", podNames, claimNames), podTimeout, func() error {
+		for _, name := range podNames {
 			if _, err := pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("pod %s: %v", name, cmp.Or(err, errors.New("still there")))
 			}
+		}
+		for _, name := range claimNames {
 			if _, err := claims.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 				return fmt.Errorf("claim %s: %v", name, cmp.Or(err, errors.New("still there")))
 			}
@@ -327,7 +406,7 @@ func (s *suite) removePods(t *testing.T) {
 func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
 	x := &subject{SuiteProfile: p, perRoot: map[string]int{}}
 	m, err := overlay.LoadMachine(p.File, "")
-	require.NoError(t, err)
+	require.NoError(t, err, "profile %s", p.Name)
 	x.gpus = m.GPUs()
 	require.NotEmpty(t, x.gpus)
 	for _, g := range x.gpus {
@@ -338,9 +417,8 @@ func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
 	// As the DaemonSet renders: the node's own PCI devices stay listed,
 	// which verify checks.
 	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
-	require.NoError(t, err)
+	require.NoError(t, err, "render %s", p.Name)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
-	x.objects = cluster.ObjectsDir(t, slug(p.Name))
 	// Our CDI spec, which the verify pod's annotation names.
 	s.c.WriteCDISpec(t, s.bin, x.root)
 	return x
@@ -416,7 +494,7 @@ func (s *suite) unpublish(t *testing.T, stop func()) {
 	ctx := context.Background()
 	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
 	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
-	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
+	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector), "delete the driver's ResourceSlices")
 	s.c.Wait(t, "the driver's ResourceSlices deleted", slicesTimeout, func() error {
 		list, err := slicesAPI.List(ctx, selector)
 		if err == nil && len(list.Items) > 0 {
@@ -436,7 +514,9 @@ func devicesOf(items []resourcev1.ResourceSlice) []resourcev1.Device {
 	return out
 }
 
-// stringAttribute is a device's string attribute, if it has one.
+// stringAttribute is a device's string attribute, if it has one: the
+// API's Device, which consumers.DRADevice.PCIeRoot (the discovery test
+// binary's JSON) does not read.
 func stringAttribute(d resourcev1.Device, name string) (string, bool) {
 	a, ok := d.Attributes[resourcev1.QualifiedName(name)]
 	if !ok || a.StringValue == nil {
@@ -445,9 +525,21 @@ func stringAttribute(d resourcev1.Device, name string) (string, bool) {
 	return *a.StringValue, true
 }
 
+// numaAttributes are the names a device's NUMA node would have: the
+// driver's own (unqualified, and qualified with its domain) and the
+// standard one.
+func numaAttributes() []string {
+	return []string{"numa", driverName + "/numa", "resource.kubernetes.io/numaNode"}
+}
+
+// byDeviceName orders gpu-2 before gpu-10.
+func byDeviceName(a, b string) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+}
+
 // judgeSlices requires a device per GPU of the profile, each with its
-// profile root complex as pcieRoot (and its NUMA node, where the driver
-// publishes one), and returns each device's pcieRoot by device name.
+// profile root complex as pcieRoot and no NUMA attribute (see
+// numaAttributes), and returns each device's pcieRoot by device name.
 func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) map[string]string {
 	t.Helper()
 	byAddress := map[string]profile.Device{}
@@ -456,7 +548,6 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 	}
 	rootOf := map[string]string{}
 	published := map[string]int{}
-	var numa []string
 	for _, d := range devices {
 		bdf, ok := stringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
@@ -468,11 +559,13 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 		require.Equal(t, g.RootComplex.String(), root, "device %s (%s): pcieRoot", d.Name, bdf)
 		rootOf[d.Name] = root
 		published[root]++
-		for _, name := range []string{"numa", "resource.kubernetes.io/numaNode"} {
-			if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.IntValue != nil {
-				require.EqualValues(t, g.NUMANode, *a.IntValue, "device %s (%s): %s", d.Name, bdf, name)
-				numa = append(numa, fmt.Sprintf("%s=%d", d.Name, *a.IntValue))
-			}
+		// This driver publishes a NUMA node ("numa") only for VFIO
+		// devices, which it lists only behind its PassthroughSupport
+		// gate, off here. A whole GPU with one is a new driver: compare
+		// it with the profile's NUMA node then.
+		for _, name := range numaAttributes() {
+			_, ok := d.Attributes[resourcev1.QualifiedName(name)]
+			require.False(t, ok, "device %s (%s) has %s: this suite expects none on a GPU; compare it with the profile's NUMA node %d", d.Name, bdf, name, g.NUMANode)
 		}
 	}
 	require.Empty(t, byAddress, "GPUs of the profile with no device in the slices")
@@ -481,7 +574,10 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 		roots = append(roots, fmt.Sprintf("%s×%d", root, published[root]))
 	}
 	r.roots = strings.Join(roots, " ")
-	r.numa = cmp.Or(strings.Join(numa, " "), "not published for GPUs")
+	for _, name := range slices.SortedFunc(maps.Keys(rootOf), byDeviceName) {
+		r.perGPU = append(r.perGPU, name+" "+rootOf[name])
+	}
+	r.numa = "none on any GPU device (this driver publishes numa for VFIO devices only)"
 	return rootOf
 }
 
@@ -501,7 +597,7 @@ func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClai
 			}},
 		}},
 	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, err, "create claim %s", name)
 	return c
 }
 
@@ -519,14 +615,14 @@ func (s *suite) verifyPod(t *testing.T, name, claim string) {
 		Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
 	}}
 	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, err, "create pod %s", name)
 }
 
 // holdPod is a pod that only holds the claim.
 func (s *suite) holdPod(t *testing.T, name, claim string) {
 	t.Helper()
 	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), s.pod(name, claim), metav1.CreateOptions{})
-	require.NoError(t, err)
+	require.NoError(t, err, "create pod %s", name)
 }
 
 // pod is a pod of the pause program with the claim.
@@ -553,20 +649,6 @@ func unschedulable(p *corev1.Pod) string {
 		}
 	}
 	return ""
-}
-
-// raw GETs a list as the API server returns it and writes it to the
-// profile's directory of judged objects.
-func (s *suite) raw(t *testing.T, x *subject, file string, req interface {
-	DoRaw(context.Context) ([]byte, error)
-}) []byte {
-	t.Helper()
-	b, err := req.DoRaw(context.Background())
-	require.NoError(t, err, "%s", file)
-	var pretty bytes.Buffer
-	require.NoError(t, json.Indent(&pretty, b, "", "  "))
-	require.NoError(t, os.WriteFile(filepath.Join(x.objects, file), append(pretty.Bytes(), '\n'), 0o644))
-	return b
 }
 
 // judgeVerify requires that verify passed in the pod's init container,
@@ -615,12 +697,22 @@ func writeMatrix(w *bytes.Buffer, rows []row) {
 	fmt.Fprintln(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+consumers.KubeVersion+"):")
 	for _, r := range rows {
 		fmt.Fprintf(w, "\n%s: %s\n", r.name, r.pass)
-		fmt.Fprintf(w, "  slices:        %d devices for %d GPUs; pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.devices, r.gpus, cmp.Or(r.roots, "-"), r.escapedRoots)
+		fmt.Fprintf(w, "  slices:        %d devices for %d GPUs; GPUs per pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.devices, r.gpus, cmp.Or(r.roots, "-"), r.escapedRoots)
+		fmt.Fprintf(w, "  pcieRoot:      %s\n", cmp.Or(wrap(r.perGPU, 4, "\n                 "), "-"))
 		fmt.Fprintf(w, "  numaNode:      %s\n", cmp.Or(r.numa, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
 		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
 	}
+}
+
+// wrap joins items with ", ", n to a line, lines joined by sep.
+func wrap(items []string, n int, sep string) string {
+	var lines []string
+	for c := range slices.Chunk(items, n) {
+		lines = append(lines, strings.Join(c, ", "))
+	}
+	return strings.Join(lines, ","+sep)
 }
 
 // driverLibraries adds to the driver root the files NodePrepareResources
@@ -630,19 +722,22 @@ func writeMatrix(w *bytes.Buffer, rows []row) {
 func (s *suite) driverLibraries(t *testing.T, file string) {
 	t.Helper()
 	data, err := os.ReadFile(file)
-	require.NoError(t, err)
+	require.NoError(t, err, "profile %s", file)
 	var doc struct {
 		System struct {
 			DriverVersion string `yaml:"driver_version"`
 		} `yaml:"system"`
 	}
 	require.NoError(t, yaml.Unmarshal(data, &doc), "%s", file)
-	version := cmp.Or(doc.System.DriverVersion, consumers.MockNVMLDriverVersion)
+	// consumers.SuiteProfiles serves every profile with a driver version
+	// (ServableProfile adds one), which the mock NVML requires too.
+	version := doc.System.DriverVersion
+	require.NotEmpty(t, version, "%s: system.driver_version", file)
 	lib := filepath.Join(s.driverRoot, "usr/lib64")
 	mock, err := os.ReadFile(filepath.Join(lib, consumers.MockNVMLLibrary))
-	require.NoError(t, err)
+	require.NoError(t, err, "the mock NVML in the driver root")
 	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
-		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755), "the driver root's %s", name)
 	}
 }
 
