@@ -276,7 +276,7 @@ func (s *suite) testApply(t *testing.T, daemonSetFile string) {
 	}
 	d, err := s.c.Client.AppsV1().DaemonSets(s.ds.Namespace).Get(ctx, s.ds.Name, metav1.GetOptions{})
 	require.NoError(t, err)
-	s.writeObject(t, "daemonset.json", d)
+	cluster.WriteObject(t, s.objects, "daemonset.json", d)
 	s.figure("DaemonSet applied -> 1 ready pod in %s", readyIn.Round(time.Millisecond))
 }
 
@@ -551,7 +551,7 @@ func (s *suite) testNFDWorker(t *testing.T) {
 		require.NotContains(t, labels, labelHCA, "the standalone profile has no HCAs")
 		n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), cluster.NodeName, metav1.GetOptions{})
 		require.NoError(t, err)
-		s.writeObject(t, "node.json", n)
+		cluster.WriteObject(t, s.objects, "node.json", n)
 		s.figure("Node PCI labels: unserved %v, served %v", keys(own), keys(pciLabels(labels)))
 	})
 }
@@ -769,7 +769,7 @@ func (s *suite) testReprofile(t *testing.T) {
 	s.c.RunPod(t, s.nfdPod(t, "nfd-worker-reprofiled", true))
 	s.waitLabels(t, labelHCA, wantLabels(map[string]string{labelNVIDIA: "true", labelHCA: "true"}))
 	s.figure("after the re-profile: Node %s=%s %s=%s %s=%s, %s", labelMode, r.LabelsAfterGFD[labelMode], labelCount, r.LabelsAfterGFD[labelCount], labelMachine, r.LabelsAfterGFD[labelMachine], labelHCA)
-	s.writeObject(t, "reprofile.json", r)
+	cluster.WriteObject(t, s.objects, "reprofile.json", r)
 	s.figure("ConfigMap update -> new tree in %s: API update -> kubelet's volume swap %s (its sync period is %s, plus its ConfigMap cache), swap -> serve's re-render %s; reader %d scans, %d torn, views %v",
 		r.UpdateToTree.Round(time.Millisecond), r.UpdateToSwapString, kubeletSyncPeriod, r.SwapToTreeString, totals.Scans, totals.Torn, totals.Views)
 }
@@ -841,15 +841,6 @@ func (s *suite) testDelete(t *testing.T) {
 // figure records a measured figure for the report.
 func (s *suite) figure(format string, args ...any) {
 	s.figures = append(s.figures, fmt.Sprintf(format, args...))
-}
-
-// writeObject writes v as indented JSON into the suite's directory of
-// objects judged, bin/k8s/<profile>/.
-func (s *suite) writeObject(t *testing.T, name string, v any) {
-	t.Helper()
-	b, err := json.MarshalIndent(v, "", "  ")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(s.objects, name), append(b, '\n'), 0o644))
 }
 
 // kubernetesPage holds this suite's matrix.
