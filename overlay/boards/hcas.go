@@ -53,8 +53,22 @@ func HCAs() []HCA {
 // HCARevision is every ConnectX physical function's revision (see HCA).
 const HCARevision = 0x00
 
+// UnknownHCAError is LookupHCA's refusal of a type the table lacks.
+type UnknownHCAError struct {
+	Type  string // as the profile spells it
+	Known []string
+}
+
+func (e *UnknownHCAError) Error() string { return fmt.Sprintf("%q: %s", e.Type, e.Reason()) }
+
+// Reason is the message without the type, for callers that name it
+// already (a profile's refusal names the field's value).
+func (e *UnknownHCAError) Reason() string {
+	return "unknown HCA type: want one of " + strings.Join(e.Known, ", ")
+}
+
 // LookupHCA finds an HCA by its hca_type, "MT4129" (case and surrounding
-// space ignored). It fails with the known types for any other value.
+// space ignored). It fails with an *UnknownHCAError for any other value.
 func LookupHCA(hcaType string) (HCA, error) {
 	t := strings.ToUpper(strings.TrimSpace(hcaType))
 	if n, err := strconv.ParseUint(strings.TrimPrefix(t, "MT"), 10, 16); err == nil && strings.HasPrefix(t, "MT") {
@@ -68,12 +82,16 @@ func LookupHCA(hcaType string) (HCA, error) {
 	for _, h := range HCAs() {
 		known = append(known, h.Type+" ("+h.Name+")")
 	}
-	return HCA{}, fmt.Errorf("unknown HCA type: want one of %s", strings.Join(known, ", "))
+	return HCA{}, &UnknownHCAError{Type: hcaType, Known: known}
 }
 
 // HCABAR0Bytes is a ConnectX physical function's BAR0: 32 MiB, 64-bit
 // prefetchable, its only BAR.
 const HCABAR0Bytes = 32 * mib
+
+// HCAROMBytes is a ConnectX physical function's expansion ROM (FlexBoot):
+// 1 MiB, as lspci shows beside BAR0 (see HCA).
+const HCAROMBytes = 1 * mib
 
 // DefaultHCA is what an infiniband block without hca_type gets for a GPU
 // board without a paired HCA: ConnectX-7, the current generation.

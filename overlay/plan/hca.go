@@ -17,13 +17,10 @@ type HCA struct {
 	GPU  *Node
 }
 
-// hcaROMBytes is a ConnectX's expansion ROM (FlexBoot).
-const hcaROMBytes = 1 << 20
-
 // hcaBARs is a ConnectX physical function's layout: one 64-bit
 // prefetchable BAR0, and the ROM.
 func hcaBARs() []barSpec {
-	return []barSpec{{0, boards.HCABAR0Bytes, sysfs.ResourceFlagsMem64Pref}, {sysfs.ResourceROMLine, hcaROMBytes, sysfs.ResourceFlagsROM}}
+	return []barSpec{{0, boards.HCABAR0Bytes, sysfs.ResourceFlagsMem64Pref}, {sysfs.ResourceROMLine, boards.HCAROMBytes, sysfs.ResourceFlagsROM}}
 }
 
 // placeHCAs gives every GPU the HCAs of the machine's infiniband block,

@@ -16,6 +16,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // TestGoldenDigestsWithoutNewBlocks plans every profile of
@@ -201,5 +202,39 @@ func TestHCAFacts(t *testing.T) {
 			}
 			require.Equal(t, "DGX H100\n", text(t, fs, plan.ProductNameFile))
 		})
+	}
+}
+
+// TestHCAConnectX9Identity renders the Vera Rubin tray's ConnectX-9 HCAs
+// (hca_type MT4133) and reads each one's identity back from its files:
+// device 0x1025 (4133 in decimal), the subsystem the table gives every
+// generation (Mellanox, the device id), its Gen6 x16 link, and BAR0 and the
+// ROM at the table's sizes.
+func TestHCAConnectX9Identity(t *testing.T) {
+	m := machine(t, "../../testdata/profiles/vera-rubin-tray.yaml", "")
+	cx9, err := boards.LookupHCA("MT4133")
+	require.NoError(t, err)
+	pl := mustPlan(t, m, plan.Options{})
+	fs := files(pl)
+	require.NotEmpty(t, pl.Tree.HCAs)
+	for _, h := range pl.Tree.HCAs {
+		get := func(name string) string { return text(t, fs, "sys/"+h.Node.SysPath()+"/"+name) }
+		require.Equal(t, "0x15b3\n", get("vendor"))
+		require.Equal(t, "0x1025\n", get("device"), "ConnectX-9 is MT4133, device id 4133 = 0x1025")
+		require.Equal(t, fmt.Sprintf("0x%04x\n", cx9.Device), get("device"))
+		require.Equal(t, fmt.Sprintf("0x%04x\n", boards.VendorMellanox), get("subsystem_vendor"))
+		require.Equal(t, fmt.Sprintf("0x%04x\n", cx9.Device), get("subsystem_device"), "the table's subsystem device is the device id")
+		require.Equal(t, fmt.Sprintf("0x%02x\n", boards.HCARevision), get("revision"))
+		require.Equal(t, sysfs.LinkSpeed(cx9.LinkGen)+"\n", get("max_link_speed"))
+		require.Equal(t, fmt.Sprintf("%d\n", cx9.LinkWidth), get("max_link_width"))
+		lines := strings.Split(get("resource"), "\n")
+		size := func(line string) uint64 {
+			var start, end, flags uint64
+			_, err := fmt.Sscanf(line, "0x%x 0x%x 0x%x", &start, &end, &flags)
+			require.NoError(t, err, line)
+			return end - start + 1
+		}
+		require.Equal(t, boards.HCABAR0Bytes, size(lines[0]), "BAR0")
+		require.Equal(t, boards.HCAROMBytes, size(lines[sysfs.ResourceROMLine]), "ROM")
 	}
 }

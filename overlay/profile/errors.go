@@ -1,12 +1,11 @@
 package profile
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode"
-
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 )
 
 // Error refuses a profile. It names the source, the field and the value, on
@@ -49,5 +48,13 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// reason drops the input from a pciaddr error, since Error names the value.
-func reason(err error) string { return pciaddr.Reason(err) }
+// reason drops the input from an error that can say why without it (a
+// pciaddr.ParseError, a boards.UnknownHCAError), since Error names the
+// value.
+func reason(err error) string {
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
+	}
+	return err.Error()
+}

@@ -73,7 +73,7 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 	}
 	h, err := boards.LookupHCA(typ)
 	if err != nil {
-		return nil, n.fail("infiniband.hca_type", ib.HCAType, "%v", err)
+		return nil, n.fail("infiniband.hca_type", ib.HCAType, "%s", reason(err))
 	}
 	spec := &HCASpec{
 		Type: h.Type, Name: h.Name, Device: h.Device, PerGPU: per,
