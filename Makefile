@@ -97,7 +97,12 @@ docs: consumers
 # through the ConfigMap; docs/kubernetes.md), deploy/cluster/passthrough
 # the kubevirt GPU device plugin. One package at a time: each starts its
 # own node.
-# E2E_SABOTAGE=escaped or no-tree and E2E_PROFILES work as for e2e.
+# E2E_SABOTAGE=escaped or no-tree must turn rows red: the DRA suite serves
+# its plugin escaped links (or no tree); the node suite, whose tree is the
+# DaemonSet's, withholds it from its served GFD and nfd-worker pods.
+# E2E_PROFILES adds profiles to the DRA suite's set only; the node suite
+# deploys the standalone ConfigMap's profile, then gb200-tray, and the
+# passthrough suite runs its own two profiles.
 K8S_OBJECTS := bin/k8s
 K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md
 e2e-k8s: consumers
