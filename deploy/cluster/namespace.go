@@ -52,11 +52,6 @@ func kubeletHostPaths() []string {
 // every cluster on the host shares this one.
 const podCgroup = "k8s.io"
 
-// cgroupRoot is where the cgroup hierarchies are mounted (as
-// deploy/runtime's RemoveCgroup has it, which removes a cgroup whole;
-// the harness removes single new children of a shared parent instead).
-const cgroupRoot = "/sys/fs/cgroup"
-
 // namespaceTimeout bounds the namespace's setup.
 const namespaceTimeout = 30 * time.Second
 
@@ -248,7 +243,7 @@ func (c *Cluster) dialLocked(ctx context.Context, network, address string) (net.
 // report each kind of leftover without the test touching the host.
 type hostPaths struct {
 	sysctlRoot string   // /proc/sys
-	cgroupRoot string   // cgroupRoot
+	cgroupRoot string   // runtime.CgroupRoot
 	dirs       []string // kubeletHostPaths
 	mountinfo  string   // /proc/self/mountinfo
 }
@@ -264,18 +259,9 @@ func (p hostPaths) kubeletDirs() []string {
 	return p.dirs
 }
 
-// podCgroupDirs is podCgroup's directory in every hierarchy (v1
-// controllers, or the one v2 tree).
+// podCgroupDirs is podCgroup's directory in every hierarchy.
 func (p hostPaths) podCgroupDirs() []string {
-	root := cmp.Or(p.cgroupRoot, cgroupRoot)
-	dirs := []string{filepath.Join(root, podCgroup)}
-	hierarchies, _ := os.ReadDir(root)
-	for _, h := range hierarchies {
-		if h.IsDir() {
-			dirs = append(dirs, filepath.Join(root, h.Name(), podCgroup))
-		}
-	}
-	return dirs
+	return runtime.CgroupDirs(cmp.Or(p.cgroupRoot, runtime.CgroupRoot), podCgroup)
 }
 
 // hostState is what the cluster must leave on the host as it found it.

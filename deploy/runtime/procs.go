@@ -81,19 +81,32 @@ func Alive(pid int) bool {
 	return len(fields) > 0 && fields[0] != "Z"
 }
 
-// cgroupRoot is where the cgroup hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
+// CgroupRoot is where the cgroup hierarchies are mounted.
+const CgroupRoot = "/sys/fs/cgroup"
 
-// RemoveCgroup removes a cgroup and the cgroups below it in every
-// hierarchy (v1 controllers, or the one v2 tree), deepest first: rmdir is
-// how a cgroup is removed, and it fails while one still has processes.
-func RemoveCgroup(cgroup string) error {
-	dirs := []string{filepath.Join(cgroupRoot, cgroup)}
-	if hierarchies, err := os.ReadDir(cgroupRoot); err == nil {
-		for _, h := range hierarchies {
-			dirs = append(dirs, filepath.Join(cgroupRoot, h.Name(), cgroup))
+// CgroupDirs is cgroup's directory in every hierarchy mounted under root
+// (the one v2 tree at root itself, or each v1 controller's directory),
+// whether it exists or not: a cgroup has a directory of its own in each
+// hierarchy, and all of them must go. Controllers mounted together are
+// one directory (cpu,cpuacct) and their names symlinks to it, which are
+// skipped so no directory is listed twice. deploy/cluster passes a
+// stand-in root in its tests.
+func CgroupDirs(root, cgroup string) []string {
+	dirs := []string{filepath.Join(root, cgroup)}
+	hierarchies, _ := os.ReadDir(root)
+	for _, h := range hierarchies {
+		if h.IsDir() {
+			dirs = append(dirs, filepath.Join(root, h.Name(), cgroup))
 		}
 	}
+	return dirs
+}
+
+// RemoveCgroup removes a cgroup and the cgroups below it in every
+// hierarchy (CgroupDirs), deepest first: rmdir is how a cgroup is
+// removed, and it fails while one still has processes.
+func RemoveCgroup(cgroup string) error {
+	dirs := CgroupDirs(CgroupRoot, cgroup)
 	for _, dir := range dirs {
 		var found []string
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
