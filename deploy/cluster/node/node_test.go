@@ -140,7 +140,7 @@ const kubeletSyncPeriod = time.Minute
 // before it.
 func TestNode(t *testing.T) {
 	consumers.SkipShort(t)
-	overlaytest.RequireRoot(t)
+	overlaytest.RequireRoot(cluster.Prerequisites(t))
 	s := &suite{repo: overlaytest.Repo(t), objects: cluster.ObjectsDir(t, objectsName), sabotage: consumers.Sabotage(t)}
 	s.mockNVML = consumers.Need(t, consumers.MockNVML())
 	s.gfd = consumers.Need(t, consumers.GFD())

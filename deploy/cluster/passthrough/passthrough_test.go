@@ -82,10 +82,12 @@ type suite struct {
 
 func TestPassthrough(t *testing.T) {
 	consumers.SkipShort(t)
-	overlaytest.RequireRoot(t)
+	// Under make a missing prerequisite fails rather than skips.
+	need := cluster.Prerequisites(t)
+	overlaytest.RequireRoot(need)
 	plugin := consumers.NeedBinary(t, consumers.KubevirtGPUDevicePlugin())
 	if _, err := os.Stat(hostPCIIDs); err != nil {
-		t.Skipf("%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", hostPCIIDs, err)
+		need.Skipf("%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", hostPCIIDs, err)
 	}
 	s := &suite{bin: overlaytest.BuildBinary(t), root: filepath.Join(t.TempDir(), "tree"), vfio: filepath.Join(t.TempDir(), "vfio")}
 	require.NoError(t, os.Mkdir(s.vfio, 0o755))
