@@ -137,7 +137,9 @@ func TestDRA(t *testing.T) {
 }
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
-// gets that many device nodes.
+// gets that many device nodes. All of a profile's GPUs, not only those
+// NVML lists: a GPU keeps its minor number (its /dev/nvidiaN) in the
+// profile NVML is served on a passthrough node (consumers.NVMLProfile).
 func maxGPUs(t *testing.T, profiles []consumers.SuiteProfile) int {
 	n := 0
 	for _, p := range profiles {
@@ -166,11 +168,19 @@ func writeDeviceNodes(t *testing.T, driverRoot string, gpus int) {
 // subject is one profile: its GPUs and roots, rendered.
 type subject struct {
 	consumers.SuiteProfile
+	// gpus are the GPUs NVML lists, the ones the driver can see: on a
+	// passthrough node those the profile leaves on nvidia; vfio counts the
+	// others, which the tree still holds (bound to vfio-pci).
 	gpus []profile.Device
+	vfio int
+	// nvml is the profile the mock NVML serves (consumers.NVMLProfile):
+	// the file itself, or on a passthrough node its nvidia-bound GPUs
+	// alone.
+	nvml string
 	// root and escaped are the overlay as rendered and with plainly
 	// escaped links.
 	root, escaped string
-	// perRoot counts the profile's GPUs under each root complex.
+	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
 }
 
@@ -178,6 +188,7 @@ type subject struct {
 type row struct {
 	name          string
 	gpus, devices int
+	vfio          int      // GPUs on vfio-pci, which NVML does not list
 	roots         string   // GPUs per pcieRoot, as published
 	perGPU        []string // each device's pcieRoot: "gpu-0 pci0000:00"
 	uneven        bool     // the profile's roots hold different numbers of GPUs
@@ -220,7 +231,7 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 		}
 	}()
 	x := s.render(t, p)
-	r.gpus = len(x.gpus)
+	r.gpus, r.vfio = len(x.gpus), x.vfio
 	// A profile that failed half-way leaves nothing to the next one.
 	t.Cleanup(func() { s.removePods(t) })
 
@@ -247,7 +258,9 @@ func (s *suite) profile(t *testing.T, p consumers.SuiteProfile) {
 	rootOf := judgeSlices(t, x, devices, &r)
 
 	// The claims: as many GPUs as the largest root holds, aligned on one
-	// root, and one more than any root holds.
+	// root, and one more than any root holds (of the GPUs NVML lists: on
+	// a passthrough node with one nvidia-bound GPU, 1 and 2, and the
+	// second is more than the node has).
 	counts := slices.Collect(maps.Values(x.perRoot))
 	most := slices.Max(counts)
 	r.uneven = slices.Min(counts) != most
@@ -402,17 +415,26 @@ func (s *suite) remove(t *testing.T, podNames, claimNames []string) {
 	})
 }
 
-// render renders the profile's tree and its plainly escaped copy.
+// render renders the profile's tree, whole, and its plainly escaped
+// copy, and writes the profile NVML serves.
 func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
 	x := &subject{SuiteProfile: p, perRoot: map[string]int{}}
 	m, err := overlay.LoadMachine(p.File, "")
 	require.NoError(t, err, "profile %s", p.Name)
-	x.gpus = m.GPUs()
-	require.NotEmpty(t, x.gpus)
-	for _, g := range x.gpus {
+	// A real passthrough node's NVML lists no GPU bound to vfio-pci, so
+	// neither does the driver, which finds its GPUs through NVML.
+	x.nvml, err = consumers.NVMLProfile(t.TempDir(), p.Name, p.File)
+	require.NoError(t, err, "the profile NVML serves")
+	for _, g := range m.GPUs() {
+		if g.Driver == profile.DriverVFIO {
+			x.vfio++
+			continue
+		}
+		x.gpus = append(x.gpus, g)
 		x.perRoot[g.RootComplex.String()]++
 	}
-	s.driverLibraries(t, p.File)
+	require.NotEmpty(t, x.gpus)
+	s.driverLibraries(t, x.nvml)
 	x.root = filepath.Join(t.TempDir(), "tree")
 	// As the DaemonSet renders: the node's own PCI devices stay listed,
 	// which verify checks.
@@ -432,8 +454,8 @@ func slug(name string) string {
 // publish starts the driver's kubelet plugin served root (the overlay
 // read-only at its container root, the links directory at
 // /sys/bus/pci/devices; empty: the node's own), with the mock NVML
-// reading the profile, and waits
-// until its slices hold a device per GPU; it returns those devices.
+// reading the profile NVML serves (x.nvml), and waits until its slices
+// hold a device per GPU NVML lists; it returns those devices.
 func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resourcev1.Device, func()) {
 	t.Helper()
 	kubelet := s.c.KubeletRootDir
@@ -446,7 +468,7 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 			"--nvidia-cdi-hook-path", s.hook, "--cdi-root", s.c.Runtime.CDIDir,
 			"--kubelet-registrar-directory-path", filepath.Join(kubelet, "plugins_registry"),
 			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
-		Env:    []string{"MOCK_NVML_CONFIG=" + x.File, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
+		Env:    []string{"MOCK_NVML_CONFIG=" + x.nvml, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
 		Served: &overlaytest.Served{Root: root},
 	})
 	t.Cleanup(func() { proc.Stop(t) })
@@ -537,7 +559,7 @@ func byDeviceName(a, b string) int {
 	return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
 }
 
-// judgeSlices requires a device per GPU of the profile, each with its
+// judgeSlices requires a device per GPU NVML lists, each with its
 // profile root complex as pcieRoot and no NUMA attribute (see
 // numaAttributes), and returns each device's pcieRoot by device name.
 func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) map[string]string {
@@ -552,7 +574,7 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 		bdf, ok := stringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
-		require.True(t, ok, "device %s at %s is no GPU of the profile", d.Name, bdf)
+		require.True(t, ok, "device %s at %s is no GPU NVML lists (%d of the profile's on %s)", d.Name, bdf, x.vfio, profile.DriverVFIO)
 		delete(byAddress, g.Address.String())
 		root, ok := stringAttribute(d, consumers.PCIeRootAttribute)
 		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
@@ -568,7 +590,7 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 			require.False(t, ok, "device %s (%s) has %s: this suite expects none on a GPU; compare it with the profile's NUMA node %d", d.Name, bdf, name, g.NUMANode)
 		}
 	}
-	require.Empty(t, byAddress, "GPUs of the profile with no device in the slices")
+	require.Empty(t, byAddress, "GPUs NVML lists with no device in the slices")
 	var roots []string
 	for _, root := range slices.Sorted(maps.Keys(published)) {
 		roots = append(roots, fmt.Sprintf("%s×%d", root, published[root]))
@@ -697,13 +719,31 @@ func writeMatrix(w *bytes.Buffer, rows []row) {
 	fmt.Fprintln(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+consumers.KubeVersion+"):")
 	for _, r := range rows {
 		fmt.Fprintf(w, "\n%s: %s\n", r.name, r.pass)
-		fmt.Fprintf(w, "  slices:        %d devices for %d GPUs; GPUs per pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.devices, r.gpus, cmp.Or(r.roots, "-"), r.escapedRoots)
+		fmt.Fprintf(w, "  slices:        %s; GPUs per pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.published(), cmp.Or(r.roots, "-"), r.escapedRoots)
 		fmt.Fprintf(w, "  pcieRoot:      %s\n", cmp.Or(wrap(r.perGPU, 4, "\n                 "), "-"))
 		fmt.Fprintf(w, "  numaNode:      %s\n", cmp.Or(r.numa, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
 		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
 	}
+}
+
+// published says how many devices the slices held for how many GPUs:
+// on a passthrough node, those NVML lists, beside those on vfio-pci.
+func (r row) published() string {
+	text := fmt.Sprintf("%s for %s", count(r.devices, "device"), count(r.gpus, "GPU"))
+	if r.vfio > 0 {
+		text += fmt.Sprintf(" NVML lists (%d on %s not in NVML)", r.vfio, profile.DriverVFIO)
+	}
+	return text
+}
+
+// count is "1 device" or "n devices".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // wrap joins items with ", ", n to a line, lines joined by sep.
