@@ -109,10 +109,8 @@ func NVMLProfile(dir, name, file string) (string, error) {
 	// The vfio-pci GPUs, by devices[] index and by address.
 	vfio, vfioAt := map[int]bool{}, map[pciaddr.Address]bool{}
 	gpus := m.GPUs()
-	for _, g := range gpus {
-		if g.Driver == profile.DriverVFIO {
-			vfio[g.Index], vfioAt[g.Address] = true, true
-		}
+	for _, g := range m.GPUsOn(profile.DriverVFIO) {
+		vfio[g.Index], vfioAt[g.Address] = true, true
 	}
 	switch {
 	case len(vfio) == 0:

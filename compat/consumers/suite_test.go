@@ -204,13 +204,7 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	require.NotEmpty(t, x.gpus)
 	x.nvml, err = consumers.NVMLProfile(t.TempDir(), p.Name, p.File)
 	require.NoError(t, err)
-	for _, g := range x.gpus {
-		if g.Driver == profile.DriverVFIO {
-			x.vfio++
-			continue
-		}
-		x.nvmlGPUs = append(x.nvmlGPUs, g)
-	}
+	x.nvmlGPUs, x.vfio = x.m.GPUsOn(profile.DriverNVIDIA), x.m.VFIOGPUs()
 	dir := t.TempDir()
 	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
 	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})

@@ -30,12 +30,7 @@ import (
 // vfioDevice calls it MiB (GetTotalMemoryMiB).
 func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.Served, row func(string) *row) {
 	t.Helper()
-	var vfio []profile.Device
-	for _, g := range x.gpus {
-		if g.Driver == profile.DriverVFIO {
-			vfio = append(vfio, g)
-		}
-	}
+	vfio := x.m.GPUsOn(profile.DriverVFIO)
 	for _, name := range []string{servedTree, servedNone} {
 		labels := s.runGFD(t, served[name], x.nvml, "vfio")
 		count, memory, product := labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"], labels["nvidia.com/gpu.product"]

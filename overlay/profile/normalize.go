@@ -388,16 +388,21 @@ func (n *normalizer) identity(d Device, dc, def DeviceConfig, field func(string)
 	return d, nil
 }
 
-// VFIOGPUs counts the GPUs bound to vfio-pci.
-func (m *Machine) VFIOGPUs() int {
-	n := 0
+// GPUsOn returns the machine's GPUs bound to driver, sorted by address:
+// DriverNVIDIA's are those NVML lists, DriverVFIO's those bound for
+// passthrough, which it does not.
+func (m *Machine) GPUsOn(driver string) []Device {
+	var out []Device
 	for _, d := range m.GPUs() {
-		if d.Driver == DriverVFIO {
-			n++
+		if d.Driver == driver {
+			out = append(out, d)
 		}
 	}
-	return n
+	return out
 }
+
+// VFIOGPUs counts the GPUs bound to vfio-pci.
+func (m *Machine) VFIOGPUs() int { return len(m.GPUsOn(DriverVFIO)) }
 
 func (n *normalizer) link(field func(string) string, pc, def PCIeConfig, gpu Device) (Link, error) {
 	gen, width := 4, 16

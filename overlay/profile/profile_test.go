@@ -474,6 +474,8 @@ func TestVFIODriver(t *testing.T) {
 	}
 	require.Equal(t, []string{DriverVFIO, DriverVFIO, DriverVFIO, DriverNVIDIA}, drivers)
 	require.Equal(t, 3, m.VFIOGPUs())
+	require.Equal(t, m.GPUs()[:3], m.GPUsOn(DriverVFIO))
+	require.Equal(t, m.GPUs()[3:], m.GPUsOn(DriverNVIDIA), "the GPUs NVML lists")
 	again, err := Normalize("effective", m.Effective(), Options{})
 	require.NoError(t, err)
 	again.Source = m.Source

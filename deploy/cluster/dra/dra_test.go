@@ -425,12 +425,8 @@ func (s *suite) render(t *testing.T, p consumers.SuiteProfile) *subject {
 	// neither does the driver, which finds its GPUs through NVML.
 	x.nvml, err = consumers.NVMLProfile(t.TempDir(), p.Name, p.File)
 	require.NoError(t, err, "the profile NVML serves")
-	for _, g := range m.GPUs() {
-		if g.Driver == profile.DriverVFIO {
-			x.vfio++
-			continue
-		}
-		x.gpus = append(x.gpus, g)
+	x.gpus, x.vfio = m.GPUsOn(profile.DriverNVIDIA), m.VFIOGPUs()
+	for _, g := range x.gpus {
 		x.perRoot[g.RootComplex.String()]++
 	}
 	require.NotEmpty(t, x.gpus)

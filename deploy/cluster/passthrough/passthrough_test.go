@@ -107,7 +107,7 @@ func TestPassthrough(t *testing.T) {
 	t.Run("nvidia-bound profile", func(t *testing.T) {
 		s.rows.Expect(t, "built-in "+boundProfile+" (every GPU on nvidia)", "no "+resourcePrefix+"* resource in the Node's allocatable, no device in PodResources")
 		m := s.render(t, boundProfile)
-		require.Empty(t, vfioGPUs(m))
+		require.Empty(t, m.GPUsOn(profile.DriverVFIO))
 		log := s.runPlugin(t, "plugin-bound", func(log string) bool { return strings.Contains(log, "Device Map map[]") })
 		// It saw the GPUs, through the tree, and skipped them.
 		require.Equal(t, len(m.GPUs()), strings.Count(log, "driver nvidia is not a supported VFIO driver"), "log:\n%s", log)
@@ -117,7 +117,7 @@ func TestPassthrough(t *testing.T) {
 	t.Run("vfio-pci profile", func(t *testing.T) {
 		s.rows.Expect(t, passthroughProfile+" (3 of 4 GPUs on vfio-pci)", "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node")
 		m := s.render(t, passthroughProfile)
-		gpus := vfioGPUs(m)
+		gpus := m.GPUsOn(profile.DriverVFIO)
 		require.NotEmpty(t, gpus)
 		s.runPlugin(t, "plugin-vfio", func(string) bool { return len(s.resources(t)) > 0 })
 		res := s.resources(t)
@@ -152,11 +152,6 @@ func TestPassthrough(t *testing.T) {
 	text := "TestPassthrough (deploy/cluster/passthrough): kubevirt-gpu-device-plugin on a real node\n\n" + s.rows.Table("profile", "on the node")
 	t.Logf("\n%s", text)
 	cluster.AppendMatrix(t, text)
-}
-
-// vfioGPUs are the profile's GPUs bound to vfio-pci.
-func vfioGPUs(m *profile.Machine) []profile.Device {
-	return slices.DeleteFunc(m.GPUs(), func(d profile.Device) bool { return d.Driver != profile.DriverVFIO })
 }
 
 // render renders the profile into the suite's one tree (a re-render after
