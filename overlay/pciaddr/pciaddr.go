@@ -27,12 +27,14 @@ func (e *ParseError) Error() string { return fmt.Sprintf("%q %s", e.Input, e.Rea
 // Reason is the message without the input, for callers that name it already.
 func (e *ParseError) Reason() string { return fmt.Sprintf("is not %s: %s", e.Want, e.Why) }
 
-// Reason is err's message without the input when it is a ParseError, for
-// callers whose own error names the value already.
+// Reason is err's message without the input when err can say why without
+// it (a ParseError, or any error with a Reason method, such as
+// boards.UnknownHCAError), for callers whose own error names the value
+// already.
 func Reason(err error) string {
-	var pe *ParseError
-	if errors.As(err, &pe) {
-		return pe.Reason()
+	var r interface{ Reason() string }
+	if errors.As(err, &r) {
+		return r.Reason()
 	}
 	return err.Error()
 }

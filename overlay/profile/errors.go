@@ -1,11 +1,12 @@
 package profile
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 )
 
 // Error refuses a profile. It names the source, the field and the value, on
@@ -51,10 +52,4 @@ func oneLine(s string) string {
 // reason drops the input from an error that can say why without it (a
 // pciaddr.ParseError, a boards.UnknownHCAError), since Error names the
 // value.
-func reason(err error) string {
-	var r interface{ Reason() string }
-	if errors.As(err, &r) {
-		return r.Reason()
-	}
-	return err.Error()
-}
+func reason(err error) string { return pciaddr.Reason(err) }
