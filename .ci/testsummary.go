@@ -1,8 +1,11 @@
-// Command testsummary prints make test's closing line: how many tests
-// passed, failed and were skipped, and which were skipped, so a run that
-// quietly skipped coverage (no root, no ../shared) says so in its last line.
-// gotestsum runs it after the tests (--post-run-command) and hands it the
-// counts and the file of test2json events it wrote.
+// Command testsummary prints make test's closing line from the file of
+// test2json events gotestsum wrote: how many tests passed, failed and were
+// skipped, and which were skipped, so a run that quietly skipped coverage
+// says so in its last line; then how many rows were not run because their
+// program was not supplied (NVML_MOCK_SYSFS_PROGRAMS), by program. It exits
+// 1 when a test failed.
+//
+//	go run .ci/testsummary.go bin/test-events.json
 package main
 
 import (
@@ -11,7 +14,8 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"strconv"
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -20,48 +24,96 @@ type event struct {
 	Action  string
 	Package string
 	Test    string
+	Output  string
 }
+
+// notRun matches the line a suite logs for a row it did not run
+// (programs.NotRun): "not run: PROGRAM not supplied: ROW".
+var notRun = regexp.MustCompile(`not run: (\S+) not supplied: (.+)$`)
 
 func main() {
-	count := func(name string) int {
-		n, err := strconv.Atoi(os.Getenv(name))
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "testsummary: %s=%q: run me from gotestsum --post-run-command\n", name, os.Getenv(name))
-			os.Exit(2)
-		}
-		return n
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: testsummary EVENTS.json")
+		os.Exit(2)
 	}
-	total, failed, skipped := count("TESTS_TOTAL"), count("TESTS_FAILED"), count("TESTS_SKIPPED")
-	names, err := skippedTests(os.Getenv("GOTESTSUM_JSONFILE"))
+	s, err := read(os.Args[1])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "testsummary: %v\n", err)
+		os.Exit(2)
+	}
+	fmt.Println(s.line())
+	if s.failed > 0 {
 		os.Exit(1)
 	}
-	line := fmt.Sprintf("make test: %d passed, %d failed, %d skipped", total-failed-skipped, failed, skipped)
-	if len(names) > 0 {
-		line += ": " + strings.Join(names, ", ")
-	}
-	fmt.Println(line)
 }
 
-// skippedTests lists the skipped tests as package.Test/sub, in run order.
-func skippedTests(file string) ([]string, error) {
+// summary is what the closing line says.
+type summary struct {
+	passed, failed int
+	skipped        []string
+	// notRun counts the rows not run by the program not supplied.
+	notRun map[string]int
+}
+
+func (s summary) line() string {
+	line := fmt.Sprintf("make test: %d passed, %d failed, %d skipped", s.passed, s.failed, len(s.skipped))
+	if len(s.skipped) > 0 {
+		line += ": " + strings.Join(s.skipped, ", ")
+	}
+	if len(s.notRun) > 0 {
+		n := 0
+		var by []string
+		for _, p := range slices.Sorted(mapsKeys(s.notRun)) {
+			n += s.notRun[p]
+			by = append(by, fmt.Sprintf("%s %d", p, s.notRun[p]))
+		}
+		line += fmt.Sprintf("; %d rows not run, their programs not supplied (%s)", n, strings.Join(by, ", "))
+	}
+	return line
+}
+
+func mapsKeys(m map[string]int) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// read counts the events of file: a test's last pass, fail or skip, and
+// each distinct not-run line of a test's output.
+func read(file string) (summary, error) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil, err
+		return summary{}, err
 	}
 	defer f.Close()
-	var names []string
+	s := summary{notRun: map[string]int{}}
+	seen := map[string]bool{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
 		var e event
-		if json.Unmarshal(sc.Bytes(), &e) != nil {
-			continue // a build error's line, which gotestsum reports itself
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Test == "" {
+			continue // a build error's line, which gotestsum reports itself, or a package's
 		}
-		if e.Action == "skip" && e.Test != "" {
-			names = append(names, path.Base(e.Package)+"."+e.Test)
+		name := path.Base(e.Package) + "." + e.Test
+		switch e.Action {
+		case "pass":
+			s.passed++
+		case "fail":
+			s.failed++
+		case "skip":
+			s.skipped = append(s.skipped, name)
+		case "output":
+			if m := notRun.FindStringSubmatch(strings.TrimSpace(e.Output)); m != nil {
+				key := e.Package + " " + m[0]
+				if !seen[key] {
+					seen[key] = true
+					s.notRun[m[1]]++
+				}
+			}
 		}
 	}
-	return names, sc.Err()
+	return s, sc.Err()
 }

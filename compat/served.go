@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
@@ -77,7 +76,7 @@ func (ns servedNamespace) host(p string) (string, bool) {
 // spliced in, and ".." climbs from where the walk really is. It stops, and
 // returns the path reached, when the walk leaves the mounts.
 func (ns servedNamespace) resolve(p string) (string, error) {
-	w := plancheck.NewWalk(strings.TrimPrefix(p, "/"))
+	w := sysfs.NewWalk(strings.TrimPrefix(p, "/"))
 	cur := "/"
 	for c, more := w.Next(); more; c, more = w.Next() {
 		if c == ".." {
@@ -107,7 +106,7 @@ func (ns servedNamespace) resolve(p string) (string, error) {
 			return "", err
 		}
 		if !w.Follow(target) {
-			return "", fmt.Errorf("%s: more than %d links", p, plancheck.MaxFollows)
+			return "", fmt.Errorf("%s: more than %d links", p, sysfs.MaxFollows)
 		}
 		if path.IsAbs(target) {
 			cur = "/"

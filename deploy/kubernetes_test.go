@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -250,13 +250,13 @@ func TestDaemonSetImageIsLocal(t *testing.T) {
 // name to, the name a kubelet asks it for.
 func containerdName(image string) string { return "docker.io/library/" + image }
 
-// TestKindStepsLoadTheManifestsImage checks docs/deploy.md's kind steps
+// TestKindStepsLoadTheManifestsImage checks docs/user/kubernetes.md's kind steps
 // against the manifest: docker builds and loads the manifest's name;
 // podman, which would name a local build localhost/..., builds under the
 // name containerd resolves and loads that through an archive.
 func TestKindStepsLoadTheManifestsImage(t *testing.T) {
 	image := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0].Spec.Template.Spec.Containers[0].Image
-	doc, err := os.ReadFile("../docs/deploy.md")
+	doc, err := os.ReadFile("../docs/user/kubernetes.md")
 	require.NoError(t, err)
 	steps := map[string][]string{} // the command's first words -> its other words
 	for _, line := range strings.Split(string(doc), "\n") {
@@ -264,14 +264,14 @@ func TestKindStepsLoadTheManifestsImage(t *testing.T) {
 		for _, cmd := range []string{"docker build", "podman build", "podman save", "kind load image-archive", "kind load docker-image"} {
 			n := len(strings.Fields(cmd))
 			if len(f) > n && strings.Join(f[:n], " ") == cmd {
-				require.NotContains(t, steps, cmd, "docs/deploy.md has one %q step", cmd)
+				require.NotContains(t, steps, cmd, "docs/user/kubernetes.md has one %q step", cmd)
 				steps[cmd] = f[n:]
 			}
 		}
 	}
 	tag := func(cmd string) string {
 		i := slices.Index(steps[cmd], "-t")
-		require.True(t, i >= 0 && i+1 < len(steps[cmd]), "docs/deploy.md: %s names its image with -t: %q", cmd, steps[cmd])
+		require.True(t, i >= 0 && i+1 < len(steps[cmd]), "docs/user/kubernetes.md: %s names its image with -t: %q", cmd, steps[cmd])
 		return steps[cmd][i+1]
 	}
 	require.Equal(t, image, tag("docker build"))
@@ -285,7 +285,7 @@ func TestKindStepsLoadTheManifestsImage(t *testing.T) {
 // pod 44 to 90 s after the API update on a real node, not "within about a
 // minute", and the manifest and the docs say so.
 func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
-	for _, name := range []string{"../README.md", "../docs/deploy.md", "kubernetes/nvml-mock-sysfs.yaml", "serve/serve.go"} {
+	for _, name := range []string{"../README.md", "../docs/user/kubernetes.md", "kubernetes/nvml-mock-sysfs.yaml", "serve/serve.go"} {
 		b, err := os.ReadFile(name)
 		require.NoError(t, err)
 		text := strings.Join(strings.Fields(string(b)), " ")
@@ -305,7 +305,7 @@ func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
 // DaemonSet (in that order, the namespace first), every file a line names
 // exists, it waits on that DaemonSet in its namespace, it reads the labels
 // the node suite judges, and the annotation it shows names our device.
-// The node suite (deploy/cluster/node) applies the files these lines name,
+// The node suite (deploy/e2e/node) applies the files these lines name,
 // in their order, as kubectl apply --server-side does, and checks the
 // README's sample labels against its Node.
 func TestReadmeKubernetesQuickStart(t *testing.T) {
@@ -383,11 +383,11 @@ func missingFiles(t *testing.T, files []string) []string {
 	return missing
 }
 
-// docs/deploy.md's kind steps apply and wait as the README's quick start
+// docs/user/kubernetes.md's kind steps apply and wait as the README's quick start
 // does (server-side apply, a bounded rollout wait), and every file their
 // kubectl lines name exists.
 func TestKindStepsApplyAsTheReadmeDoes(t *testing.T) {
-	doc, err := os.ReadFile("../docs/deploy.md")
+	doc, err := os.ReadFile("../docs/user/kubernetes.md")
 	require.NoError(t, err)
 	var readmeWait string
 	for _, step := range overlaytest.ReadmeShell(t)["Kubernetes quick start"] {
@@ -401,14 +401,14 @@ func TestKindStepsApplyAsTheReadmeDoes(t *testing.T) {
 		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "kubectl apply "):
-			require.True(t, strings.HasPrefix(line, "kubectl apply --server-side -f "), "docs/deploy.md: %q: apply as the README does", line)
+			require.True(t, strings.HasPrefix(line, "kubectl apply --server-side -f "), "docs/user/kubernetes.md: %q: apply as the README does", line)
 		case strings.Contains(line, " rollout status "):
-			require.Equal(t, readmeWait, line, "docs/deploy.md waits as the README does")
+			require.Equal(t, readmeWait, line, "docs/user/kubernetes.md waits as the README does")
 		default:
 			continue
 		}
 		kubectl = append(kubectl, line)
 	}
 	require.GreaterOrEqual(t, len(kubectl), 4, "the standalone ConfigMap, the DaemonSet, its rollout, the verify pod: %q", kubectl)
-	require.Empty(t, missingFiles(t, namedFiles(kubectl)), "files docs/deploy.md's kubectl lines name")
+	require.Empty(t, missingFiles(t, namedFiles(kubectl)), "files docs/user/kubernetes.md's kubectl lines name")
 }

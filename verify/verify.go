@@ -387,7 +387,7 @@ func (v *verifier) otherMocks() {
 		problems = append(problems, fmt.Sprintf("%s=%s points nvml-mock's %s at its own tree", PCIShimRootEnv, root, pciShim))
 	}
 	if len(problems) > 0 {
-		v.add(OtherMocks, "env", false, "%s: two PCI mocks would disagree; drop %s from nvml-mock-nri's --ld-preload-shims and set %s= empty (docs/deploy.md)", strings.Join(problems, "; "), pciShim, PCIShimRootEnv)
+		v.add(OtherMocks, "env", false, "%s: two PCI mocks would disagree; drop %s from nvml-mock-nri's --ld-preload-shims and set %s= empty (docs/user/nvml-mock.md)", strings.Join(problems, "; "), pciShim, PCIShimRootEnv)
 		return
 	}
 	v.add(OtherMocks, "env", true, "LD_PRELOAD does not load %s and %s is not set", pciShim, PCIShimRootEnv)

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
@@ -296,7 +296,7 @@ func TestEvidence(t *testing.T) {
 	require.Equal(t, "lists [eth0 lo], but this network namespace has []", byName[NetInterfaces].Detail)
 	require.Contains(t, byName[LinksMount].Detail, "/var/lib/nvml-mock/sys/bus/pci/devices of ext4 /dev/vda, ro,nosuid,nodev")
 	require.Regexp(t, `^1 of the node's \d+ PCI devices are not listed: 0000:00:1f.2 \(render with --host-devices merge\)$`, byName[NodeDevices].Detail)
-	require.Equal(t, "LD_PRELOAD=/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1 loads nvml-mock's libpcimocksys: two PCI mocks would disagree; drop libpcimocksys from nvml-mock-nri's --ld-preload-shims and set MOCK_PCI_ROOT= empty (docs/deploy.md)", byName[OtherMocks].Detail)
+	require.Equal(t, "LD_PRELOAD=/opt/nvml-mock/driver/usr/local/lib/libpcimocksys.so.1 loads nvml-mock's libpcimocksys: two PCI mocks would disagree; drop libpcimocksys from nvml-mock-nri's --ld-preload-shims and set MOCK_PCI_ROOT= empty (docs/user/nvml-mock.md)", byName[OtherMocks].Detail)
 	entries, err := os.ReadDir(filepath.Join(f.sysfs, sysfs.LinksDir))
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("%d entries, each resolves to a device directory with a class", len(entries)), byName[LinksResolve].Detail)

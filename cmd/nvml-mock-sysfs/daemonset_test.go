@@ -15,10 +15,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"

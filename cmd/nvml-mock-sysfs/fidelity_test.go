@@ -13,6 +13,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 func TestFidelityCommand(t *testing.T) {
@@ -88,7 +90,7 @@ func TestFidelityOnThisNode(t *testing.T) {
 	t.Parallel()
 	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
-		t.Skipf("this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
+		overlaytest.Missing(t, "this machine shows no PCI devices in /sys/bus/pci/devices (%v)", err)
 	}
 	// A device bound to a driver, as a GPU bound to nvidia is.
 	bound := ""
@@ -99,7 +101,7 @@ func TestFidelityOnThisNode(t *testing.T) {
 		}
 	}
 	if bound == "" {
-		t.Skip("no PCI device of this machine is bound to a driver")
+		overlaytest.Missing(t, "no PCI device of this machine is bound to a driver")
 	}
 	code, out, stderr := runCapture(t, "fidelity", "--sysfs", "/sys", "--container-root", t.TempDir(), "--device", bound)
 	require.Equal(t, 0, code, stderr+out)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -73,7 +73,7 @@ func TestImageFromScratch(t *testing.T) {
 	podmanOut(t, "image", "unmount", image)
 	require.Equal(t, []string{"nvml-mock-sysfs"}, files)
 
-	// docs/deploy.md's podman steps: an image built under the name
+	// docs/user/kubernetes.md's podman steps: an image built under the name
 	// containerd resolves keeps it in podman save's archive, which kind
 	// load image-archive (ctr images import) names it by.
 	full := "docker.io/library/nvml-mock-sysfs-test:" + hex.EncodeToString(b)

@@ -146,7 +146,7 @@ func newFlags(e *env, name, synopsis string, help ...string) *flag.FlagSet {
 }
 
 // printFlags lists the flags as --name, the way the usage lines and
-// docs/commands.md spell them (flag.PrintDefaults spells them -name).
+// docs/reference/commands.md spell them (flag.PrintDefaults spells them -name).
 func printFlags(w io.Writer, flags *flag.FlagSet) {
 	flags.VisitAll(func(f *flag.Flag) {
 		typ, text := flag.UnquoteUsage(f)

@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/compat/consumers"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -195,12 +195,18 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 
 // TestRenderRefusesAnotherRenderersTree: render refuses, with one line that
 // says what to do, a root holding a tree that the real render-pci-sysfs
-// (nvml-mock's own renderer, built from the vendored sources) wrote from
+// (nvml-mock's own renderer, supplied: no registry serves it) wrote from
 // nvml-mock's h100 profile, alone or over one of ours, as nvml-mock's setup
-// does on every start of its pod; and leaves it untouched.
+// does on every start of its pod; and leaves it untouched. Without it, the
+// writer's own test of a foreign tree of the same shape stands
+// (overlay/writer TestAnotherRenderersTreeIsRefused), and this one says it is not run.
 func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
 	t.Parallel()
-	renderPCISysfs := consumers.NeedBinary(t, consumers.RenderPCISysfs())
+	renderPCISysfs, supplied := programs.NeedSupplied(t, programs.RenderPCISysfs)
+	if !supplied {
+		t.Log(programs.NotRun(t.Name(), programs.RenderPCISysfs))
+		return
+	}
 	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
 	theirs := func(t *testing.T, root string) {
 		t.Helper()

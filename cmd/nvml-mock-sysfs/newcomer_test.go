@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -64,7 +64,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 // help CMD is CMD -h: the usage line, every flag spelled --flag as the
-// usage line and docs/commands.md spell them, and the command's notes.
+// usage line and docs/reference/commands.md spell them, and the command's notes.
 func TestHelpCommand(t *testing.T) {
 	t.Parallel()
 	for _, c := range commands() {

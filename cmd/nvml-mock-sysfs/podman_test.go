@@ -20,7 +20,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -50,7 +50,7 @@ func newE2E(t *testing.T) *e2e {
 		overlaytest.RequireProgram(t, p[0], p[1])
 	}
 	if out, err := exec.Command("podman", "--version").CombinedOutput(); err != nil {
-		t.Skipf("podman does not run here: %v: %s", err, out)
+		overlaytest.Missing(t, "podman does not run here: %v: %s", err, out)
 	}
 	holdCDISpecDir(t)
 	dir := t.TempDir()

@@ -9,14 +9,14 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // commandsPage is the page with the Commands block, which the README
 // links.
-const commandsPage = "../../docs/commands.md"
+const commandsPage = "../../docs/reference/commands.md"
 
-// pageCommands returns the Commands block of docs/commands.md as command
+// pageCommands returns the Commands block of docs/reference/commands.md as command
 // name -> synopsis, continuation lines joined and spaces collapsed.
 func pageCommands(t *testing.T) map[string]string {
 	t.Helper()
@@ -50,7 +50,7 @@ func pageCommands(t *testing.T) map[string]string {
 
 var flagName = regexp.MustCompile(`--[a-z][a-z-]*`)
 
-// The Commands block of docs/commands.md, each command's usage line and
+// The Commands block of docs/reference/commands.md, each command's usage line and
 // its flag set say the same: the block is each usage line, and each usage
 // line names every flag the command has and no other, so none of them can
 // drift.

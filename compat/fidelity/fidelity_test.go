@@ -12,9 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -237,7 +237,7 @@ func TestFailing(t *testing.T) {
 func TestHostKernelAgrees(t *testing.T) {
 	entries, err := os.ReadDir(sysfs.KernelLinksDir)
 	if err != nil || len(entries) == 0 {
-		t.Skipf("this machine shows no PCI devices in %s (%v)", sysfs.KernelLinksDir, err)
+		overlaytest.Missing(t, "this machine shows no PCI devices in %s (%v)", sysfs.KernelLinksDir, err)
 	}
 	kernel := os.DirFS(sysfs.Mount)
 	for _, e := range entries {

@@ -13,10 +13,10 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/compat/fidelity"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/rendered"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )

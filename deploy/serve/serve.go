@@ -2,7 +2,7 @@
 // CDI spec that serves the overlay, and keeps both current while it runs.
 //
 // It renders through overlay.Render, exactly as the render command does, so
-// every guarantee of docs/reliability.md holds; it writes the spec through
+// every guarantee of docs/design/reliability.md holds; it writes the spec through
 // deploy.WriteStandalone and deploy.MergeInto, exactly as the cdi command
 // does. What it adds is when to do it: at start, when the profile's
 // directory changes (a ConfigMap volume swaps its ..data symlink

@@ -17,6 +17,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // TestGoldenDigestsWithoutNewBlocks plans every profile of
@@ -155,7 +157,7 @@ func TestHCAsAvoidHostDevices(t *testing.T) {
 	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "../../../shared/testdata/nvml-mock-profiles/h100.yaml"} {
 		t.Run(filepath.Base(name), func(t *testing.T) {
 			if _, err := os.Stat(name); strings.Contains(name, "/") && err != nil {
-				t.Skip("../shared is absent")
+				overlaytest.Missing(t, "../shared is absent")
 			}
 			m, err := overlay.LoadMachine(name, "")
 			require.NoError(t, err)

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -90,7 +90,7 @@ func TestRenderedTreeIsSafe(t *testing.T) {
 			t.Parallel()
 			args := strings.Fields(p)
 			if len(args) > 1 && len(hostDevices) == 0 {
-				t.Skip("this machine has no PCI devices in " + sysfs.KernelLinksDir + " to merge")
+				overlaytest.Missing(t, "this machine has no PCI devices in %s to merge", sysfs.KernelLinksDir)
 			}
 			root := filepath.Join(t.TempDir(), "root")
 			argv := append([]string{"sh", bin, "render", "--root", root, "--profile"}, args...)

@@ -17,8 +17,8 @@ import (
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )

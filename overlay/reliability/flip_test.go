@@ -12,9 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 

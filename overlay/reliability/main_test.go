@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/rendered"
 )
 
 // waitingTests is how many of this package's tests run at once.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 

@@ -77,3 +77,23 @@ func TestVFIODevName(t *testing.T) {
 		require.False(t, IsVFIODevName(s), "%q", s)
 	}
 }
+
+func TestWalk(t *testing.T) {
+	w := NewWalk("a//./b")
+	var got []string
+	for c, more := w.Next(); more; c, more = w.Next() {
+		got = append(got, c)
+		if c == "a" {
+			require.True(t, w.Follow("x/../y"), "a link's text is spliced in")
+		}
+	}
+	require.Equal(t, []string{"a", "x", "..", "y", "b"}, got)
+
+	loop := NewWalk("l")
+	for range MaxFollows {
+		loop.Next()
+		require.True(t, loop.Follow("l"))
+	}
+	require.False(t, loop.Follow("l"), "the kernel gives up after %d links", MaxFollows)
+	require.Equal(t, []string{"l"}, loop.Rest())
+}

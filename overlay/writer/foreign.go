@@ -17,7 +17,7 @@ type AnotherRendererError struct {
 }
 
 func (e *AnotherRendererError) Error() string {
-	return fmt.Sprintf("root %s holds another renderer's PCI tree (%s, which no render of nvml-mock-sysfs made; nvml-mock's render-pci-sysfs writes such trees): left untouched; render into another --root, or stop render-pci-sysfs and remove %s first (docs/deploy.md, \"Replacing nvml-mock's render-pci-sysfs\")",
+	return fmt.Sprintf("root %s holds another renderer's PCI tree (%s, which no render of nvml-mock-sysfs made; nvml-mock's render-pci-sysfs writes such trees): left untouched; render into another --root, or stop render-pci-sysfs and remove %s first (docs/user/nvml-mock.md, \"Replacing nvml-mock's render-pci-sysfs\")",
 		e.Root, e.Evidence, path.Join(e.Root, "sys"))
 }
 

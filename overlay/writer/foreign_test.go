@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
@@ -74,7 +74,7 @@ func TestAnotherRenderersTreeIsRefused(t *testing.T) {
 			msg := err.Error()
 			require.NotContains(t, msg, "\n", "one line")
 			require.Contains(t, msg, "root "+root+" holds another renderer's PCI tree "+tt.evidence)
-			require.Contains(t, msg, "left untouched; render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first (docs/deploy.md")
+			require.Contains(t, msg, "left untouched; render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first (docs/user/nvml-mock.md")
 			overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
 		})
 	}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 

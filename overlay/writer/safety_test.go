@@ -20,6 +20,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 func builtinPlan(t *testing.T, name string) *plan.Plan {
@@ -210,7 +212,7 @@ func TestApplyRefusesSpecialFiles(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.mode&unix.S_IFMT == unix.S_IFCHR && os.Geteuid() != 0 {
-				t.Skip("making a device node needs root")
+				overlaytest.Missing(t, "making a device node needs root")
 			}
 			root, _ := rendered(t)
 			p := filepath.Join(root, tc.rel)

@@ -1,0 +1,92 @@
+package consumermatrix_test
+
+// The checks of issue 26 in the real programs: GPU Feature Discovery's
+// vfio strategy on a passthrough node, and NVML paired with its sysfs
+// (compareNVMLSysfs) where NVML lists the nvidia-bound GPUs alone.
+
+import (
+	"fmt"
+	"math/bits"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// gfdVFIO runs GFD with --device-discovery-strategy vfio, which reads PCI
+// sysfs alone through go-nvlib (the GPUs whose driver is vfio-pci): with
+// the tree it must label the profile's vfio-bound GPUs, their count,
+// product and memory; a profile with none, and the node without the tree,
+// get no GPU labels (the negative controls). The memory GFD labels is
+// go-nvlib's GetTotalAddressableMemory(true) of the GPU's BARs: their
+// 64-bit total rounded up to a power of two, in bytes, though GFD's
+// vfioDevice calls it MiB (GetTotalMemoryMiB).
+func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.Served, row func(string) *row) {
+	t.Helper()
+	vfio := x.m.GPUsOn(profile.DriverVFIO)
+	for _, name := range []string{servedTree, servedNone} {
+		labels, failed := s.runGFD(t, served[name], x.nvml, "vfio")
+		if failed != "" && name == servedTree {
+			row(name).check(t, colGFDVFIO, "exits: "+failed, false, "GFD's vfio strategy failed: "+failed)
+			continue
+		}
+		count, memory, product := labels["nvidia.com/gpu.count"], labels["nvidia.com/gpu.memory"], labels["nvidia.com/gpu.product"]
+		if name == servedNone || len(vfio) == 0 {
+			none := count == "" || count == "0"
+			row(name).check(t, colGFDVFIO, "no GPUs (none bound to vfio-pci)", none,
+				fmt.Sprintf("GFD's vfio strategy labelled gpu.count=%s on a node with no GPU bound to vfio-pci", count))
+			continue
+		}
+		_, mem64 := boards.BARTotals(vfio[0].Name, vfio[0].DeviceID, vfio[0].BAR1Bytes)
+		wantMemory := strconv.FormatUint(uint64(1)<<bits.Len64(mem64-1), 10)
+		ok := count == strconv.Itoa(len(vfio)) && memory == wantMemory && product != ""
+		row(name).check(t, colGFDVFIO, fmt.Sprintf("count %s, %s, memory %s", count, product, memory), ok,
+			fmt.Sprintf("want gpu.count=%d, gpu.memory=%s (the BARs' 64-bit total, rounded up to a power of two) and a gpu.product; labels %v", len(vfio), wantMemory, labels))
+	}
+}
+
+// TestCompareNVMLSysfsPassthrough: on a passthrough node (three GPUs on
+// vfio-pci, one on nvidia) NVML listing the nvidia-bound GPU alone pairs
+// with the sysfs; NVML listing all four, as nvml-mock's does when served
+// the whole profile, is refused, each vfio-pci GPU named; and NVML missing
+// the nvidia-bound GPU is refused too.
+func TestCompareNVMLSysfsPassthrough(t *testing.T) {
+	const device, subsystem = 0x233010de, 0x16c110de
+	addrs := []string{"0000:18:00.0", "0000:2a:00.0", "0000:ba:00.0", "0000:db:00.0"}
+	sysfs := map[string]sysfsGPU{}
+	var nvmlAll []programs.NVMLDevice
+	x := &subject{vfio: 3}
+	for i, a := range addrs {
+		driver := profile.DriverVFIO
+		if i == 3 {
+			driver = profile.DriverNVIDIA
+			addr, err := pciaddr.Parse(a)
+			require.NoError(t, err)
+			x.nvmlGPUs = append(x.nvmlGPUs, profile.Device{Address: addr, Driver: driver})
+		}
+		sysfs[a] = sysfsGPU{Address: a, Device: device, SubsystemID: subsystem, Class: 0x030200, Driver: driver}
+		nvmlAll = append(nvmlAll, programs.NVMLDevice{Index: i, BusID: "0000" + strings.ToUpper(a), DeviceID: device, SubsystemID: subsystem})
+	}
+	x.gpus = x.nvmlGPUs
+
+	text, ok, why := compareNVMLSysfs(x, []programs.NVMLDevice{{BusID: "00000000:DB:00.0", DeviceID: device, SubsystemID: subsystem}}, sysfs)
+	require.True(t, ok, why)
+	require.Equal(t, "1 of NVML's 1 in sysfs's 1 (besides 3 on vfio-pci)", text)
+
+	_, ok, why = compareNVMLSysfs(x, nvmlAll, sysfs)
+	require.False(t, ok)
+	require.Equal(t, 3, strings.Count(why, "which sysfs binds to vfio-pci"), why)
+	require.Contains(t, why, "NVML reports 0000:18:00.0 10de:2330 subsystem 10de:16c1, which sysfs binds to vfio-pci")
+	require.Contains(t, why, "NVML reports 4 GPUs, the profile has 1 not bound to vfio-pci")
+
+	_, ok, why = compareNVMLSysfs(x, nil, sysfs)
+	require.False(t, ok)
+	require.Contains(t, why, "sysfs shows 0000:db:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:db:00.0")
+}

@@ -1,0 +1,13 @@
+package containerdtest_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+)
+
+// Their served namespaces must leave nothing in the host's root.
+func TestMain(m *testing.M) {
+	os.Exit(overlaytest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) }))
+}

@@ -1,0 +1,56 @@
+package containerdtest_test
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+)
+
+// runtimePage is the docs page that holds TestContainerd's matrix: one row
+// per way a node hands the device to a pod.
+func runtimePage() docmatrix.Page {
+	return docmatrix.Page{Path: "../../../docs/evidence/runtime.md", Suite: "deploy/e2e/containerdtest TestContainerd", Keys: 2}
+}
+
+// matrixEnv names a file the suite also writes its matrix to (make docs
+// and make test print it).
+const matrixEnv = "NVML_MOCK_SYSFS_RUNTIME_MATRIX"
+
+// routes collects TestContainerd's rows: how a pod is served, what it
+// asks, and what it must get, with the verdict of the subtest that checked
+// it.
+type routes struct{ docmatrix.Rows }
+
+// expect makes the subtest t the row route / asks: ✓ want when it passes,
+// ✗ when it fails, – when it is skipped, known as it ends.
+func (r *routes) expect(t *testing.T, route, asks, want string) { r.Expect(t, route, asks, want) }
+
+// notRun makes the subtest t's row say why it was not run.
+func (r *routes) notRun(t *testing.T, why string) { t.Helper(); r.NotRun(t, why) }
+
+// table is the matrix as Markdown.
+func (r *routes) table() string { return r.Table("route", "the pod asks with", "it gets") }
+
+// writeDocs writes the matrix where matrixEnv says, and checks it against
+// docs/evidence/runtime.md (or rewrites it, make docs) after a full, green run: a
+// run of some subtests (-run with a /, -skip) has fewer rows on purpose,
+// and a failed one has said why already.
+func (r *routes) writeDocs(t *testing.T) {
+	t.Helper()
+	table := r.table()
+	if file := os.Getenv(matrixEnv); file != "" {
+		if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
+			t.Errorf("%s: %v", matrixEnv, err)
+		}
+	}
+	if run, skip := flag.Lookup("test.run"), flag.Lookup("test.skip"); (run != nil && strings.Contains(run.Value.String(), "/")) || (skip != nil && skip.Value.String() != "") {
+		t.Logf("some subtests only: docs/evidence/runtime.md not compared")
+		return
+	}
+	if !t.Failed() {
+		runtimePage().Sync(t, table, os.Getenv(matrixEnv))
+	}
+}

@@ -1,0 +1,427 @@
+package containerdtest_test
+
+import (
+	"cmp"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
+)
+
+// The profile is the consumer suite's: five H100s over two PCI domains,
+// three root complexes, NUMA -1 and 1, two NVSwitches, and what nvml-mock's
+// NVML needs, so GFD and the DRA driver read the same machine through the
+// mock NVML that the tree shows them.
+//
+// profileEnv names another profile file to run the suite with instead (a
+// held-out one): it is made servable for the mock NVML as the consumer
+// suite makes its extra profiles.
+const (
+	unseenProfile = "../programs/testdata/profiles/two-domains.yaml"
+	profileEnv    = "NVML_MOCK_SYSFS_RUNTIME_PROFILE"
+	// device is our CDI device, as `cdi` writes it by default.
+	device = deploy.DefaultKind + "=" + deploy.DeviceName
+	// verifyImage holds the static binary alone.
+	verifyImage = "localhost/nvml-mock-sysfs/verify:test"
+	// profileInImage is where containers without the overlay find the
+	// profile to expect (a read-only mount).
+	profileInImage = "/profile.yaml"
+)
+
+// served is what the tests serve: the binary, a rendered overlay, and our
+// CDI spec in the harness's CDI directory.
+type served struct {
+	h       *containerdtest.Harness
+	bin     string
+	root    string
+	spec    string
+	profile string // absolute
+	machine *profile.Machine
+	// containerRoot is where the render puts the overlay in containers,
+	// when not the default.
+	containerRoot string
+	// routes are TestContainerd's rows for docs/evidence/runtime.md.
+	routes *routes
+}
+
+func (s *served) cli(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(s.bin, args...).CombinedOutput()
+	require.NoError(t, err, "nvml-mock-sysfs %s: %s", strings.Join(args, " "), out)
+	return string(out)
+}
+
+// serve renders the profile file (made servable for the mock NVML) and
+// writes our spec into the harness's CDI directory.
+func serve(t *testing.T, h *containerdtest.Harness, profileFile string) *served {
+	t.Helper()
+	s := &served{h: h, bin: overlaytest.BuildBinary(t), routes: &routes{}}
+	file, err := filepath.Abs(profileFile)
+	require.NoError(t, err)
+	data, err := os.ReadFile(file)
+	require.NoError(t, err, "the profile to serve")
+	s.profile, err = programs.ServableProfile(t.TempDir(), filepath.Base(file), file, data)
+	require.NoError(t, err)
+	p, err := profile.LoadFile(s.profile)
+	require.NoError(t, err)
+	s.machine, err = profile.Normalize(s.profile, p, profile.Options{})
+	require.NoError(t, err)
+	s.root = filepath.Join(t.TempDir(), "overlay")
+	// As the deploy path renders: the node's own PCI devices stay listed,
+	// which verify checks.
+	s.cli(t, "render", "--root", s.root, "--profile", s.profile, "--host-devices", "merge")
+	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
+	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
+	h.Import(t, containerdtest.BinaryImage(t, verifyImage, s.bin), containerdtest.CRINamespace, containerdtest.CtrNamespace)
+	h.Import(t, containerdtest.ConsumerBaseImage(), containerdtest.CRINamespace)
+	return s
+}
+
+// report parses verify's JSON report.
+func report(t *testing.T, code int, stdout, stderr string) *compat.Report {
+	t.Helper()
+	var r compat.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &r), "verify printed no report (exit %d):\n%s\n%s", code, stdout, stderr)
+	return &r
+}
+
+// requireAllGreen requires a verify that passed with every check ok, and
+// pcieRoot of each device as the profile has it.
+func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
+	t.Helper()
+	require.Equal(t, 0, code, "verify failed: %+v", r.Failures())
+	require.True(t, r.OK())
+	var roots, want []string
+	for _, c := range r.Results {
+		require.True(t, c.OK, "%s %s: %s", c.Check, c.Device, c.Detail)
+		if c.Check == "deviceattribute.pcieRoot" {
+			roots = append(roots, c.Device+" "+c.Detail)
+		}
+	}
+	for _, d := range s.machine.Devices {
+		want = append(want, d.Address.String()+" "+d.RootComplex.String())
+	}
+	require.Equal(t, want, roots, "pcieRoot of every device")
+}
+
+// verifyContainer is a CRI container that runs verify, with the profile
+// mounted for the case it gets no overlay.
+func (s *served) verifyContainer(name string) containerdtest.Container {
+	args := []string{"verify", "--format", "json"}
+	if s.containerRoot != "" {
+		args = append(args, "--container-root", s.containerRoot)
+	}
+	return containerdtest.Container{
+		Name:   name,
+		Image:  verifyImage,
+		Args:   args,
+		Mounts: []containerdtest.Mount{{HostPath: s.profile, ContainerPath: profileInImage, ReadOnly: true}},
+	}
+}
+
+// verifyIn runs a verify container in a new pod and returns its report.
+func (s *served) verifyIn(t *testing.T, pod containerdtest.Pod, c containerdtest.Container) (int, *compat.Report) {
+	t.Helper()
+	res := s.h.RunPod(t, pod).Run(t, c)
+	return res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr)
+}
+
+// TestContainerd serves the overlay through one private containerd, the
+// runtime Kubernetes uses, every way a node hands devices to pods: ctr,
+// CRI with CDI devices or annotations, a merged spec, and NRI plugins for
+// pods that ask for no device.
+func TestContainerd(t *testing.T) {
+	h := containerdtest.Start(t, containerdtest.Options{})
+	s := serve(t, h, cmp.Or(os.Getenv(profileEnv), unseenProfile))
+	t.Cleanup(func() { s.routes.writeDocs(t) })
+
+	t.Run("the settings are containerd's", func(t *testing.T) {
+		// A key containerd does not know is silently ignored: read them back.
+		dump := h.ConfigDump(t)
+		for _, line := range []string{
+			"restrict_oom_score_adj = true",
+			"cdi_spec_dirs = ['" + h.CDIDir + "']",
+			"sandbox = '" + containerdtest.PauseImage + "'",
+			"[plugins.'io.containerd.nri.v1.nri']\n    disable = false\n    socket_path = '" + h.NRISocket + "'",
+		} {
+			require.Contains(t, dump, line)
+		}
+	})
+
+	t.Run("ctr run --device", func(t *testing.T) {
+		s.routes.expect(t, "ctr run", "`--device mock.nvidia.com/pcisysfs=all`", "verify passes")
+		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--device", device}, verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json")
+		s.requireAllGreen(t, code, report(t, code, stdout, stderr))
+	})
+
+	t.Run("ctr run without the device", func(t *testing.T) {
+		s.routes.expect(t, "ctr run", "nothing", "verify fails: no links directory mounted")
+		code, stdout, stderr := h.CtrRun(t, h.CDIDir, []string{"--mount", "type=bind,src=" + s.profile + ",dst=" + profileInImage + ",options=rbind:ro"},
+			verifyImage, "/nvml-mock-sysfs", "verify", "--format", "json", "--profile", profileInImage)
+		require.Equal(t, 1, code)
+		require.Contains(t, report(t, code, stdout, stderr).FailedChecks(), verify.LinksMount)
+	})
+
+	t.Run("CRI", func(t *testing.T) {
+		pod := h.RunPod(t, containerdtest.Pod{Name: "cri"})
+		t.Run("CDI_devices", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "`CDI_devices` (a device plugin's or DRA driver's answer)", "verify passes")
+			c := s.verifyContainer("cdi-devices")
+			c.CDIDevices = []string{device}
+			res := pod.Run(t, c)
+			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+		})
+		t.Run("cdi.k8s.io annotation", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "a `cdi.k8s.io/` annotation", "verify passes")
+			c := s.verifyContainer("cdi-annotation")
+			c.Annotations = map[string]string{"cdi.k8s.io/nvml-mock-sysfs": device}
+			res := pod.Run(t, c)
+			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+		})
+		t.Run("plain container fails", func(t *testing.T) {
+			s.routes.expect(t, "CRI", "nothing", "verify fails: no links directory, no overlay, no pcieRoot")
+			c := s.verifyContainer("plain")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			res := pod.Run(t, c)
+			require.Equal(t, 1, res.ExitCode)
+			failed := report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks()
+			require.Contains(t, failed, verify.LinksMount)
+			require.Contains(t, failed, verify.OverlayMount)
+			require.Contains(t, failed, "deviceattribute.pcieRoot")
+		})
+	})
+
+	t.Run("CRI container security and stop", func(t *testing.T) {
+		testCRIContainer(t, s)
+	})
+
+	t.Run("CRI merged spec", func(t *testing.T) {
+		s.routes.expect(t, "CRI, nvml-mock's spec merged", "`CDI_devices` `nvidia.com/gpu=all`", "verify fails before `cdi --merge-into` (a whole /sys/devices mounted), passes after")
+		testMergedSpec(t, s)
+	})
+
+	t.Run("NRI", func(t *testing.T) {
+		testNRI(t, s)
+	})
+
+	t.Run("consumers in CRI containers", func(t *testing.T) {
+		testConsumers(t, s)
+	})
+}
+
+// newestShape is the repository's profile of nvml-mock's newest shape: a
+// Vera Rubin tray, its superchips in PCI domains 0002 and 000a with
+// upper-case bus ids below a root bus 80, NVL72 switches off the tray's
+// bus, two ConnectX-9 per GPU and a cpu block.
+const newestShape = "../../../testdata/profiles/vera-rubin-tray.yaml"
+
+// TestContainerdNewestShape serves newestShape through containerd as a
+// pod is served (CRI CDI_devices, and the NRI device-injector for GFD and
+// the DRA driver's discovery, with their unserved negative controls), so
+// the runtime suite runs nvml-mock's newest shape in every make test, not
+// only when profileEnv names it. Its rows are not docs/evidence/runtime.md's.
+func TestContainerdNewestShape(t *testing.T) {
+	h := containerdtest.Start(t, containerdtest.Options{})
+	s := serve(t, h, newestShape)
+	t.Run("CRI CDI_devices", func(t *testing.T) {
+		pod := h.RunPod(t, containerdtest.Pod{Name: "cri"})
+		c := s.verifyContainer("cdi-devices")
+		c.CDIDevices = []string{device}
+		res := pod.Run(t, c)
+		s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+	})
+	t.Run("consumers in CRI containers", func(t *testing.T) {
+		testConsumers(t, s)
+	})
+}
+
+// testMergedSpec serves the drop-in case: a spec in nvml-mock's shape whose
+// top-level edits bind-mount a whole mock /sys/devices, before and after
+// `cdi --merge-into`, through CRI as a device plugin's workload gets it.
+func testMergedSpec(t *testing.T, s *served) {
+	const kind = "nvidia.com/gpu"
+	wholeDevices := filepath.Join(t.TempDir(), "sys-devices")
+	require.NoError(t, os.MkdirAll(filepath.Join(wholeDevices, "system/cpu"), 0o755))
+	file := filepath.Join(s.h.CDIDir, "nvidia.yaml")
+	t.Cleanup(func() { _ = os.Remove(file) })
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	_, err := deploy.WriteSpec(file, &specs.Spec{
+		Version: "0.5.0",
+		Kind:    kind,
+		Devices: []specs.Device{{Name: "all", ContainerEdits: specs.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}},
+		ContainerEdits: specs.ContainerEdits{
+			Env: []string{"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64"},
+			Mounts: []*specs.Mount{
+				{HostPath: s.profile, ContainerPath: "/etc/nvml-mock/config.yaml", Options: ro},
+				{HostPath: wholeDevices, ContainerPath: deploy.WholeDevicesDir, Options: ro},
+			},
+		},
+	})
+	require.NoError(t, err)
+	c := s.verifyContainer("merged")
+	c.CDIDevices = []string{kind + "=all"}
+	c.Args = append(c.Args, "--profile", profileInImage)
+
+	code, r := s.verifyIn(t, containerdtest.Pod{Name: "before-merge"}, c)
+	require.Equal(t, 1, code, "before the merge")
+	require.Contains(t, r.FailedChecks(), verify.KernelDevices, "the whole-devices mount hides the kernel's /sys/devices")
+
+	require.Contains(t, s.cli(t, "cdi", "--root", s.root, "--merge-into", file), "removed 1 mounts, added 2")
+	c.Args = c.Args[:len(c.Args)-2]
+	code, r = s.verifyIn(t, containerdtest.Pod{Name: "after-merge"}, c)
+	s.requireAllGreen(t, code, r)
+}
+
+// testNRI serves pods that ask for no device through NRI plugins: each
+// plugin is connected only while its subtest runs.
+func testNRI(t *testing.T, s *served) {
+	t.Run("device-injector", func(t *testing.T) {
+		_, injector := s.h.StartDeviceInjector(t)
+		t.Run("CDI annotation", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes")
+			if !injector {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+				return
+			}
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-cdi", Annotations: map[string]string{
+				"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
+			}}, s.verifyContainer("gpu-feature-discovery"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("mounts annotation", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "`mounts.noderesource.dev/container.<name>` (`mounts --format json`)", "verify passes")
+			if !injector {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+				return
+			}
+			mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-mounts", Annotations: map[string]string{
+				"mounts.noderesource.dev/container.nfd-worker": mounts,
+			}}, s.verifyContainer("nfd-worker"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("no annotation fails", func(t *testing.T) {
+			s.routes.expect(t, "NRI device-injector", "nothing", "verify fails: no links directory mounted")
+			if !injector {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+				return
+			}
+			c := s.verifyContainer("unannotated")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-none"}, c)
+			require.Equal(t, 1, code)
+			require.Contains(t, r.FailedChecks(), verify.LinksMount)
+		})
+	})
+
+	t.Run("nvml-mock-nri", func(t *testing.T) {
+		bin, supplied := programs.NeedSupplied(t, programs.NvmlMockNRI)
+		if supplied {
+			// Configured as docs/user/nvml-mock.md's switch-over says: its shims
+			// without libpcimocksys, the second PCI mock verify refuses.
+			plugin := exec.Command(bin,
+				"--socket-path", s.h.NRISocket,
+				"--plugin-index", "10",
+				"--health-addr", "",
+				"--device-injection-mode", "cdi",
+				"--cdi-device-name", device,
+				"--cdi-spec-host-path", s.spec,
+				"--overlay-host-path", s.root,
+				"--overlay-mount-path", plan.DefaultContainerRoot,
+			)
+			plugin.Env = append(os.Environ(), "NVML_MOCK_LD_PRELOAD_SHIMS="+strings.Join(nvmlMockShimsWithoutPCI(), ","))
+			s.h.StartNRIPlugin(t, "10-nvml-mock", plugin)
+		}
+		// The pod as docs/user/nvml-mock.md has it: MOCK_PCI_ROOT empty (the plugin
+		// keeps a container's own value), and MOCK_NVML_CONFIG naming the
+		// profile its NVML serves, which verify checks sysfs against.
+		pairedVerify := func() containerdtest.Container {
+			c := s.verifyContainer("verify")
+			c.Env = append(c.Env, "MOCK_PCI_ROOT=", "MOCK_NVML_CONFIG="+profileInImage)
+			return c
+		}
+		t.Run("annotated pod", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify passes, NVML's GPUs = sysfs's")
+			if !supplied {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+				return
+			}
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
+				"nvml-mock.nvidia.com/devices": "true",
+			}}, pairedVerify())
+			s.requireAllGreen(t, code, r)
+		})
+		// Negative control: the plugin's defaults, a pod that leaves them.
+		t.Run("its defaults are a second PCI mock", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify fails: libpcimocksys preloaded")
+			if !supplied {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+				return
+			}
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-defaults", Annotations: map[string]string{
+				"nvml-mock.nvidia.com/devices": "true",
+			}}, s.verifyContainer("verify"))
+			require.Equal(t, 1, code)
+			require.Contains(t, r.FailedChecks(), verify.OtherMocks)
+		})
+		// Without the annotation it still mounts the overlay, but not the
+		// links directory: consumers see the node's own PCI devices.
+		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "nothing", "verify fails: the overlay without the links directory")
+			if !supplied {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+				return
+			}
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-plain"}, pairedVerify())
+			require.Equal(t, 1, code)
+			failed := r.FailedChecks()
+			require.Contains(t, failed, verify.LinksMount)
+			require.NotContains(t, failed, verify.OverlayMount)
+		})
+		// Every container it adjusts gets its LD_PRELOAD shims and
+		// MOCK_PCI_ROOT, which no flag turns off (an empty
+		// --ld-preload-shims means its defaults). Our overlay has no shims
+		// (the loader warns and goes on) and static programs ignore both.
+		t.Run("its environment", func(t *testing.T) {
+			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "nothing (any pod)", "`LD_PRELOAD` of its shims and `MOCK_PCI_ROOT` set")
+			if !supplied {
+				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+				return
+			}
+			res := s.h.RunPod(t, containerdtest.Pod{Name: "nvml-mock-env"}).Run(t, containerdtest.Container{
+				Name: "env", Image: containerdtest.ConsumerImage, Command: []string{"/usr/bin/env"},
+				Mounts: []containerdtest.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}},
+			})
+			require.Equal(t, 0, res.ExitCode, res.Stderr)
+			require.Contains(t, res.Stdout, "MOCK_PCI_ROOT="+plan.DefaultContainerRoot+"\n")
+			require.Contains(t, res.Stdout, "LD_PRELOAD="+plan.DefaultContainerRoot+"/driver/usr/local/lib/libibmockumad.so.1:")
+			require.Contains(t, res.Stderr, "cannot be preloaded", "the loader's warning about the missing shims")
+			t.Logf("nvml-mock-nri's environment:\n%s", res.Stdout)
+		})
+	})
+}
+
+// nvmlMockShimsWithoutPCI are nvml-mock-nri's default LD_PRELOAD shims
+// (pkg/nri/nvmlmock defaultShims) less libpcimocksys: docs/user/nvml-mock.md's
+// NVML_MOCK_LD_PRELOAD_SHIMS for the switch-over.
+func nvmlMockShimsWithoutPCI() []string {
+	return []string{
+		"driver/usr/local/lib/libibmockumad.so.1",
+		"driver/usr/local/lib/libibmockverbs.so.1",
+		"driver/usr/local/lib/libibmocksys.so.1",
+	}
+}

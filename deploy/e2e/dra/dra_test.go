@@ -1,0 +1,823 @@
+// Package dra_test runs the NVIDIA DRA driver's kubelet plugin, the
+// binary a cluster runs, on a real single-node Kubernetes
+// (deploy/cluster) for every profile of the suite set, served the mock
+// sysfs as a container is, and judges from the API server's objects what
+// the driver published and what the scheduler did with it: pcieRoot per
+// GPU, claims aligned on one PCIe root, a claim no root can hold left
+// unschedulable, and a pod that runs with its claim and the mock sysfs.
+package dra_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/compat"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+func TestMain(m *testing.M) { os.Exit(overlaytest.Alone(func() int { return overlaytest.Main(m) })) }
+
+const (
+	// driverName is the DRA driver's, and its ResourceSlices'.
+	driverName = "gpu.nvidia.com"
+	// deviceClass selects the driver's whole GPUs.
+	deviceClass = "gpu.nvidia.com"
+	// pciBusIDAttribute names a device's PCI address (deviceattribute's).
+	pciBusIDAttribute = "resource.kubernetes.io/pciBusID"
+	// claimSpecPrefix starts the name of the CDI spec the driver writes
+	// for each prepared claim (vendor k8s.gpu.nvidia.com, class claim).
+	claimSpecPrefix = "k8s.gpu.nvidia.com-claim_"
+	// verifyImage holds our binary and a pause program; containerd
+	// resolves a short name under docker.io/library.
+	verifyImage = "docker.io/library/nvml-mock-sysfs-verify:test"
+	// namespace holds the suite's claims and pods.
+	namespace = metav1.NamespaceDefault
+	// Timeouts of the waits: the kubelet retries a failed prepare with
+	// backoff (tens of seconds).
+	slicesTimeout = 2 * time.Minute
+	podTimeout    = 3 * time.Minute
+)
+
+// suite is what every profile shares: the node and the programs.
+type suite struct {
+	c                *kubetest.Cluster
+	plugin, bin      string
+	driverRoot, hook string
+	sabotage         string
+	rows             []row
+}
+
+// TestDRA runs the driver on the node for every profile of the set.
+func TestDRA(t *testing.T) {
+	programs.SkipShort(t)
+	overlaytest.RequireRoot(t)
+	began := time.Now()
+	profiles := programs.SuiteProfiles(t)
+	// No registry serves the driver, nvml-mock's NVML (the stand-in
+	// serves GFD, not the driver) or the device-injector: without any of
+	// them, every profile's row is not run.
+	found := map[string]string{}
+	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML, programs.DeviceInjector} {
+		p, ok := programs.NeedSupplied(t, name)
+		if !ok {
+			notRunDRA(t, profiles, name)
+			return
+		}
+		found[name] = p
+	}
+	s := &suite{
+		plugin:   found[programs.GPUKubeletPlugin],
+		bin:      overlaytest.BuildBinary(t),
+		sabotage: programs.Sabotage(t),
+	}
+	mockNVML := filepath.Dir(found[programs.MockNVML])
+	dir := t.TempDir()
+	s.driverRoot = filepath.Join(dir, "driver-root")
+	require.NoError(t, programs.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
+	writeDeviceNodes(t, s.driverRoot, maxGPUs(t, profiles))
+	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
+	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
+
+	s.c = kubetest.Start(t, kubetest.Options{})
+	// The route docs/user/dra.md gives DRA workloads: an annotation naming
+	// our device, which containerd/nri's device-injector turns into a CDI
+	// injection beside the claim's devices.
+	_, injector := s.c.Runtime.StartDeviceInjector(t)
+	require.True(t, injector, "the device-injector was found supplied above")
+	s.c.Runtime.Import(t, ociimage.Image{
+		Name: verifyImage,
+		Files: []ociimage.File{
+			{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755},
+			{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755},
+		},
+		Entrypoint: []string{"/pause"},
+	}, containerdtest.CRINamespace)
+	_, err := s.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: deviceClass},
+		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
+			Expression: `device.driver == "` + driverName + `" && device.attributes["` + driverName + `"].type == "gpu"`,
+		}}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err, "create DeviceClass %s", deviceClass)
+	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
+
+	for _, p := range profiles {
+		t.Run(p.Name, func(t *testing.T) { s.profile(t, p) })
+	}
+	var buf bytes.Buffer
+	writeMatrix(&buf, s.rows)
+	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second))
+	kubetest.AppendMatrix(t, buf.String())
+
+	// Roots that hold different numbers of GPUs are where aligning can
+	// go wrong (the claim must land on a largest one): a set with no such
+	// profile passing would prove that for none, silently.
+	switch {
+	case s.sabotage != "":
+	case len(s.rows) < len(profiles):
+		t.Logf("%d of %d profiles ran (-run): not judging whether the set has uneven roots", len(s.rows), len(profiles))
+	case !slices.ContainsFunc(s.rows, func(r row) bool { return r.pass == "ok" && r.uneven }):
+		t.Errorf("no passing profile has roots holding different numbers of GPUs: the uneven case went unproven")
+	}
+}
+
+// notRunDRA reports every profile's row as not run, its program missing,
+// in the log (counted by make test's closing line) and the matrix.
+func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
+	var buf bytes.Buffer
+	fmt.Fprintln(&buf, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):")
+	for _, p := range profiles {
+		t.Run(p.Name, func(t *testing.T) {
+			line := programs.NotRun(t.Name(), missing)
+			t.Log(line)
+			fmt.Fprintf(&buf, "\n%s: %s\n", p.Name, line)
+		})
+	}
+	kubetest.AppendMatrix(t, buf.String())
+}
+
+// maxGPUs is the most GPUs a profile of the set has: the driver root
+// gets that many device nodes. All of a profile's GPUs, not only those
+// NVML lists: a GPU keeps its minor number (its /dev/nvidiaN) in the
+// profile NVML is served on a passthrough node (programs.NVMLProfile).
+func maxGPUs(t *testing.T, profiles []programs.SuiteProfile) int {
+	n := 0
+	for _, p := range profiles {
+		m, err := overlay.LoadMachine(p.File, "")
+		require.NoError(t, err, "profile %s", p.Name)
+		n = max(n, len(m.GPUs()))
+	}
+	return n
+}
+
+// writeDeviceNodes makes the device nodes NodePrepareResources puts in a
+// claim's CDI spec, under the driver root's dev/: character devices with
+// /dev/null's numbers, which is what any container may open.
+func writeDeviceNodes(t *testing.T, driverRoot string, gpus int) {
+	dev := filepath.Join(driverRoot, "dev")
+	require.NoError(t, os.MkdirAll(dev, 0o755), "the driver root's dev")
+	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+	for i := range gpus {
+		names = append(names, fmt.Sprintf("nvidia%d", i))
+	}
+	for _, n := range names {
+		require.NoError(t, unix.Mknod(filepath.Join(dev, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))), "mknod %s", n)
+	}
+}
+
+// subject is one profile: its GPUs and roots, rendered.
+type subject struct {
+	programs.SuiteProfile
+	// gpus are the GPUs NVML lists, the ones the driver can see: on a
+	// passthrough node those the profile leaves on nvidia; vfio counts the
+	// others, which the tree still holds (bound to vfio-pci).
+	gpus []profile.Device
+	vfio int
+	// nvml is the profile the mock NVML serves (programs.NVMLProfile):
+	// the file itself, or on a passthrough node its nvidia-bound GPUs
+	// alone.
+	nvml string
+	// root and escaped are the overlay as rendered and with plainly
+	// escaped links.
+	root, escaped string
+	// perRoot counts the GPUs NVML lists under each root complex.
+	perRoot map[string]int
+}
+
+// row is one profile's block of the matrix.
+type row struct {
+	name          string
+	gpus, devices int
+	vfio          int      // GPUs on vfio-pci, which NVML does not list
+	roots         string   // GPUs per pcieRoot, as published
+	perGPU        []string // each device's pcieRoot: "gpu-0 pci0000:00"
+	uneven        bool     // the profile's roots hold different numbers of GPUs
+	escapedRoots  int      // devices with pcieRoot when served escaped links
+	numa          string
+	fit, fitGot   string // the aligned claim and what it got
+	tooMany       string
+	tooManyGot    string
+	verify        string
+	unprepare     string
+	pass          string
+}
+
+func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
+	r := row{name: p.Name, pass: "FAIL"}
+	defer func() {
+		if !t.Failed() {
+			r.pass = "ok"
+		}
+		s.rows = append(s.rows, r)
+	}()
+	objects := kubetest.ObjectsDir(t, slug(p.Name))
+	judged := map[string][]byte{}
+	// The objects behind the profile's lines of the matrix, as the API
+	// server returned them: those judged, or, for a profile that failed
+	// before they were, what the API server has when it failed. A defer,
+	// not a cleanup: it runs before the cleanups delete the pods and
+	// claims and stop the plugin.
+	defer func() {
+		for _, file := range objectFiles() {
+			b, ok := judged[file]
+			if !ok {
+				var err error
+				if b, err = s.list(file); err != nil {
+					t.Errorf("%s, for %s: %v", file, objects, err)
+					continue
+				}
+			}
+			kubetest.WriteObject(t, objects, file, b)
+		}
+	}()
+	x := s.render(t, p)
+	r.gpus, r.vfio = len(x.gpus), x.vfio
+	// A profile that failed half-way leaves nothing to the next one.
+	t.Cleanup(func() { s.removePods(t) })
+
+	// The negative control first: plainly escaped links lose pcieRoot.
+	escaped, stop := s.publish(t, x, x.escaped, "escaped links")
+	for _, d := range escaped {
+		if _, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]; ok {
+			r.escapedRoots++
+		}
+	}
+	s.unpublish(t, stop)
+	require.Zero(t, r.escapedRoots, "served plainly escaped links, the driver must publish no pcieRoot")
+
+	served := x.root
+	switch s.sabotage {
+	case programs.SabotageEscaped:
+		served = x.escaped
+	case programs.SabotageNoTree:
+		served = ""
+	}
+	devices, stop := s.publish(t, x, served, "the tree")
+	t.Cleanup(func() { s.unpublish(t, stop) })
+	r.devices = len(devices)
+	rootOf := judgeSlices(t, x, devices, &r)
+
+	// The claims: as many GPUs as the largest root holds, aligned on one
+	// root, and one more than any root holds (of the GPUs NVML lists: on
+	// a passthrough node with one nvidia-bound GPU, 1 and 2, and the
+	// second is more than the node has).
+	counts := slices.Collect(maps.Values(x.perRoot))
+	most := slices.Max(counts)
+	r.uneven = slices.Min(counts) != most
+	fit := s.claim(t, "fit", most)
+	tooMany := s.claim(t, "too-many", most+1)
+	r.fit = fmt.Sprintf("%d GPUs, one pcieRoot", most)
+	r.tooMany = fmt.Sprintf("%d GPUs, one pcieRoot", most+1)
+	s.verifyPod(t, "fit", fit.Name)
+	s.holdPod(t, "too-many", tooMany.Name)
+
+	// Running once verify, its init container, has passed; Failed if not.
+	if fitPod := s.c.WaitPod(t, namespace, "fit", podTimeout, func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
+	}); fitPod.Status.Phase == corev1.PodFailed {
+		logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs("fit", &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+		t.Fatalf("pod fit failed: verify in it: %v\n%s", err, logs)
+	}
+	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return unschedulable(p) != "" })
+
+	// The objects judged, as the API server returns them.
+	for _, file := range objectFiles() {
+		b, err := s.list(file)
+		require.NoError(t, err, "%s", file)
+		judged[file] = b
+	}
+	var sl resourcev1.ResourceSliceList
+	require.NoError(t, json.Unmarshal(judged["resourceslices.json"], &sl), "resourceslices.json")
+	require.Len(t, devicesOf(sl.Items), len(devices), "the slices judged hold the devices published")
+	var claims resourcev1.ResourceClaimList
+	require.NoError(t, json.Unmarshal(judged["resourceclaims.json"], &claims), "resourceclaims.json")
+	var pods corev1.PodList
+	require.NoError(t, json.Unmarshal(judged["pods.json"], &pods), "pods.json")
+
+	got := map[string]*resourcev1.ResourceClaim{}
+	for i := range claims.Items {
+		got[claims.Items[i].Name] = &claims.Items[i]
+	}
+	fitClaim := got["fit"]
+	require.NotNil(t, fitClaim, "claim fit")
+	require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated")
+	var allocated []string
+	roots := map[string]bool{}
+	for _, res := range fitClaim.Status.Allocation.Devices.Results {
+		require.Equal(t, driverName, res.Driver)
+		allocated = append(allocated, res.Device)
+		roots[rootOf[res.Device]] = true
+	}
+	slices.SortFunc(allocated, byDeviceName)
+	require.Len(t, allocated, most, "claim fit's devices")
+	// One root holding all most devices is the root that can hold the
+	// claim; on an uneven profile, a root of the largest size.
+	require.Len(t, roots, 1, "claim fit's devices %v share one pcieRoot: %v", allocated, roots)
+	root := slices.Collect(maps.Keys(roots))[0]
+	require.NotEmpty(t, root, "claim fit's devices have a pcieRoot")
+	r.fitGot = fmt.Sprintf("%s on %s (holds %d)", strings.Join(allocated, ","), root, x.perRoot[root])
+	if r.uneven {
+		r.fitGot += "; roots uneven, it took a largest"
+	}
+	tm := got["too-many"]
+	require.NotNil(t, tm, "claim too-many")
+	require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
+	podNamed := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		podNamed[pods.Items[i].Name] = &pods.Items[i]
+	}
+	require.Contains(t, podNamed, "too-many")
+	require.Contains(t, podNamed, "fit")
+	reason := unschedulable(podNamed["too-many"])
+	require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
+	r.tooManyGot = "Unschedulable: " + reason
+	if len(x.perRoot) == 1 {
+		r.tooManyGot += " (one root: more than the node has)"
+	}
+
+	// The pod that used the claim: verify ran in it, with the claim's
+	// devices from the driver's CDI spec and the mock sysfs from ours.
+	r.verify = s.judgeVerify(t, podNamed["fit"], most)
+	spec := filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(fitClaim.UID)+".yaml")
+	require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
+
+	// Deleting the pod unprepares the claim: with the claim still there,
+	// the kubelet calls NodeUnprepareResources and the driver removes the
+	// claim's spec. Only then go the other pod and the claims.
+	s.remove(t, []string{"fit"}, nil)
+	s.c.Wait(t, "NodeUnprepareResources of claim fit once its pod is deleted (its CDI spec removed)", podTimeout, func() error {
+		if _, err := os.Stat(spec); err == nil {
+			return fmt.Errorf("%s is still there", spec)
+		}
+		return nil
+	})
+	_, err := s.c.Client.ResourceV1().ResourceClaims(namespace).Get(context.Background(), "fit", metav1.GetOptions{})
+	require.NoError(t, err, "claim fit outlives its pod: the pod's deletion unprepared it")
+	r.unprepare = "pod deleted -> spec removed, claim kept"
+	s.removePods(t)
+}
+
+// objectFiles are the lists a profile's directory of judged objects
+// holds.
+func objectFiles() []string {
+	return []string{"resourceslices.json", "resourceclaims.json", "pods.json"}
+}
+
+// list GETs one of objectFiles' lists as the API server returns it.
+func (s *suite) list(file string) ([]byte, error) {
+	ctx := context.Background()
+	switch file {
+	case "resourceslices.json":
+		return s.c.Client.ResourceV1().RESTClient().Get().Resource("resourceslices").DoRaw(ctx)
+	case "resourceclaims.json":
+		return s.c.Client.ResourceV1().RESTClient().Get().Namespace(namespace).Resource("resourceclaims").DoRaw(ctx)
+	case "pods.json":
+		return s.c.Client.CoreV1().RESTClient().Get().Namespace(namespace).Resource("pods").DoRaw(ctx)
+	}
+	return nil, fmt.Errorf("no list %s", file)
+}
+
+// removePods deletes the suite's pods and claims, if there, and waits
+// until they are gone.
+func (s *suite) removePods(t *testing.T) {
+	t.Helper()
+	s.remove(t, []string{"fit", "too-many"}, []string{"fit", "too-many"})
+}
+
+// remove deletes the pods and the claims named, if there, and waits until
+// they are gone.
+func (s *suite) remove(t *testing.T, podNames, claimNames []string) {
+	t.Helper()
+	ctx := context.Background()
+	pods, claims := s.c.Client.CoreV1().Pods(namespace), s.c.Client.ResourceV1().ResourceClaims(namespace)
+	for _, name := range podNames {
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete pod %s: %v", name, err)
+		}
+	}
+	for _, name := range claimNames {
+		if err := claims.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete claim %s: %v", name, err)
+		}
+	}
+	s.c.Wait(t, fmt.Sprintf("pods %v and claims %v deleted", podNames, claimNames), podTimeout, func() error {
+		for _, name := range podNames {
+			if _, err := pods.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("pod %s: %v", name, cmp.Or(err, errors.New("still there")))
+			}
+		}
+		for _, name := range claimNames {
+			if _, err := claims.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("claim %s: %v", name, cmp.Or(err, errors.New("still there")))
+			}
+		}
+		return nil
+	})
+}
+
+// render renders the profile's tree, whole, and its plainly escaped
+// copy, and writes the profile NVML serves.
+func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
+	x := &subject{SuiteProfile: p, perRoot: map[string]int{}}
+	m, err := overlay.LoadMachine(p.File, "")
+	require.NoError(t, err, "profile %s", p.Name)
+	// A real passthrough node's NVML lists no GPU bound to vfio-pci, so
+	// neither does the driver, which finds its GPUs through NVML.
+	x.nvml, err = programs.NVMLProfile(t.TempDir(), p.Name, p.File)
+	require.NoError(t, err, "the profile NVML serves")
+	x.gpus, x.vfio = m.GPUsOn(profile.DriverNVIDIA), m.VFIOGPUs()
+	for _, g := range x.gpus {
+		x.perRoot[g.RootComplex.String()]++
+	}
+	require.NotEmpty(t, x.gpus)
+	s.driverLibraries(t, x.nvml)
+	x.root = filepath.Join(t.TempDir(), "tree")
+	// As the DaemonSet renders: the node's own PCI devices stay listed,
+	// which verify checks.
+	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
+	require.NoError(t, err, "render %s", p.Name)
+	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
+	// Our CDI spec, which the verify pod's annotation names.
+	s.c.WriteCDISpec(t, s.bin, x.root)
+	return x
+}
+
+// slug is a profile's name as a directory name.
+func slug(name string) string {
+	return strings.Trim(regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(name, "-"), "-")
+}
+
+// publish starts the driver's kubelet plugin served root (the overlay
+// read-only at its container root, the links directory at
+// /sys/bus/pci/devices; empty: the node's own), with the mock NVML
+// reading the profile NVML serves (x.nvml), and waits until its slices
+// hold a device per GPU NVML lists; it returns those devices.
+func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resourcev1.Device, func()) {
+	t.Helper()
+	kubelet := s.c.KubeletRootDir
+	proc := s.c.Start(t, kubetest.Program{
+		Name: "gpu-kubelet-plugin",
+		Args: []string{s.plugin,
+			"--node-name", kubetest.NodeName, "--namespace", namespace,
+			"--image-name", "nvml-mock-sysfs-test", "--kubeconfig", s.c.Kubeconfig,
+			"--nvidia-driver-root", s.driverRoot, "--container-driver-root", s.driverRoot,
+			"--nvidia-cdi-hook-path", s.hook, "--cdi-root", s.c.Runtime.CDIDir,
+			"--kubelet-registrar-directory-path", filepath.Join(kubelet, "plugins_registry"),
+			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
+		Env:    []string{"MOCK_NVML_CONFIG=" + x.nvml, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
+		Served: &overlaytest.Served{Root: root},
+	})
+	t.Cleanup(func() { proc.Stop(t) })
+	var devices []resourcev1.Device
+	s.c.Wait(t, fmt.Sprintf("%s: ResourceSlices with %d GPUs (driver served %s)", x.Name, len(x.gpus), what), slicesTimeout, func() error {
+		select {
+		case <-proc.Exited():
+			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
+		default:
+		}
+		list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+		if err != nil {
+			return err
+		}
+		devices = devicesOf(list.Items)
+		if len(devices) != len(x.gpus) {
+			return fmt.Errorf("%d devices in %d slices, want %d", len(devices), len(list.Items), len(x.gpus))
+		}
+		return nil
+	})
+	// Publishing is the plugin's own doing; NodePrepareResources needs
+	// the kubelet to have registered it too.
+	s.c.Wait(t, "the kubelet registered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg+1 {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
+	return devices, func() { proc.Stop(t) }
+}
+
+// unpublish stops the plugin and removes its slices and its state (the
+// checkpoint of prepared claims), so the next profile starts clean.
+func (s *suite) unpublish(t *testing.T, stop func()) {
+	t.Helper()
+	stop()
+	// The next plugin has the same endpoint: the kubelet must have let
+	// go of this one first, or its late unregistration removes the next.
+	s.c.Wait(t, "the kubelet unregistered the plugin", slicesTimeout, func() error {
+		if reg, unreg := s.registrations(); reg != unreg {
+			return fmt.Errorf("kubelet log: %d registrations, %d unregistrations of %s", reg, unreg, driverName)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
+	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
+	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector), "delete the driver's ResourceSlices")
+	s.c.Wait(t, "the driver's ResourceSlices deleted", slicesTimeout, func() error {
+		list, err := slicesAPI.List(ctx, selector)
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d slices left", len(list.Items))
+		}
+		return err
+	})
+	require.NoError(t, os.RemoveAll(filepath.Join(s.c.KubeletRootDir, "plugins", driverName)))
+}
+
+// devicesOf lists the devices of slices.
+func devicesOf(items []resourcev1.ResourceSlice) []resourcev1.Device {
+	var out []resourcev1.Device
+	for _, sl := range items {
+		out = append(out, sl.Spec.Devices...)
+	}
+	return out
+}
+
+// stringAttribute is a device's string attribute, if it has one: the
+// API's Device, which programs.DRADevice.PCIeRoot (the discovery test
+// binary's JSON) does not read.
+func stringAttribute(d resourcev1.Device, name string) (string, bool) {
+	a, ok := d.Attributes[resourcev1.QualifiedName(name)]
+	if !ok || a.StringValue == nil {
+		return "", false
+	}
+	return *a.StringValue, true
+}
+
+// numaAttributes are the names a device's NUMA node would have: the
+// driver's own (unqualified, and qualified with its domain) and the
+// standard one.
+func numaAttributes() []string {
+	return []string{"numa", driverName + "/numa", "resource.kubernetes.io/numaNode"}
+}
+
+// byDeviceName orders gpu-2 before gpu-10.
+func byDeviceName(a, b string) int {
+	return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b))
+}
+
+// judgeSlices requires a device per GPU NVML lists, each with its
+// profile root complex as pcieRoot and no NUMA attribute (see
+// numaAttributes), and returns each device's pcieRoot by device name.
+func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) map[string]string {
+	t.Helper()
+	byAddress := map[string]profile.Device{}
+	for _, g := range x.gpus {
+		byAddress[g.Address.String()] = g
+	}
+	rootOf := map[string]string{}
+	published := map[string]int{}
+	for _, d := range devices {
+		bdf, ok := stringAttribute(d, pciBusIDAttribute)
+		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
+		g, ok := byAddress[strings.ToLower(bdf)]
+		require.True(t, ok, "device %s at %s is no GPU NVML lists (%d of the profile's on %s)", d.Name, bdf, x.vfio, profile.DriverVFIO)
+		delete(byAddress, g.Address.String())
+		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
+		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
+		require.Equal(t, g.RootComplex.String(), root, "device %s (%s): pcieRoot", d.Name, bdf)
+		rootOf[d.Name] = root
+		published[root]++
+		// This driver publishes a NUMA node ("numa") only for VFIO
+		// devices, which it lists only behind its PassthroughSupport
+		// gate, off here. A whole GPU with one is a new driver: compare
+		// it with the profile's NUMA node then.
+		for _, name := range numaAttributes() {
+			_, ok := d.Attributes[resourcev1.QualifiedName(name)]
+			require.False(t, ok, "device %s (%s) has %s: this suite expects none on a GPU; compare it with the profile's NUMA node %d", d.Name, bdf, name, g.NUMANode)
+		}
+	}
+	require.Empty(t, byAddress, "GPUs NVML lists with no device in the slices")
+	var roots []string
+	for _, root := range slices.Sorted(maps.Keys(published)) {
+		roots = append(roots, fmt.Sprintf("%s×%d", root, published[root]))
+	}
+	r.roots = strings.Join(roots, " ")
+	for _, name := range slices.SortedFunc(maps.Keys(rootOf), byDeviceName) {
+		r.perGPU = append(r.perGPU, name+" "+rootOf[name])
+	}
+	r.numa = "none on any GPU device (this driver publishes numa for VFIO devices only)"
+	return rootOf
+}
+
+// claim creates a claim for n GPUs of the class that must share a
+// pcieRoot.
+func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClaim {
+	t.Helper()
+	c, err := s.c.Client.ResourceV1().ResourceClaims(namespace).Create(context.Background(), &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: deviceClass, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(n),
+			}}},
+			Constraints: []resourcev1.DeviceConstraint{{
+				Requests:       []string{"gpus"},
+				MatchAttribute: ptr.To(resourcev1.FullyQualifiedName(programs.PCIeRootAttribute)),
+			}},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err, "create claim %s", name)
+	return c
+}
+
+// verifyPod is a pod whose init container runs verify with the claim's
+// devices and, by the annotation docs/user/dra.md gives DRA workloads, the
+// mock sysfs; its container then holds the claim (pause) until the pod is
+// deleted, so the claim stays prepared until then.
+func (s *suite) verifyPod(t *testing.T, name, claim string) {
+	t.Helper()
+	pod := s.pod(name, claim)
+	pod.Annotations = map[string]string{"cdi-devices.noderesource.dev/container.verify": "- " + deploy.DefaultKind + "=" + deploy.DeviceName + "\n"}
+	pod.Spec.InitContainers = []corev1.Container{{
+		Name: "verify", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
+		Command:   []string{"/nvml-mock-sysfs", "verify", "--format", "json"},
+		Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+	}}
+	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.NoError(t, err, "create pod %s", name)
+}
+
+// holdPod is a pod that only holds the claim.
+func (s *suite) holdPod(t *testing.T, name, claim string) {
+	t.Helper()
+	_, err := s.c.Client.CoreV1().Pods(namespace).Create(context.Background(), s.pod(name, claim), metav1.CreateOptions{})
+	require.NoError(t, err, "create pod %s", name)
+}
+
+// pod is a pod of the pause program with the claim.
+func (s *suite) pod(name, claim string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: corev1.PodSpec{
+			RestartPolicy:  corev1.RestartPolicyNever,
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimName: ptr.To(claim)}},
+			Containers: []corev1.Container{{
+				Name: "hold", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpus"}}},
+			}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+		},
+	}
+}
+
+// unschedulable is the scheduler's reason for not placing the pod, or "".
+func unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
+// judgeVerify requires that verify passed in the pod's init container,
+// from its log through the API server, and that the container got the
+// claim's n GPUs as device nodes (from the driver's CDI spec).
+func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
+	t.Helper()
+	require.Len(t, pod.Status.InitContainerStatuses, 1)
+	st := pod.Status.InitContainerStatuses[0].State.Terminated
+	require.NotNil(t, st, "verify has ended")
+	logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+	require.NoError(t, err, "verify's log through the API server")
+	var report compat.Report
+	require.NoError(t, json.Unmarshal(logs, &report), "verify's report (exit %d):\n%s", st.ExitCode, logs)
+	require.Zero(t, st.ExitCode, "verify's failures: %+v", report.Failures())
+	require.True(t, report.OK())
+
+	id := strings.TrimSpace(s.c.Runtime.Crictl(t, "ps", "--all", "--quiet", "--label", "io.kubernetes.pod.name="+pod.Name, "--label", "io.kubernetes.container.name=verify"))
+	require.NotEmpty(t, id, "verify's CRI container")
+	var inspect struct {
+		Info struct {
+			RuntimeSpec struct {
+				Linux struct {
+					Devices []struct {
+						Path string `json:"path"`
+					} `json:"devices"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(s.c.Runtime.Crictl(t, "inspect", strings.Fields(id)[0])), &inspect))
+	var gpus []string
+	gpu := regexp.MustCompile(`^/dev/nvidia[0-9]+$`)
+	for _, d := range inspect.Info.RuntimeSpec.Linux.Devices {
+		if gpu.MatchString(d.Path) {
+			gpus = append(gpus, d.Path)
+		}
+	}
+	require.Len(t, gpus, n, "the claim's GPUs as device nodes in verify's container")
+	slices.Sort(gpus)
+	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
+}
+
+// writeMatrix prints the matrix, one profile a block.
+func writeMatrix(w *bytes.Buffer, rows []row) {
+	fmt.Fprintln(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):")
+	for _, r := range rows {
+		fmt.Fprintf(w, "\n%s: %s\n", r.name, r.pass)
+		fmt.Fprintf(w, "  slices:        %s; GPUs per pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.published(), cmp.Or(r.roots, "-"), r.escapedRoots)
+		fmt.Fprintf(w, "  pcieRoot:      %s\n", cmp.Or(wrap(r.perGPU, 4, "\n                 "), "-"))
+		fmt.Fprintf(w, "  numaNode:      %s\n", cmp.Or(r.numa, "-"))
+		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
+		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
+		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
+	}
+}
+
+// published says how many devices the slices held for how many GPUs:
+// on a passthrough node, those NVML lists, beside those on vfio-pci.
+func (r row) published() string {
+	text := fmt.Sprintf("%s for %s", count(r.devices, "device"), count(r.gpus, "GPU"))
+	if r.vfio > 0 {
+		text += fmt.Sprintf(" NVML lists (%d on %s not in NVML)", r.vfio, profile.DriverVFIO)
+	}
+	return text
+}
+
+// count is "1 device" or "n devices".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// wrap joins items with ", ", n to a line, lines joined by sep.
+func wrap(items []string, n int, sep string) string {
+	var lines []string
+	for c := range slices.Chunk(items, n) {
+		lines = append(lines, strings.Join(c, ", "))
+	}
+	return strings.Join(lines, ","+sep)
+}
+
+// driverLibraries adds to the driver root the files NodePrepareResources
+// looks for by the driver version NVML reports (the profile's):
+// libnvidia-ml.so.VERSION, the mock NVML itself, and libcuda.so.VERSION,
+// which the claim's CDI spec only mounts (a copy of the same file).
+func (s *suite) driverLibraries(t *testing.T, file string) {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	require.NoError(t, err, "profile %s", file)
+	var doc struct {
+		System struct {
+			DriverVersion string `yaml:"driver_version"`
+		} `yaml:"system"`
+	}
+	require.NoError(t, yaml.Unmarshal(data, &doc), "%s", file)
+	// programs.SuiteProfiles serves every profile with a driver version
+	// (ServableProfile adds one), which the mock NVML requires too.
+	version := doc.System.DriverVersion
+	require.NotEmpty(t, version, "%s: system.driver_version", file)
+	lib := filepath.Join(s.driverRoot, "usr/lib64")
+	mock, err := os.ReadFile(filepath.Join(lib, programs.MockNVML))
+	require.NoError(t, err, "the mock NVML in the driver root")
+	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
+		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755), "the driver root's %s", name)
+	}
+}
+
+// registrations counts the kubelet's registrations and unregistrations of
+// the driver's plugin, from its log.
+func (s *suite) registrations() (registered, unregistered int) {
+	for _, line := range strings.Split(s.c.Kubelet.Log(), "\n") {
+		if !strings.Contains(line, `driverName="`+driverName+`"`) {
+			continue
+		}
+		switch {
+		case strings.Contains(line, `"Registered DRA plugin"`):
+			registered++
+		case strings.Contains(line, `"Unregistered DRA plugin"`):
+			unregistered++
+		}
+	}
+	return registered, unregistered
+}

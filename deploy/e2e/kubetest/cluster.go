@@ -1,0 +1,544 @@
+// Package cluster runs a real single-node Kubernetes for end-to-end tests:
+// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
+// private containerd of deploy/runtime and a kubelet, built from the Go
+// module proxy into the consumers cache (programs.Kube, programs.Etcd).
+// The DRA driver's suite (deploy/cluster/dra) and the deploy path's share
+// it, as the mount-namespace suites share overlaytest.Served.
+//
+// Everything runs in one private mount, network and pid namespace, on
+// loopback only, with credentials generated for the test. The namespace is
+// held by a small init (pid 1 of its pid namespace) that the harness
+// starts first and kills last: the kernel then kills whatever is left in
+// it. Inside it, /run is a private tmpfs; the three sysctls a kubelet
+// rewrites are files bound over their /proc/sys entries; /var/log and
+// /var/lib are private tmpfs (the host's /var/lib entries bound back in,
+// /var/lib/kubelet and /var/lib/cni not), so the kubelet's fixed paths and
+// the CNI plugins' state never reach the host; and /etc/hosts names the
+// node, so the API server reaches the kubelet (pod logs). The test talks
+// to the API server from outside with client-go, through sockets made in
+// the namespace's network (Dial).
+//
+// When the test ends (or at Stop) every process is stopped, by PID, the
+// containers' cgroups are removed, and Leftovers must find nothing on the
+// host: the sysctls as they were, no kubelet directories the test made, no
+// cgroup, no process, no mount.
+package kubetest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+)
+
+const (
+	// NodeName is the one node's name.
+	NodeName = "nvml-mock-node"
+	// apiServerAddress is where kube-apiserver listens, in the namespace's
+	// own network: every port is private to it.
+	apiServerAddress = "127.0.0.1:6443"
+	etcdClientURL    = "http://127.0.0.1:2379"
+	// startTimeout bounds each component's readiness; stopTimeout each
+	// one's exit after SIGTERM.
+	startTimeout = 2 * time.Minute
+	stopTimeout  = 20 * time.Second
+	// pollInterval is how often a wait asks again.
+	pollInterval = 100 * time.Millisecond
+)
+
+// Options tune a Cluster. The zero value prints progress on standard
+// error. (Pods always get the bridge network of bridgeConfList.)
+type Options struct {
+	// Progress receives a line per startup step and at shutdown; nil
+	// means standard error.
+	Progress io.Writer
+}
+
+// Cluster is one running single-node Kubernetes.
+type Cluster struct {
+	// Dir holds everything of this cluster: state, certificates,
+	// kubeconfig, logs (one per component, name.log).
+	Dir string
+	// Kubeconfig is an administrator's kubeconfig (group system:masters),
+	// valid inside the cluster's namespaces: for the processes Start runs.
+	Kubeconfig string
+	// Config and Client reach the API server from the test, as
+	// administrator.
+	Config *rest.Config
+	Client kubernetes.Interface
+	// Runtime is the node's containerd; CRI's images, NRI plugins and
+	// CDIDir are its.
+	Runtime *containerdtest.Harness
+	// KubeletRootDir is the kubelet's --root-dir: plugins_registry and
+	// plugins (a DRA or CSI plugin's sockets) are below it.
+	KubeletRootDir string
+	// Kubelet is the kubelet's process. It logs at -v=3, which names
+	// each plugin it registers and unregisters ("Registered DRA plugin").
+	Kubelet *Process
+
+	progress io.Writer
+	holder   *exec.Cmd // unshare, whose child is the namespace's init
+	initPID  int       // the namespace's init, as the host sees it
+	host     hostState
+	procs    []*Process
+	stopped  bool
+	// paths are the host's; the zero value the real ones.
+	paths hostPaths
+	// containers are the IDs of every pod sandbox and container the
+	// cluster's containerd made, whose cgroups are the cluster's.
+	containers map[string]bool
+	bins       struct{ kube, etcd string }
+	token      string
+}
+
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.progress, "cluster: "+format+"\n", args...)
+}
+
+// Start starts the cluster for the test (and its subtests) and stops it
+// when the test ends, failing the test if anything is left on the host.
+// It skips under -short and, outside make, when not root or a program is
+// missing (overlaytest.Missing); a failed build fails.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	programs.SkipShort(t)
+	overlaytest.RequireRoot(t, "runc", "nsenter")
+	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
+	began := time.Now()
+	c := &Cluster{progress: opts.Progress}
+	if c.progress == nil {
+		c.progress = os.Stderr
+	}
+	c.bins.kube = programs.Need(t, programs.Kube())
+	c.bins.etcd = programs.NeedBinary(t, programs.Etcd())
+	// Not t.TempDir: the kubelet's plugin sockets lie below Dir, and a
+	// Unix socket's path has 107 bytes.
+	dir, err := os.MkdirTemp("", "k8s-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Dir = dir
+	c.KubeletRootDir = filepath.Join(dir, "kubelet")
+	c.host = c.paths.read()
+	// Registered first, so a start that fails half-way still stops what
+	// it started, and the leftovers check runs after everything.
+	t.Cleanup(func() {
+		c.Stop(t)
+		if left := c.Leftovers(); len(left) > 0 {
+			t.Errorf("cluster: left on the host:\n%s", strings.Join(left, "\n"))
+		}
+		if err := os.RemoveAll(c.Dir); err != nil {
+			t.Errorf("cluster: %v", err)
+		}
+	})
+	c.credentials(t)
+	c.enterNamespace(t)
+	c.Config = &rest.Config{
+		Host:            "https://" + apiServerAddress,
+		BearerToken:     c.token,
+		Dial:            c.Dial,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: c.servingCert()},
+		QPS:             50,
+		Burst:           100,
+	}
+	c.Runtime = containerdtest.Start(t, containerdtest.Options{
+		Progress:    c.progress,
+		Namespace:   c.initPID,
+		CNIPlugins:  filepath.Dir(cni),
+		CNIConfList: bridgeConfList,
+	})
+	// Runs before the runtime's own end-of-test stop (cleanups run last
+	// first), so the kubelet and the control plane stop before containerd.
+	t.Cleanup(func() { c.Stop(t) })
+	c.startControlPlane(t)
+	c.startKubelet(t)
+	c.logf("single node %s Ready in %s (Kubernetes %s); logs in %s", NodeName, time.Since(began).Round(time.Millisecond), programs.KubeVersion, c.Dir)
+	return c
+}
+
+// bridgeConfList is the pods' network: a bridge in the cluster's own
+// network namespace, no masquerading (nothing outside is reachable).
+const bridgeConfList = `{
+  "cniVersion": "1.0.0",
+  "name": "nvml-mock-sysfs-cluster",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "loopback"}
+  ]
+}
+`
+
+// Process is a program the cluster runs in its namespaces.
+type Process struct {
+	// Name names it in progress lines and its log file.
+	Name string
+	// PID is the program's own, as the test sees it.
+	PID int
+	// LogFile holds what it printed.
+	LogFile string
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool
+}
+
+// Program is what Start runs.
+type Program struct {
+	// Name names it in progress lines and its log file.
+	Name string
+	// Args is the command line; Args[0] is the program's path.
+	Args []string
+	// Env is added to the test's environment.
+	Env []string
+	// Served, when not nil, runs it in a mount namespace of its own,
+	// nested in the cluster's, with the mounts Served sets up: a
+	// consumer that must see a rendered overlay as a container does.
+	Served *overlaytest.Served
+}
+
+// Start runs a program in the cluster's namespaces until the test ends (or
+// Stop): a kubelet plugin, a device plugin, nfd-master. The program sees
+// the API server at Kubeconfig's address and the kubelet's directories.
+func (c *Cluster) Start(t testing.TB, p Program) *Process {
+	t.Helper()
+	proc := c.start(t, p)
+	t.Cleanup(func() { proc.Stop(t) })
+	return proc
+}
+
+func (c *Cluster) start(t testing.TB, p Program) *Process {
+	t.Helper()
+	args, env := p.Args, append(os.Environ(), p.Env...)
+	if p.Served != nil {
+		inner := p.Served.Command(args[0], args[1:]...)
+		args, env = inner.Args, append(inner.Env, p.Env...)
+	}
+	proc := &Process{Name: p.Name, LogFile: filepath.Join(c.Dir, "logs", p.Name+".log"), exited: make(chan struct{})}
+	if err := os.MkdirAll(filepath.Dir(proc.LogFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.OpenFile(proc.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc.cmd = containerdtest.Enter(c.initPID, args[0], args[1:]...)
+	proc.cmd.Env = env
+	proc.cmd.Stdout, proc.cmd.Stderr = log, log
+	proc.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := proc.cmd.Start(); err != nil {
+		log.Close()
+		t.Fatalf("cluster: start %s: %v", p.Name, err)
+	}
+	go func() {
+		_ = proc.cmd.Wait()
+		log.Close()
+		close(proc.exited)
+	}()
+	if proc.PID, err = containerdtest.ChildPID(proc.cmd); err != nil {
+		t.Fatalf("cluster: %s: %v\n%s", p.Name, err, proc.Log())
+	}
+	c.procs = append(c.procs, proc)
+	return proc
+}
+
+// Log is what the process printed so far.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.LogFile)
+	return string(b)
+}
+
+// LogTail is the end of Log, for a failure message.
+func (p *Process) LogTail() string {
+	s := p.Log()
+	if len(s) > 6000 {
+		s = "…" + s[len(s)-6000:]
+	}
+	return s
+}
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
+// Stop sends SIGTERM and waits for the exit, then SIGKILLs what is left
+// of its process group. It reports a process that exited before it was
+// asked to.
+func (p *Process) Stop(t testing.TB) {
+	if p.stopped || p.cmd == nil {
+		return
+	}
+	p.stopped = true
+	select {
+	case <-p.exited:
+		t.Errorf("cluster: %s exited before it was stopped (%v):\n%s", p.Name, p.cmd.ProcessState, p.LogTail())
+		return
+	default:
+	}
+	_ = syscall.Kill(p.PID, syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(stopTimeout):
+		t.Errorf("cluster: %s did not stop within %s of SIGTERM; killing it", p.Name, stopTimeout)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.exited
+	}
+}
+
+// waitFor polls ready until it holds, the process exits, or timeout; what
+// is the progress line's subject.
+func (c *Cluster) waitFor(t testing.TB, proc *Process, what string, timeout time.Duration, ready func() error) {
+	t.Helper()
+	began := time.Now()
+	for {
+		err := ready()
+		if err == nil {
+			c.logf("%s ready in %s", what, time.Since(began).Round(time.Millisecond))
+			return
+		}
+		if proc != nil {
+			select {
+			case <-proc.exited:
+				t.Fatalf("cluster: %s exited while starting (%v): %v\n%s", proc.Name, proc.cmd.ProcessState, err, proc.LogTail())
+			default:
+			}
+		}
+		if time.Since(began) > timeout {
+			msg := ""
+			if proc != nil {
+				msg = proc.LogTail()
+			}
+			t.Fatalf("cluster: %s not ready within %s: %v\n%s", what, timeout, err, msg)
+		}
+		time.Sleep(pollInterval)
+	}
+}
+
+// get is an HTTP GET inside the namespace's network; it wants 200.
+func (c *Cluster) get(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return nil
+}
+
+// startControlPlane starts etcd, kube-apiserver, kube-controller-manager
+// and kube-scheduler, each once the one before it is ready.
+func (c *Cluster) startControlPlane(t testing.TB) {
+	t.Helper()
+	plain := &http.Client{Transport: &http.Transport{DialContext: c.Dial}, Timeout: 5 * time.Second}
+	etcd := c.start(t, Program{Name: "etcd", Args: []string{c.bins.etcd,
+		"--name", "node", "--data-dir", filepath.Join(c.Dir, "etcd"),
+		"--listen-client-urls", etcdClientURL, "--advertise-client-urls", etcdClientURL,
+		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+		"--initial-cluster", "node=http://127.0.0.1:2380",
+		// A test's cluster survives no power loss.
+		"--unsafe-no-fsync"}})
+	c.waitFor(t, etcd, "etcd "+etcdClientURL, startTimeout, func() error { return c.get(plain, etcdClientURL+"/health") })
+
+	kube := func(name string) string { return filepath.Join(c.bins.kube, name) }
+	apiserver := c.start(t, Program{Name: "kube-apiserver", Args: []string{kube("kube-apiserver"),
+		"--etcd-servers", etcdClientURL,
+		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+		"--secure-port", strings.TrimPrefix(apiServerAddress, "127.0.0.1:"),
+		"--cert-dir", filepath.Join(c.Dir, "apiserver-certs"),
+		"--token-auth-file", filepath.Join(c.Dir, "tokens.csv"),
+		"--authorization-mode", "RBAC",
+		"--service-account-issuer", "https://kubernetes.default.svc",
+		"--service-account-key-file", filepath.Join(c.Dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(c.Dir, "sa.key"),
+		"--service-cluster-ip-range", "10.96.0.0/16",
+		"--endpoint-reconciler-type", "none",
+		"--allow-privileged",
+		"--kubelet-preferred-address-types", "Hostname"}})
+	var authed *http.Client
+	c.waitFor(t, apiserver, "kube-apiserver https://"+apiServerAddress, startTimeout, func() error {
+		if authed == nil {
+			// The client trusts the certificate the API server makes
+			// at start.
+			if _, err := os.Stat(c.servingCert()); err != nil {
+				return err
+			}
+			client, err := rest.HTTPClientFor(c.Config)
+			if err != nil {
+				return err
+			}
+			authed = client
+		}
+		return c.get(authed, c.Config.Host+"/readyz")
+	})
+	var err error
+	if c.Client, err = kubernetes.NewForConfig(c.Config); err != nil {
+		t.Fatalf("cluster: %v", err)
+	}
+	c.writeKubeconfig(t)
+
+	common := []string{"--kubeconfig", c.Kubeconfig, "--authentication-kubeconfig", c.Kubeconfig, "--authorization-kubeconfig", c.Kubeconfig,
+		"--bind-address", "127.0.0.1", "--leader-elect=false"}
+	cm := c.start(t, Program{Name: "kube-controller-manager", Args: append([]string{kube("kube-controller-manager"),
+		"--secure-port", "10257",
+		"--service-account-private-key-file", filepath.Join(c.Dir, "sa.key"),
+		"--root-ca-file", c.servingCert(),
+		"--use-service-account-credentials=false"}, common...)})
+	c.waitFor(t, cm, "kube-controller-manager (the default ServiceAccount)", startTimeout, func() error {
+		_, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(context.Background(), "default", metav1.GetOptions{})
+		return err
+	})
+	scheduler := c.start(t, Program{Name: "kube-scheduler", Args: append([]string{kube("kube-scheduler"), "--secure-port", "10259"}, common...)})
+	insecure := &http.Client{Transport: &http.Transport{DialContext: c.Dial, TLSClientConfig: selfSigned()}, Timeout: 5 * time.Second}
+	c.waitFor(t, scheduler, "kube-scheduler", startTimeout, func() error { return c.get(insecure, "https://127.0.0.1:10259/readyz") })
+}
+
+// startKubelet starts the kubelet on containerd and waits until its Node
+// is Ready, then gives the Node the Hostname address that /etc/hosts in
+// the namespace resolves (the kubelet refuses a loopback node IP, and the
+// API server needs an address for pod logs).
+func (c *Cluster) startKubelet(t testing.TB) {
+	t.Helper()
+	config := filepath.Join(c.Dir, "kubelet.yaml")
+	for _, d := range []string{c.KubeletRootDir, filepath.Join(c.Dir, "manifests")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(config, []byte(c.kubeletConfig()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubelet := c.start(t, Program{Name: "kubelet", Args: []string{filepath.Join(c.bins.kube, "kubelet"),
+		"--config", config, "--kubeconfig", c.Kubeconfig, "--v", "3",
+		"--root-dir", c.KubeletRootDir, "--cert-dir", filepath.Join(c.KubeletRootDir, "pki"),
+		"--hostname-override", NodeName, "--node-ip", "127.0.0.1"}})
+	c.waitFor(t, kubelet, "kubelet (Node "+NodeName+" Ready)", startTimeout, func() error {
+		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), NodeName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				if cond.Status == corev1.ConditionTrue {
+					return nil
+				}
+				return fmt.Errorf("node %s: Ready %s: %s", NodeName, cond.Status, cond.Message)
+			}
+		}
+		return fmt.Errorf("node %s has no Ready condition yet", NodeName)
+	})
+	c.Kubelet = kubelet
+	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"Hostname","address":%q}]}}`, NodeName)
+	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), NodeName, []byte(patch)); err != nil {
+		t.Fatalf("cluster: give the node its Hostname address: %v", err)
+	}
+}
+
+// kubeletConfig is the KubeletConfiguration this machine needs
+// (../shared/KUBERNETES.md): cgroup v1 allowed, no QoS cgroups, no swap
+// check, no oom_score_adj below the kubelet's own (no
+// CAP_SYS_RESOURCE), no iptables, no disk-pressure eviction, and its own
+// API open on loopback for the API server's log requests.
+func (c *Cluster) kubeletConfig() string {
+	return strings.Join([]string{
+		"apiVersion: kubelet.config.k8s.io/v1beta1",
+		"kind: KubeletConfiguration",
+		"failCgroupV1: false",
+		"cgroupDriver: cgroupfs",
+		"cgroupsPerQOS: false",
+		"enforceNodeAllocatable: []",
+		"failSwapOn: false",
+		"oomScoreAdj: 0",
+		"makeIPTablesUtilChains: false",
+		"evictionHard: {nodefs.available: \"0%\", imagefs.available: \"0%\"}",
+		"imageGCHighThresholdPercent: 100",
+		"resolvConf: \"\"",
+		"address: 127.0.0.1",
+		"port: 10250",
+		"readOnlyPort: 0",
+		"healthzBindAddress: 127.0.0.1",
+		"authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}",
+		"authorization: {mode: AlwaysAllow}",
+		"containerRuntimeEndpoint: unix://" + c.Runtime.Address,
+		"staticPodPath: " + filepath.Join(c.Dir, "manifests"),
+		"",
+	}, "\n")
+}
+
+// Stop stops everything the cluster started, in the reverse order of its
+// start (the test's own programs first, containerd after the kubelet, the
+// namespace's init last), then removes the containers' cgroups. It runs
+// when the test ends; a test that checks Leftovers calls it first.
+func (c *Cluster) Stop(t testing.TB) {
+	if c.stopped {
+		return
+	}
+	c.stopped = true
+	began := time.Now()
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop(t)
+	}
+	// containerd, started before the control plane, removes its pods
+	// over CRI and stops, killing what is left in the namespace but its
+	// init.
+	if c.Runtime != nil {
+		c.recordContainers(t)
+		c.Runtime.Stop(t)
+	}
+	if c.holder != nil && c.holder.Process != nil {
+		// pid 1 of the namespace: the kernel kills the rest with it.
+		_ = syscall.Kill(c.initPID, syscall.SIGKILL)
+		_ = c.holder.Wait()
+	}
+	// Each nsenter ends with its program, which the kernel killed with
+	// the namespace's init if nothing stopped it before.
+	for _, p := range c.procs {
+		select {
+		case <-p.exited:
+		case <-time.After(stopTimeout):
+			t.Errorf("cluster: nsenter of %s (pid %d) outlived its namespace by %s", p.Name, p.cmd.Process.Pid, stopTimeout)
+		}
+	}
+	removed, err := c.removeCgroups()
+	if err != nil {
+		t.Errorf("cluster: %v", err)
+	}
+	c.logf("stopped in %s; %d cgroups of its containers removed below %s", time.Since(began).Round(time.Millisecond), removed, podCgroup)
+}
+
+// Events lists the events of a namespace, one line each, for a failure
+// message.
+func (c *Cluster) Events(namespace string) string {
+	list, err := c.Client.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, e := range list.Items {
+		lines = append(lines, fmt.Sprintf("%s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ProcPath is path as the cluster's namespaces see it, from the test:
+// /var/log/pods, say, lies in the namespace's private tmpfs.
+func (c *Cluster) ProcPath(path string) string {
+	return filepath.Join("/proc", strconv.Itoa(c.initPID), "root", path)
+}

@@ -1,0 +1,265 @@
+// Package docmatrix keeps the matrices in docs/ true to the suites that
+// produce them. A suite prints its matrix as a Markdown table; the page in
+// docs/ holds a copy between two markers, and every full run of the suite
+// compares its table with that copy's shape: the same header, the same
+// rows (named by their leading key cells), and the same verdict in every
+// other cell (✓, ✗ or –, whatever text follows, which may name the host's
+// own devices or a timing). A drifted copy fails the run with a message
+// saying how to rewrite it: run the suite with UpdateEnv=1 (make docs),
+// which writes the fresh table between the markers instead.
+//
+// The consumer matrix (docs/evidence/consumers.md, deploy/e2e/consumermatrix), the runtime
+// suite's (docs/evidence/runtime.md, deploy/e2e/containerdtest) and the Kubernetes suite's
+// (docs/evidence/kubernetes.md, deploy/e2e/node) are each one Page.
+package docmatrix
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// UpdateEnv names the variable that, set to 1, makes Sync write the fresh
+// table into the page instead of comparing (make docs sets it).
+const UpdateEnv = "NVML_MOCK_SYSFS_UPDATE_DOCS"
+
+// Page is a page in docs/ that holds a suite's matrix.
+type Page struct {
+	// Path is the page's file: docs/evidence/consumers.md below the repository's
+	// top, as the suite's test finds it (../../../docs/evidence/consumers.md).
+	Path string
+	// Suite names what writes the table, in the markers and messages:
+	// "compat/consumers TestConsumers".
+	Suite string
+	// Keys is how many leading cells name a row (profile, served): those
+	// are compared as text, every other cell by its verdict.
+	Keys int
+}
+
+// The markers around the generated table. The text after begin says
+// which suite wrote it.
+const (
+	beginMarker = "<!-- BEGIN generated matrix: "
+	endMarker   = "<!-- END generated matrix -->"
+)
+
+// Sync compares the table a run printed (Markdown; lines that are not
+// table rows are ignored) with the page's copy, failing t with every
+// difference and how to fix it; with UpdateEnv=1 it writes the table into
+// the page instead. fresh names the file the run wrote its table to, for
+// the message ("" when it wrote none).
+func (p Page) Sync(t testing.TB, table, fresh string) {
+	t.Helper()
+	data, err := os.ReadFile(p.Path)
+	if err != nil {
+		t.Fatalf("%s: %v (the page for %s's matrix)", p.Path, err, p.Suite)
+	}
+	before, committed, after, err := split(string(data))
+	if err != nil {
+		t.Fatalf("%s: %v", p.Path, err)
+	}
+	rows := TableRows(table)
+	if os.Getenv(UpdateEnv) == "1" {
+		text := before + beginMarker + p.Suite + " -->\n" + strings.Join(rows, "\n") + "\n" + endMarker + after
+		if err := os.WriteFile(p.Path, []byte(text), 0o644); err != nil {
+			t.Fatalf("update %s: %v", p.Path, err)
+		}
+		t.Logf("%s=1: wrote this run's matrix into %s", UpdateEnv, p.Path)
+		return
+	}
+	if diffs := p.Diff(TableRows(committed), rows); len(diffs) > 0 {
+		from := "this run's table"
+		if fresh != "" {
+			from = fresh
+		}
+		abs, _ := filepath.Abs(p.Path)
+		t.Errorf("%s does not match this run of %s:\n  %s\nrewrite it from %s: make docs (or %s=1 with this run's command)", abs, p.Suite, strings.Join(diffs, "\n  "), from, UpdateEnv)
+	}
+}
+
+// split cuts a page into the text before its table, the table and the
+// text after (which begins with a newline, if any).
+func split(page string) (before, table, after string, err error) {
+	b := strings.Index(page, beginMarker)
+	e := strings.Index(page, endMarker)
+	if b < 0 || e < b {
+		return "", "", "", fmt.Errorf("no generated matrix: want a line starting %q and, after it, %q", beginMarker, endMarker)
+	}
+	body := page[b:e]
+	nl := strings.IndexByte(body, '\n')
+	if nl < 0 {
+		return "", "", "", fmt.Errorf("the line %q has nothing after it", beginMarker)
+	}
+	return page[:b], body[nl+1:], page[e+len(endMarker):], nil
+}
+
+// TableRows returns the lines of text that are Markdown table rows,
+// trimmed, the header and its separator included.
+func TableRows(text string) []string {
+	var rows []string
+	for _, line := range strings.Split(text, "\n") {
+		if line = strings.TrimSpace(line); strings.HasPrefix(line, "|") {
+			rows = append(rows, line)
+		}
+	}
+	return rows
+}
+
+// cells splits a table row into its trimmed cells.
+func cells(row string) []string {
+	parts := strings.Split(strings.Trim(row, "|"), "|")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
+
+// verdicts are the marks a cell's verdict starts with.
+var verdicts = []string{"✓", "✗", "–"}
+
+// shape is a row as compared: its key cells, then each other cell's
+// verdict, or the whole cell where it has none.
+func (p Page) shape(row string) string {
+	c := cells(row)
+	for i := p.Keys; i < len(c); i++ {
+		for _, v := range verdicts {
+			if strings.HasPrefix(c[i], v) {
+				c[i] = v
+			}
+		}
+	}
+	return strings.Join(c, " | ")
+}
+
+// notRun starts a cell whose row was not run, its program not supplied
+// (programs.NotRunPrefix).
+const notRun = "not run: "
+
+// sameShape reports whether a run's row shape matches the page's: cell by
+// cell, a cell not run matching whatever the page says, since the page
+// holds a run with every program supplied.
+func sameShape(want, got string) bool {
+	w, g := strings.Split(want, " | "), strings.Split(got, " | ")
+	if len(w) != len(g) {
+		return false
+	}
+	for i := range w {
+		if w[i] != g[i] && !strings.HasPrefix(g[i], notRun) {
+			return false
+		}
+	}
+	return true
+}
+
+// Diff lists how the rows of a run (got) differ in shape from the page's
+// (want): rows missing or added, and rows whose verdicts changed. The
+// header is compared as text.
+func (p Page) Diff(want, got []string) []string {
+	key := p.key
+	var diffs []string
+	if len(want) == 0 || len(got) == 0 {
+		if len(want) != len(got) {
+			return []string{fmt.Sprintf("the page has %d table lines, the run %d", len(want), len(got))}
+		}
+		return nil
+	}
+	if want[0] != got[0] {
+		diffs = append(diffs, fmt.Sprintf("header: page %q, run %q", want[0], got[0]))
+	}
+	wantRows, gotRows := map[string]string{}, map[string]string{}
+	var order []string
+	for _, row := range want[min(2, len(want)):] {
+		wantRows[key(row)] = p.shape(row)
+		order = append(order, key(row))
+	}
+	for _, row := range got[min(2, len(got)):] {
+		gotRows[key(row)] = p.shape(row)
+		if _, ok := wantRows[key(row)]; !ok {
+			diffs = append(diffs, "row the page lacks: "+row)
+		}
+	}
+	for _, k := range order {
+		switch g, ok := gotRows[k]; {
+		case !ok:
+			diffs = append(diffs, "row the run lacks: "+k)
+		case !sameShape(wantRows[k], g):
+			diffs = append(diffs, fmt.Sprintf("row %s: page %q, run %q", k, wantRows[k], g))
+		}
+	}
+	if len(diffs) == 0 && !slices.Equal(order, p.keys(got)) {
+		diffs = append(diffs, "the rows are in another order")
+	}
+	return diffs
+}
+
+// key is a row's key cells.
+func (p Page) key(row string) string {
+	c := cells(row)
+	return strings.Join(c[:min(p.Keys, len(c))], " | ")
+}
+
+// keys lists the key of every row after the header and separator.
+func (p Page) keys(rows []string) []string {
+	var keys []string
+	for _, row := range rows[min(2, len(rows)):] {
+		keys = append(keys, p.key(row))
+	}
+	return keys
+}
+
+// Rows collects a suite's matrix, one row per subtest whose verdict is
+// known only as it ends: Expect registers the row, and the subtest's end
+// marks it ✓ (passed), ✗ (failed) or – (skipped). Subtests may run in
+// parallel.
+type Rows struct {
+	mu     sync.Mutex
+	rows   []string
+	notRun map[*testing.T]string
+}
+
+// NotRun makes the row of the subtest t, registered with Expect, say why
+// in place of its verdict: its program was not supplied
+// (programs.NotRun). The subtest should return; it passes.
+func (r *Rows) NotRun(t *testing.T, why string) {
+	t.Helper()
+	t.Log(why)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.notRun == nil {
+		r.notRun = map[*testing.T]string{}
+	}
+	r.notRun[t] = why
+}
+
+// Expect makes the subtest t the row of cells, the last being what it must
+// show: "| cells... | ✓ want |" when it passes.
+func (r *Rows) Expect(t *testing.T, cells ...string) {
+	t.Cleanup(func() {
+		mark := "✓"
+		switch {
+		case t.Skipped():
+			mark = "–"
+		case t.Failed():
+			mark = "✗"
+		}
+		row := slices.Clone(cells)
+		row[len(row)-1] = mark + " " + row[len(row)-1]
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if why, ok := r.notRun[t]; ok && !t.Failed() {
+			row[len(row)-1] = why
+		}
+		r.rows = append(r.rows, "| "+strings.Join(row, " | ")+" |")
+	})
+}
+
+// Table is the matrix as Markdown under the header's cells.
+func (r *Rows) Table(header ...string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return "| " + strings.Join(header, " | ") + " |\n|" + strings.Repeat("---|", len(header)) + "\n" + strings.Join(r.rows, "\n") + "\n"
+}

@@ -1,0 +1,26 @@
+package overlaytest
+
+import (
+	"fmt"
+	"os"
+	"testing"
+)
+
+// UnderMakeEnv is set by the Makefile's test targets (make test, e2e,
+// e2e-k8s), which install every prerequisite first: a missing one then
+// fails the test instead of skipping it, so a run that could not cover a
+// suite is never green. A developer's own go test skips, saying why.
+const UnderMakeEnv = "NVML_MOCK_SYSFS_UNDER_MAKE"
+
+// Missing stops t for a prerequisite that is missing (root, a program, the
+// shared data, a device of this machine): a skip saying why, or under make
+// a failure saying the same. It is the one place a test skips for what the
+// machine lacks.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	why := fmt.Sprintf(format, args...)
+	if os.Getenv(UnderMakeEnv) != "" {
+		t.Fatalf("%s is set (a make target, which installs every prerequisite), so this cannot be skipped: %s", UnderMakeEnv, why)
+	}
+	t.Skip(why)
+}

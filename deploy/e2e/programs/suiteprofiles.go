@@ -1,0 +1,121 @@
+package programs
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// SuiteProfile is one profile of the end-to-end suites: a file that both
+// the renderer and the mock NVML read, so NVML and sysfs describe one
+// machine.
+type SuiteProfile struct {
+	Name string // the matrix's row label
+	File string
+}
+
+// ExtraProfilesEnv names a variable listing more profile files for the
+// suites, separated by colons: make e2e (or e2e-k8s)
+// E2E_PROFILES=a.yaml:b.yaml runs profiles the suites were not written
+// against through the same programs.
+const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
+
+// SuiteProfiles lists every built-in, every profile of
+// ../shared/testdata/nvml-mock-profiles, the consumer suite's own (two PCI
+// domains, VGA class, in deploy/e2e/programs/testdata/profiles), the repository's
+// profiles of nvml-mock's newest shapes and of a passthrough node
+// (repoShapes), and any named in ExtraProfilesEnv: the one profile set of
+// the consumer matrix and the Kubernetes suites.
+func SuiteProfiles(t testing.TB) []SuiteProfile {
+	t.Helper()
+	var out []SuiteProfile
+	for _, name := range builtin.Names() {
+		out = append(out, SuiteProfile{Name: "built-in " + name, File: BuiltinProfile(t, name)})
+	}
+	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
+	if err != nil || len(shared) == 0 {
+		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
+	}
+	for _, f := range shared {
+		out = append(out, SuiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+	}
+	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "deploy/e2e/programs/testdata/profiles/*.yaml"))
+	if err != nil || len(own) == 0 {
+		t.Fatalf("no profiles in deploy/e2e/programs/testdata/profiles: %v", err)
+	}
+	for _, f := range own {
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+	}
+	// The repository's profiles of nvml-mock's newest shapes and of a
+	// passthrough node.
+	for _, f := range overlaytest.RepoProfiles(t) {
+		if !slices.Contains(repoShapes(), filepath.Base(f)) {
+			continue
+		}
+		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+	}
+	for _, f := range filepath.SplitList(os.Getenv(ExtraProfilesEnv)) {
+		abs, err := filepath.Abs(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(abs)
+		if err != nil {
+			t.Fatalf("%s: %v", ExtraProfilesEnv, err)
+		}
+		out = append(out, SuiteProfile{Name: "extra " + filepath.Base(f), File: servable(t, filepath.Base(f), abs, data)})
+	}
+	return out
+}
+
+// repoShapes are the repository's profiles the suites run: nvml-mock's
+// newest shapes (non-zero domains with upper-case bus ids, NVL72 switches
+// off the bus, switches with device ids, ConnectX-8 and -9 HCAs two per
+// GPU, a cpu block, boards known by name behind placeholder ids) and a
+// passthrough node (GPUs bound to vfio-pci).
+func repoShapes() []string {
+	return []string{"vera-rubin-tray.yaml", "gb300-tray.yaml", "b200-hgx.yaml", "vfio-passthrough.yaml"}
+}
+
+// servableFile is servable of a profile file: the file itself when the
+// mock NVML can serve it as it is.
+func servableFile(t testing.TB, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servable(t, strings.TrimSuffix(filepath.Base(file), ".yaml"), file, data)
+}
+
+// BuiltinProfile writes a built-in as a profile file the mock NVML
+// accepts: its effective profile, with every value explicit.
+func BuiltinProfile(t testing.TB, name string) string {
+	t.Helper()
+	m, err := overlay.LoadMachine(name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := profile.Marshal(m.Effective(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servable(t, name, "", data)
+}
+
+// servable is ServableProfile in a test's temporary directory.
+func servable(t testing.TB, name, file string, data []byte) string {
+	t.Helper()
+	out, err := ServableProfile(t.TempDir(), name, file, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+// Command nvml-list loads an NVML library (nvml-mock's, or the suites'
+// stand-in) through go-nvml, as GPU Feature Discovery does, and prints
+// every device's PCI identity as NVML reports it: a JSON array on standard
+// output. It is the NVML side of the check that NVML and the served sysfs
+// name the same GPUs. For each GPU it also asks deviceattribute, the
+// library the DRA drivers publish resource.kubernetes.io/pcieRoot with,
+// for the PCIe root of NVML's bus id, as the NVIDIA DRA driver's discovery
+// does: the sysfs it reads is the one this process sees.
+//
+//	nvml-list [-library PATH]
+//
+// Without -library the dynamic loader finds libnvidia-ml.so.1
+// (LD_LIBRARY_PATH).
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+)
+
+// device is one GPU as NVML reports it. consumers.NVMLDevice reads it:
+// this module is built on its own, so it cannot share the type.
+type device struct {
+	Index int `json:"index"`
+	// BusID is NVML's form, with an 8-digit domain: 00000000:3B:00.0.
+	BusID string `json:"busId"`
+	// DeviceID and SubsystemID are packed as NVML packs them:
+	// (device << 16) | vendor.
+	DeviceID    uint32 `json:"pciDeviceId"`
+	SubsystemID uint32 `json:"pciSubSystemId"`
+	// PCIeRoot is deviceattribute's pcieRoot for BusID; PCIeRootError
+	// says why there is none (no mock sysfs: the bus id is not a device).
+	PCIeRoot      string `json:"pcieRoot,omitempty"`
+	PCIeRootError string `json:"pcieRootError,omitempty"`
+}
+
+func main() {
+	library := flag.String("library", "", "the NVML library to load; empty lets the dynamic loader find libnvidia-ml.so.1")
+	flag.Parse()
+	devices, err := list(*library)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvml-list:", err)
+		os.Exit(1)
+	}
+	out, err := json.MarshalIndent(devices, "", "  ")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvml-list:", err)
+		os.Exit(1)
+	}
+	fmt.Println(string(out))
+}
+
+func list(library string) ([]device, error) {
+	var opts []nvml.LibraryOption
+	if library != "" {
+		opts = append(opts, nvml.WithLibraryPath(library))
+	}
+	lib := nvml.New(opts...)
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlInit: %v", ret)
+	}
+	defer lib.Shutdown()
+	count, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("nvmlDeviceGetCount: %v", ret)
+	}
+	devices := []device{}
+	for i := range count {
+		d, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvmlDeviceGetHandleByIndex(%d): %v", i, ret)
+		}
+		pci, ret := d.GetPciInfo()
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("nvmlDeviceGetPciInfo(%d): %v", i, ret)
+		}
+		dev := device{Index: i, BusID: cString(pci.BusId[:]), DeviceID: pci.PciDeviceId, SubsystemID: pci.PciSubSystemId}
+		if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(dev.BusID); err != nil {
+			dev.PCIeRootError = err.Error()
+		} else if attr.Value.StringValue != nil {
+			dev.PCIeRoot = *attr.Value.StringValue
+		}
+		devices = append(devices, dev)
+	}
+	return devices, nil
+}
+
+// cString reads a NUL-terminated C char array.
+func cString(b []int8) string {
+	s := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
