@@ -44,10 +44,12 @@ K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deplo
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites
 # write their matrices where make prints them. E2E_SABOTAGE=escaped or
-# no-tree breaks the tree every suite serves, on purpose: the sabotage test
-# (deploy/e2e/sabotage) runs each and names the rows that must turn red.
+# no-tree breaks the tree every suite serves, on purpose; make test's
+# deploy/e2e/sabotage runs the suites so and names the rows that must turn
+# red.
 # E2E_PROFILES=a.yaml:b.yaml adds profiles to the consumer matrix and TestDRA.
 MATRIX      := bin/consumer-matrix.md
+RUNTIME_MATRIX := bin/runtime-matrix.md
 K8S_OBJECTS := bin/k8s
 K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md
 TESTJSON    := bin/test-events.json
@@ -57,6 +59,7 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 	NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) \
 	NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) \
 	NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) \
+	NVML_MOCK_SYSFS_RUNTIME_MATRIX=$(CURDIR)/$(RUNTIME_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_OBJECTS=$(CURDIR)/$(K8S_OBJECTS)
 
@@ -65,9 +68,9 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 # (.ci/testsummary.go: passed, failed, skipped, and the rows not run for a
 # program not supplied), keeping gotestsum's exit status.
 define run-tests
-	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(K8S_MATRIX) $(TESTJSON)
+	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTJSON)
 	@$(SUITE_ENV) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) -- -count=1 $(2) $(1); \
-		status=$$?; for m in $(MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
+		status=$$?; for m in $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
 		$(GO) run .ci/testsummary.go $(TESTJSON) || status=1; exit $$status
 endef
 

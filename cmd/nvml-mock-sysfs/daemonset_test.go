@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
@@ -90,6 +91,44 @@ func (p *podProcess) stop(sig syscall.Signal, grace time.Duration) (time.Duratio
 	}
 }
 
+// markerWatch watches a rendered root's state directory, where a render
+// that changes the tree first withdraws the completion marker.
+type markerWatch struct {
+	t    *testing.T
+	w    *fsnotify.Watcher
+	file string
+}
+
+func watchMarker(t *testing.T, root string) *markerWatch {
+	t.Helper()
+	w, err := fsnotify.NewWatcher()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = w.Close() })
+	require.NoError(t, w.Add(filepath.Join(root, writer.StateDir)))
+	return &markerWatch{t: t, w: w, file: filepath.Join(root, writer.MarkerFile)}
+}
+
+// waitRemoved waits for the marker's removal; it fails the test after
+// within, naming the events it saw instead.
+func (m *markerWatch) waitRemoved(within time.Duration) {
+	m.t.Helper()
+	deadline := time.After(within)
+	var seen []string
+	for {
+		select {
+		case ev := <-m.w.Events:
+			if ev.Name == m.file && ev.Has(fsnotify.Remove) {
+				return
+			}
+			seen = append(seen, ev.String())
+		case err := <-m.w.Errors:
+			m.t.Fatalf("watch of %s: %v", m.file, err)
+		case <-deadline:
+			m.t.Fatalf("%s not removed within %s; events seen: %v", m.file, within, seen)
+		}
+	}
+}
+
 func effectiveProfile(t *testing.T, root string) string {
 	b, err := os.ReadFile(filepath.Join(root, plan.ProfileFile))
 	require.NoError(t, err)
@@ -135,7 +174,13 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	require.NoError(t, err)
 	swapped := time.Now()
 	vol.Swap(text)
-	require.Eventually(t, func() bool { return strings.Contains(effectiveProfile(t, root), "Tesla T4") }, 30*time.Second, 20*time.Millisecond)
+	podtest.Until(t, 30*time.Second, "the swapped profile rendered", func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(root, plan.ProfileFile))
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(b), "Tesla T4"), fmt.Sprintf("effective profile %.200q", b)
+	})
 	swapIn := time.Since(swapped)
 	podtest.WaitProbe(t, readyz, http.StatusOK, 30*time.Second)
 
@@ -187,10 +232,13 @@ func TestServeStopsMidRender(t *testing.T) {
 			t4, _ := builtin.Get("t4-vm")
 			text, err := profile.Marshal(t4, "changed")
 			require.NoError(t, err)
-			vol.Swap(text)
-			time.Sleep(300 * time.Millisecond) // past the debounce: the render is under way
-			took, exitErr := p.stop(sig, grace)
 			root := filepath.Join(dir, "var/lib/nvml-mock-sysfs")
+			marker := watchMarker(t, root)
+			vol.Swap(text)
+			// The render is under way once the writer withdraws the
+			// completion marker: its first change to the tree.
+			marker.waitRemoved(30 * time.Second)
+			took, exitErr := p.stop(sig, grace)
 			_, markerErr := writer.ReadMarker(os.DirFS(root))
 			if sig == syscall.SIGKILL {
 				require.Error(t, exitErr, "the negative control: a killed process does not exit 0")

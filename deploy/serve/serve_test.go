@@ -112,8 +112,44 @@ func (s *served) waitReady(want int, within time.Duration) time.Duration {
 func (s *served) waitSyncs(n int) Status {
 	s.t.Helper()
 	from := s.srv.Status().Syncs
-	require.Eventually(s.t, func() bool { return s.srv.Status().Syncs >= from+n }, 10*time.Second, 10*time.Millisecond)
+	podtest.Until(s.t, 10*time.Second, fmt.Sprintf("%d syncs after the %dth", n, from), func() (bool, string) {
+		st := s.srv.Status()
+		return st.Syncs >= from+n, fmt.Sprintf("%d syncs, last error %q", st.Syncs, st.Err)
+	})
 	return s.srv.Status()
+}
+
+// waitDigest waits until the last good render is of the plan want, and
+// returns how long that took.
+func (s *served) waitDigest(want string, within time.Duration, what string) time.Duration {
+	s.t.Helper()
+	return podtest.Until(s.t, within, what, func() (bool, string) {
+		st := s.srv.Status()
+		return st.Digest == want, fmt.Sprintf("digest %s after %d syncs, last error %q", st.Digest, st.Syncs, st.Err)
+	})
+}
+
+// logged returns the log records of level whose message is msg.
+func (s *served) logged(level, msg string) []map[string]any {
+	s.t.Helper()
+	var out []map[string]any
+	for _, rec := range s.logs.Records(s.t, level) {
+		if rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// requireNoWatch requires a server that says it does not watch (its
+// "serving" line) and that logged no change event: what a watch logs for
+// each event it takes in, before the debounce.
+func (s *served) requireNoWatch() {
+	s.t.Helper()
+	serving := s.logged("INFO", "serving")
+	require.Len(s.t, serving, 1, "the serving line")
+	require.Equal(s.t, false, serving[0]["watch"], "the serving line: %v", serving[0])
+	require.Empty(s.t, s.logged("DEBUG", "change event"), "a server without the watch saw a change")
 }
 
 // digestOf is the plan digest a render of the profile text would vouch for.
@@ -165,10 +201,13 @@ func TestUnchangedProfileWritesNothing(t *testing.T) {
 	want, err := os.ReadFile(victim)
 	require.NoError(t, err)
 	require.NoError(t, os.Truncate(victim, 0))
-	require.Eventually(t, func() bool {
+	podtest.Until(t, 5*time.Second, "the resync repairs "+victim, func() (bool, string) {
 		b, err := os.ReadFile(victim)
-		return err == nil && bytes.Equal(b, want)
-	}, 5*time.Second, 10*time.Millisecond, "the resync repairs %s", victim)
+		if err != nil {
+			return false, err.Error()
+		}
+		return bytes.Equal(b, want), fmt.Sprintf("%q", b)
+	})
 	// The repair's sync may still be removing its staging directory: let
 	// it end before walking the tree (later syncs change nothing).
 	s.waitSyncs(1)
@@ -191,7 +230,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 			began := time.Now()
 			cm.Swap(builtinText(t, name))
 			want := s.digestOf(name)
-			require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond, "swap %d to %s", i, name)
+			s.waitDigest(want, 30*time.Second, fmt.Sprintf("swap %d to %s rendered", i, name))
 			took, render := time.Since(began), s.srv.Status().Duration
 			noticed := took - render
 			require.Less(t, noticed, 2*time.Second, "swap %d to %s: its render began %s after it", i, name, noticed)
@@ -207,12 +246,20 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 	t.Run("no watch: the swap waits for the resync", func(t *testing.T) {
 		t.Parallel()
 		// Negative control: without the watch the same swap goes unseen.
+		// The barrier is a watching twin on the same volume: once it has
+		// rendered the swap, the swap's events were queued for every watch
+		// of the directory long before (its debounce, then its render), and
+		// a watch logs each event it takes in ("change event") at once.
 		cm := newConfigMap(t, builtinText(t, "t4-vm"))
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour; o.NoWatch = true })
+		twin := start(t, cm, func(o *Options) { o.Resync = time.Hour })
 		s.waitReady(http.StatusOK, 10*time.Second)
+		twin.waitReady(http.StatusOK, 10*time.Second)
 		old := s.srv.Status().Digest
 		cm.Swap(builtinText(t, "hgx-h100"))
-		time.Sleep(3 * time.Second) // longer than the watch is allowed above
+		twin.waitDigest(s.digestOf("hgx-h100"), 30*time.Second, "the watching twin renders the swap")
+		require.NotEmpty(t, twin.logged("DEBUG", "change event"), "the twin's watch saw the swap")
+		s.requireNoWatch()
 		require.Equal(t, old, s.srv.Status().Digest)
 		require.Equal(t, 1, s.srv.Status().Syncs)
 	})
@@ -222,8 +269,7 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		s := start(t, cm, func(o *Options) { o.Resync = 300 * time.Millisecond; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 10*time.Second)
 		cm.Swap(builtinText(t, "hgx-h100"))
-		want := s.digestOf("hgx-h100")
-		require.Eventually(t, func() bool { return s.srv.Status().Digest == want }, 30*time.Second, 10*time.Millisecond)
+		s.waitDigest(s.digestOf("hgx-h100"), 30*time.Second, "the resync renders the swap")
 	})
 }
 
@@ -367,6 +413,15 @@ func merged(t *testing.T, file, root string) bool {
 	return ours && !whole
 }
 
+// waitMerged waits until the spec merged into serves the server's root.
+func (s *served) waitMerged(within time.Duration) {
+	s.t.Helper()
+	podtest.Until(s.t, within, "merged into "+s.opts.MergeInto, func() (bool, string) {
+		st := s.srv.Status()
+		return merged(s.t, s.opts.MergeInto, s.opts.Render.Root), fmt.Sprintf("not merged after %d syncs (%d spec writes), last error %q", st.Syncs, st.SpecWrites, st.Err)
+	})
+}
+
 // rewrite replaces file atomically, as another spec writer would.
 func rewrite(t *testing.T, file string, data []byte) {
 	t.Helper()
@@ -394,16 +449,31 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 		began := time.Now()
 		rewrite(t, s.opts.MergeInto, original)
 		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
-		require.Eventually(t, func() bool { return merged(t, s.opts.MergeInto, s.opts.Render.Root) }, 5*time.Second, 10*time.Millisecond)
+		s.waitMerged(5 * time.Second)
 		t.Logf("FIGURES the rewritten spec merged again %s after the rewrite", time.Since(began).Round(time.Millisecond))
 	})
 	t.Run("no watch", func(t *testing.T) {
 		t.Parallel()
 		// Negative control: without the watch the rewrite stays unmerged.
+		// The barrier is a watching twin whose spec lies in the same
+		// directory and is rewritten after ours: inotify queues one
+		// directory's events in order, so once the twin has merged its own
+		// again, the event of ours was queued for any watch before it, and
+		// a watch logs each event it takes in ("change event") at once.
 		s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { setup(t, o); o.Resync = time.Hour; o.NoWatch = true })
 		s.waitReady(http.StatusOK, 30*time.Second)
+		twin := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) {
+			o.MergeInto = filepath.Join(filepath.Dir(s.opts.MergeInto), "twin.yaml")
+			o.Output = ""
+			rewrite(t, o.MergeInto, original)
+			o.Resync = time.Hour
+		})
+		twin.waitReady(http.StatusOK, 30*time.Second)
 		rewrite(t, s.opts.MergeInto, original)
-		time.Sleep(3 * time.Second)
+		rewrite(t, twin.opts.MergeInto, original)
+		twin.waitMerged(5 * time.Second)
+		require.NotEmpty(t, twin.logged("DEBUG", "change event"), "the twin's watch saw its rewrite")
+		s.requireNoWatch()
 		require.False(t, merged(t, s.opts.MergeInto, s.opts.Render.Root))
 	})
 	t.Run("missing", func(t *testing.T) {
@@ -456,7 +526,9 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	unlock = lock()
 	syncs := s.srv.Status().Syncs
 	cm.Swap(builtinText(t, "t4-vm"))
-	time.Sleep(DefaultDebounce + 300*time.Millisecond) // the render waits for the lock
+	// The render is under way and waits for the lock once /healthz says
+	// one sync has run for StuckAfter.
+	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
 	began := time.Now()
 	s.stop()
 	require.NoError(t, <-s.done)
@@ -466,7 +538,10 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	unlock()
 	// The abandoned render goes on in this process; let it end before the
 	// temporary directories go.
-	require.Eventually(t, func() bool { return s.srv.Status().Syncs > syncs }, 30*time.Second, 10*time.Millisecond)
+	podtest.Until(t, 30*time.Second, "the abandoned render ends", func() (bool, string) {
+		st := s.srv.Status()
+		return st.Syncs > syncs, fmt.Sprintf("%d syncs, %d before the stop", st.Syncs, syncs)
+	})
 	s.done <- nil
 	warned := false
 	for _, rec := range s.logs.Records(t, "WARN") {

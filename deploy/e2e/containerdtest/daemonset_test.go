@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,6 +119,56 @@ func translate(t *testing.T, spec corev1.PodSpec, nodeDirs, configMaps map[strin
 	return k
 }
 
+// readerScans is how many whole scans of a tree the reader makes before
+// the test moves on: more than one, so that a view is no lucky moment.
+const readerScans = 4
+
+// readerView is the reader's last progress line of one view: how many
+// entries the tree has and how many whole scans of it the reader made in a
+// row.
+type readerView struct{ entries, scans int }
+
+// readerViews reads the reader's progress lines (its progressLine), one
+// view each, in order.
+func readerViews(out string) ([]readerView, error) {
+	var views []readerView
+	for _, m := range regexp.MustCompile(`(?m)^view (\d+): (\d+) entries, (\d+) whole scans$`).FindAllStringSubmatch(out, -1) {
+		n := make([]int, 3)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[i+1])
+		}
+		switch view := n[0]; {
+		case view == len(views):
+			views[view-1] = readerView{n[1], n[2]}
+		case view == len(views)+1:
+			views = append(views, readerView{n[1], n[2]})
+		default:
+			return views, fmt.Errorf("the reader's progress: view %d after %d views", view, len(views))
+		}
+	}
+	return views, nil
+}
+
+// waitReaderScans waits until the reader's latest view is a tree of
+// entries entries, scanned whole scans times in a row, by its own count.
+func waitReaderScans(t *testing.T, reader *containerdtest.CRIContainer, entries, scans int) {
+	t.Helper()
+	// crictl runs for each look: a tenth of a second between them.
+	_, err := podtest.Poll(30*time.Second, 100*time.Millisecond, func() (bool, string) {
+		out, errOut := reader.Logs(t)
+		views, err := readerViews(out)
+		switch {
+		case err != nil:
+			return false, err.Error()
+		case len(views) == 0:
+			return false, fmt.Sprintf("no progress line yet; log %.300q %.300q", out, errOut)
+		}
+		last := views[len(views)-1]
+		return last.entries == entries && last.scans >= scans, fmt.Sprintf("views %+v", views)
+	})
+	require.NoError(t, err, "the reader's %d whole scans of the tree of %d entries", scans, entries)
+}
+
 // TestDaemonSetPod runs the DaemonSet's own pod, decoded strictly from the
 // shipped manifest, through containerd's CRI as a kubelet runs it: the
 // scratch image of the Dockerfile's recipe, the example ConfigMap in the
@@ -223,28 +275,33 @@ func TestDaemonSetPod(t *testing.T) {
 		reader := h.RunPod(t, containerdtest.Pod{Name: "daemonset-reader"}).Start(t, containerdtest.Container{
 			Name: "reader", Image: containerdtest.ReaderImage, CDIDevices: []string{device},
 		})
-		require.Eventually(t, func() bool { out, _ := reader.Logs(t); return strings.Contains(out, "reading") }, 30*time.Second, 50*time.Millisecond)
-		time.Sleep(time.Second) // scans of the first tree
+		// The reader lives through the re-render once it has scanned the
+		// first tree whole a few times, by its own count.
+		waitReaderScans(t, reader, before, readerScans)
 		old, err := writer.ReadMarker(os.DirFS(overlay))
 		require.NoError(t, err)
 		swapped := time.Now()
 		vol.Swap(t4Text)
 		// Rendered: the new tree's completion marker, written last.
-		require.Eventually(t, func() bool {
+		_, err = podtest.Poll(30*time.Second, 20*time.Millisecond, func() (bool, string) {
 			m, err := writer.ReadMarker(os.DirFS(overlay))
-			return err == nil && m.Digest != old.Digest && m.GPUs == len(t4Machine.GPUs())
-		}, 30*time.Second, 20*time.Millisecond, "log:\n%s", logs().String())
+			if err != nil {
+				return false, err.Error()
+			}
+			return m.Digest != old.Digest && m.GPUs == len(t4Machine.GPUs()), fmt.Sprintf("marker %+v", m)
+		})
+		require.NoError(t, err, "the swapped profile rendered; log:\n%s", logs().String())
 		swapIn = time.Since(swapped)
 		podtest.WaitProbe(t, k.readyz, http.StatusOK, 30*time.Second)
-		time.Sleep(time.Second) // scans of the new tree
+		after := len(linkscan.Links(links).Entries)
+		require.NotEqual(t, before, after)
+		waitReaderScans(t, reader, after, readerScans)
 		reader.Stop(t, k.grace)
 		require.Equal(t, 0, reader.Wait(t, 30*time.Second))
 		out, _ := reader.Logs(t)
 		totals, err = containerdtest.ParseReaderTotals(out)
 		require.NoError(t, err)
 		reader.Remove(t)
-		after := len(linkscan.Links(links).Entries)
-		require.NotEqual(t, before, after)
 		require.Zero(t, totals.Torn, "torn reads: %v", totals.Samples)
 		require.Positive(t, totals.Scans)
 		require.GreaterOrEqual(t, len(totals.Views), 2, "the reader saw the first tree and the new one")

@@ -84,8 +84,12 @@ func serve(t *testing.T, h *containerdtest.Harness, profileFile string) *served 
 	// As the deploy path renders: the node's own PCI devices stay listed,
 	// which verify checks.
 	s.cli(t, "render", "--root", s.root, "--profile", s.profile, "--host-devices", "merge")
+	// A sabotaged run's spec serves the sabotaged tree, so that the rows
+	// served through it turn red and the negative controls stay green.
+	var flags []string
+	s.root, flags = programs.SabotagedRoot(t, programs.Sabotage(t), s.root)
 	s.spec = filepath.Join(h.CDIDir, "nvml-mock-sysfs.yaml")
-	s.cli(t, "cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices")
+	s.cli(t, append([]string{"cdi", "--root", s.root, "--output", s.spec, "--also-at", "/host-sys/bus/pci/devices"}, flags...)...)
 	h.Import(t, containerdtest.BinaryImage(t, verifyImage, s.bin), containerdtest.CRINamespace, containerdtest.CtrNamespace)
 	h.Import(t, containerdtest.ConsumerBaseImage(), containerdtest.CRINamespace)
 	return s
@@ -104,7 +108,8 @@ func report(t *testing.T, code int, stdout, stderr string) *compat.Report {
 func (s *served) requireAllGreen(t *testing.T, code int, r *compat.Report) {
 	t.Helper()
 	require.Equal(t, 0, code, "verify failed: %+v", r.Failures())
-	require.True(t, r.OK())
+	require.NotEmpty(t, r.Results, "verify reported no check at %s: OK of nothing passes", r.Sysfs)
+	require.True(t, r.OK(), "verify: failed checks %v", r.FailedChecks())
 	var roots, want []string
 	for _, c := range r.Results {
 		require.True(t, c.OK, "%s %s: %s", c.Check, c.Device, c.Detail)

@@ -10,30 +10,55 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// requestTimeout bounds one API request of a poll, so that a connection
+// the API server left hanging is one more transient error, not the end of
+// the wait.
+const requestTimeout = 10 * time.Second
+
 // Wait polls ready until it returns nil, printing one progress line
 // (what, and how long it took), or fails the test after timeout with
-// ready's last error: every wait on the cluster is on readiness, never a
-// fixed sleep.
+// ready's last error, and the last that was not transient: every wait on
+// the cluster is on readiness, never a fixed sleep. Every error of ready
+// is polled through until the timeout, an API server's restart included.
 func (c *Cluster) Wait(t testing.TB, what string, timeout time.Duration, ready func() error) {
 	t.Helper()
 	c.waitFor(t, nil, what, timeout, ready)
 }
 
 // WaitPod waits until the pod satisfies done and returns it; the failure
-// names the pod's last status and the namespace's events.
+// names the pod's last state seen, the last error, and the namespace's
+// events. An API error, a transient one above all, is polled through until
+// the timeout.
 func (c *Cluster) WaitPod(t testing.TB, namespace, name string, timeout time.Duration, done func(*corev1.Pod) bool) *corev1.Pod {
 	t.Helper()
+	pod, err := c.waitPod(namespace, name, timeout, done)
+	if err != nil {
+		t.Fatalf("cluster: %v\nevents:\n%s", err, c.Events(namespace))
+	}
+	return pod
+}
+
+// waitPod is WaitPod's poll, without the test: it returns the pod as done
+// saw it, or an error naming what it last saw.
+func (c *Cluster) waitPod(namespace, name string, timeout time.Duration, done func(*corev1.Pod) bool) (*corev1.Pod, error) {
+	what := "pod " + namespace + "/" + name
 	var pod *corev1.Pod
-	c.Wait(t, "pod "+namespace+"/"+name, timeout, func() error {
-		p, err := c.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
+	r := poll(timeout, pollInterval, nil, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		p, err := c.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return err
+			return fmt.Errorf("get %s: %w", what, err)
 		}
 		pod = p
 		if done(p) {
 			return nil
 		}
-		return fmt.Errorf("pod %s/%s: phase %s, conditions %+v, containers %+v\nevents:\n%s", namespace, name, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses, c.Events(namespace))
+		return fmt.Errorf("%s: phase %s, conditions %+v, containers %+v", what, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
 	})
-	return pod
+	if r.last != nil {
+		return pod, fmt.Errorf("%s not as waited for within %s: %v", what, timeout, r)
+	}
+	c.logf("%s ready in %s", what, r.took.Round(time.Millisecond))
+	return pod, nil
 }

@@ -26,8 +26,10 @@ package kubetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,6 +41,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -304,29 +307,94 @@ func (p *Process) Stop(t testing.TB) {
 // is the progress line's subject.
 func (c *Cluster) waitFor(t testing.TB, proc *Process, what string, timeout time.Duration, ready func() error) {
 	t.Helper()
-	began := time.Now()
-	for {
-		err := ready()
-		if err == nil {
-			c.logf("%s ready in %s", what, time.Since(began).Round(time.Millisecond))
-			return
-		}
-		if proc != nil {
-			select {
-			case <-proc.exited:
-				t.Fatalf("cluster: %s exited while starting (%v): %v\n%s", proc.Name, proc.cmd.ProcessState, err, proc.LogTail())
-			default:
-			}
-		}
-		if time.Since(began) > timeout {
-			msg := ""
-			if proc != nil {
-				msg = proc.LogTail()
-			}
-			t.Fatalf("cluster: %s not ready within %s: %v\n%s", what, timeout, err, msg)
-		}
-		time.Sleep(pollInterval)
+	var exited <-chan struct{}
+	if proc != nil {
+		exited = proc.exited
 	}
+	r := poll(timeout, pollInterval, exited, ready)
+	switch {
+	case r.last == nil:
+		c.logf("%s ready in %s", what, r.took.Round(time.Millisecond))
+	case r.exited:
+		t.Fatalf("cluster: %s exited while starting (%v): %v\n%s", proc.Name, proc.cmd.ProcessState, r, proc.LogTail())
+	default:
+		msg := ""
+		if proc != nil {
+			msg = proc.LogTail()
+		}
+		t.Fatalf("cluster: %s not ready within %s: %v\n%s", what, timeout, r, msg)
+	}
+}
+
+// pollResult is how a poll ended.
+type pollResult struct {
+	took  time.Duration
+	tries int
+	// last is ready's last error, nil when it held. lastState is its last
+	// error that was not transient (what it saw of the object waited on),
+	// kept apart so that a poll that ends on an API server's hiccup still
+	// says how the object was.
+	last, lastState error
+	exited          bool // exited closed before ready held
+}
+
+// String says what the poll last saw, for a failure message.
+func (r pollResult) String() string {
+	s := fmt.Sprintf("%d tries, the last: %v", r.tries, r.last)
+	if r.lastState != nil && r.lastState != r.last {
+		s += fmt.Sprintf("; the last state seen: %v", r.lastState)
+	}
+	return s
+}
+
+// poll asks ready every interval until it returns nil, exited (when not
+// nil) is closed, or timeout has passed. Every error is asked again, the
+// transient ones included: an API server that restarts refuses or resets
+// connections, answers 5xx or times out for seconds, and a wait must
+// outlast that; only the deadline or a dead process ends it.
+func poll(timeout, interval time.Duration, exited <-chan struct{}, ready func() error) pollResult {
+	began := time.Now()
+	deadline := began.Add(timeout)
+	var r pollResult
+	for {
+		r.tries++
+		r.last = ready()
+		if r.last == nil {
+			r.took = time.Since(began)
+			return r
+		}
+		if !transient(r.last) {
+			r.lastState = r.last
+		}
+		select {
+		case <-exited:
+			r.exited = true
+		default:
+		}
+		if r.exited || !time.Now().Before(deadline) {
+			r.took = time.Since(began)
+			return r
+		}
+		time.Sleep(min(interval, time.Until(deadline)))
+	}
+}
+
+// transient is whether err is the API server's (or the connection's)
+// momentary failure rather than an answer about the object: a refused,
+// reset or timed-out connection, a 5xx, a 429. A poll retries every error
+// either way; this only sorts what its failure names.
+func transient(err error) bool {
+	var netErr net.Error
+	var status apierrors.APIStatus
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr):
+		return true
+	case errors.As(err, &status):
+		code := status.Status().Code
+		return code >= 500 || code == http.StatusTooManyRequests || apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
+	}
+	return false
 }
 
 // get is an HTTP GET inside the namespace's network; it wants 200.

@@ -36,6 +36,11 @@ func TestCluster(t *testing.T) {
 	require.NoError(t, err)
 	running := c.WaitPod(t, pod.Namespace, pod.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
 	require.True(t, strings.HasPrefix(running.Status.PodIP, "10.244.0."), "pod IP %q from the bridge network", running.Status.PodIP)
+	// The kubelet's account of its plugins, through the API: the node has
+	// none registered (the DRA suite reads it for the driver's).
+	plugins, err := c.RegisteredPlugins(ctx)
+	require.NoError(t, err)
+	require.Empty(t, plugins, "no plugin registered on a bare node")
 
 	c.Stop(t)
 	require.Empty(t, c.Leftovers(), "left on the host after the cluster stopped")

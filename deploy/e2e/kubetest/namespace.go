@@ -30,11 +30,29 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 )
 
-// kubeletSysctls are the global sysctls a kubelet rewrites
-// (vm.overcommit_memory 0 to 1, kernel.panic to 10, kernel.panic_on_oops
-// to 1): inside the namespace each /proc/sys entry is a file of ours.
-func kubeletSysctls() []string {
-	return []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+// kubeletSysctl is a global sysctl a kubelet rewrites, and the value it
+// writes: it reads each first and writes only one that differs
+// (setupKernelTunables in the kubelet's container manager).
+type kubeletSysctl struct{ name, value string }
+
+// kubeletSysctls are the sysctls a kubelet rewrites, every one of
+// setupKernelTunables': inside the namespace each /proc/sys entry is a file
+// of ours (sysctlCopy), so the kubelet's writes land there, not on the host.
+func kubeletSysctls() []kubeletSysctl {
+	return []kubeletSysctl{
+		{"vm/overcommit_memory", "1"},
+		{"vm/panic_on_oom", "0"},
+		{"kernel/panic", "10"},
+		{"kernel/panic_on_oops", "1"},
+		{"kernel/keys/root_maxkeys", "1000000"},
+		{"kernel/keys/root_maxbytes", "25000000"},
+	}
+}
+
+// sysctlCopy is the file bound over the sysctl's /proc/sys entry in the
+// namespace; it starts with the host's value.
+func (c *Cluster) sysctlCopy(name string) string {
+	return filepath.Join(c.Dir, "sysctl", strings.ReplaceAll(name, "/", "."))
 }
 
 // kubeletHostPaths are the directories a kubelet creates whatever its
@@ -118,18 +136,17 @@ func (c *Cluster) enterNamespace(t testing.TB) {
 	t.Helper()
 	began := time.Now()
 	ready := filepath.Join(c.Dir, "namespace-ready")
-	sysctlDir := filepath.Join(c.Dir, "sysctl")
-	if err := os.MkdirAll(sysctlDir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.Dir, "sysctl"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	q := shellQuote
 	lines := []string{"set -eu", "mount -t tmpfs -o mode=0755 tmpfs /run"}
 	for _, s := range kubeletSysctls() {
-		file := filepath.Join(sysctlDir, strings.ReplaceAll(s, "/", "."))
-		if err := os.WriteFile(file, []byte(c.host.sysctls[s]+"\n"), 0o644); err != nil {
+		file := c.sysctlCopy(s.name)
+		if err := os.WriteFile(file, []byte(c.host.sysctls[s.name]+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, "mount --bind "+q(file)+" "+q("/proc/sys/"+s))
+		lines = append(lines, "mount --bind "+q(file)+" "+q("/proc/sys/"+s.name))
 	}
 	hosts := filepath.Join(c.Dir, "hosts")
 	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost "+NodeName+"\n::1 localhost\n"), 0o644); err != nil {
@@ -278,8 +295,8 @@ type hostState struct {
 func (p hostPaths) read() hostState {
 	h := hostState{sysctls: map[string]string{}, paths: map[string]bool{}, cgroups: map[string]bool{}}
 	for _, s := range kubeletSysctls() {
-		b, _ := os.ReadFile(p.sysctl(s))
-		h.sysctls[s] = strings.TrimSpace(string(b))
+		b, _ := os.ReadFile(p.sysctl(s.name))
+		h.sysctls[s.name] = strings.TrimSpace(string(b))
 	}
 	for _, d := range p.kubeletDirs() {
 		_, err := os.Lstat(d)
@@ -384,13 +401,7 @@ func (c *Cluster) removeCgroups() (int, error) {
 // process in its namespace, a mount below Dir. Empty after Stop is the
 // harness's promise; the cluster's own test and every user's end check it.
 func (c *Cluster) Leftovers() []string {
-	var left []string
-	for _, s := range kubeletSysctls() {
-		b, _ := os.ReadFile(c.paths.sysctl(s))
-		if got := strings.TrimSpace(string(b)); got != c.host.sysctls[s] {
-			left = append(left, fmt.Sprintf("sysctl %s: %s, was %s", strings.ReplaceAll(s, "/", "."), got, c.host.sysctls[s]))
-		}
-	}
+	left := c.sysctlLeftovers()
 	for _, p := range c.paths.kubeletDirs() {
 		if _, err := os.Lstat(p); err == nil && !c.host.paths[p] {
 			left = append(left, "directory "+p)
@@ -432,6 +443,42 @@ func (c *Cluster) Leftovers() []string {
 			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], c.Dir+"/") {
 				left = append(left, "mount "+f[4])
 			}
+		}
+	}
+	return left
+}
+
+// sysctlLeftovers reports each kubelet sysctl the host no longer holds as
+// it was at start, and each the check of it cannot vouch for.
+//
+// The host's value can only show a write that changed it. Where the host's
+// value differs from the kubelet's, a write of the kubelet's that escaped
+// the namespace shows on the host, and once the kubelet has run (c.Kubelet,
+// set when its Node was Ready) the namespace's copy must hold the
+// kubelet's value: the proof that the kubelet wrote and the bind caught
+// it. A copy still at the host's value means the write went elsewhere, or
+// never came, and a host as it was proves nothing. Where the host's value
+// is the kubelet's already, the kubelet writes nothing, in the namespace or
+// out, so neither the host nor the copy can tell whether the bind would
+// have caught a write; nor, on that host, is there one to catch.
+func (c *Cluster) sysctlLeftovers() []string {
+	var left []string
+	for _, s := range kubeletSysctls() {
+		name, was := strings.ReplaceAll(s.name, "/", "."), c.host.sysctls[s.name]
+		b, _ := os.ReadFile(c.paths.sysctl(s.name))
+		switch got := strings.TrimSpace(string(b)); {
+		case got == was:
+		case got == s.value:
+			left = append(left, fmt.Sprintf("sysctl %s: %s, the kubelet's value, was %s", name, got, was))
+		default:
+			left = append(left, fmt.Sprintf("sysctl %s: %s, was %s", name, got, was))
+		}
+		if was == s.value || c.Kubelet == nil {
+			continue
+		}
+		b, err := os.ReadFile(c.sysctlCopy(s.name))
+		if copied := strings.TrimSpace(string(b)); err != nil || copied != s.value {
+			left = append(left, fmt.Sprintf("sysctl %s: the namespace's copy holds %q (%v), not the kubelet's %s: its write was not caught there, so the host's %s proves nothing", name, copied, err, s.value, was))
 		}
 	}
 	return left

@@ -92,9 +92,9 @@ const specFile = "nvml-mock-sysfs.yaml"
 // containerd's CDI directory with bin (our binary), as the DaemonSet's
 // serve does into /var/run/cdi: the spec of the device pods' annotations
 // name.
-func (c *Cluster) WriteCDISpec(t testing.TB, bin, root string) {
+func (c *Cluster) WriteCDISpec(t testing.TB, bin, root string, flags ...string) {
 	t.Helper()
-	out, err := exec.Command(bin, "cdi", "--root", root, "--output", filepath.Join(c.Runtime.CDIDir, specFile)).CombinedOutput()
+	out, err := exec.Command(bin, append([]string{"cdi", "--root", root, "--output", filepath.Join(c.Runtime.CDIDir, specFile)}, flags...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("cluster: nvml-mock-sysfs cdi: %v: %s", err, out)
 	}

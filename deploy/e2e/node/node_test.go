@@ -141,8 +141,8 @@ type reprofile struct {
 // kubelet's cache.
 const kubeletSyncPeriod = time.Minute
 
-// TestNode deploys and checks, step after step; each step needs the ones
-// before it.
+// TestNode deploys and checks, step after step; each step needs the
+// DaemonSet the first applies.
 func TestNode(t *testing.T) {
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t)
@@ -181,9 +181,9 @@ func TestNode(t *testing.T) {
 	s.c.Start(t, kubetest.Program{Name: "nfd-master", Args: []string{master, "-kubeconfig", s.c.Kubeconfig, "-port", "8081"},
 		Env: []string{"NODE_NAME=" + kubetest.NodeName, "POD_NAMESPACE=" + s.ds.Namespace}})
 
-	// A step that fails stops the steps after it, which need it, but for
-	// GFD's: nfd-worker needs only the labellers' access, made before GFD
-	// runs, so a sabotaged run shows both served labellers red.
+	// Every step needs the DaemonSet applied; a failure after that stops
+	// nothing, so a sabotaged run reaches every step and shows each
+	// served row red, beside the rows that must stay green.
 	steps := []struct {
 		name string
 		run  func(*testing.T)
@@ -191,9 +191,9 @@ func TestNode(t *testing.T) {
 	}{
 		{"the DaemonSet, applied, is Ready and renders", func(t *testing.T) { s.testApply(t, daemonSetFile) }, false},
 		{"GFD labels the Node", s.testGFD, true},
-		{"nfd-worker labels the Node", s.testNFDWorker, false},
-		{"a re-profile through the ConfigMap", s.testReprofile, false},
-		{"a bad profile makes the pod not Ready", s.testBadProfile, false},
+		{"nfd-worker labels the Node", s.testNFDWorker, true},
+		{"a re-profile through the ConfigMap", s.testReprofile, true},
+		{"a bad profile makes the pod not Ready", s.testBadProfile, true},
 		{"deleting the DaemonSet", s.testDelete, false},
 	}
 	failed := false
@@ -331,11 +331,9 @@ func (s *suite) labellerAccess(t *testing.T) {
 // consumer image with the host's /usr, the build and the mock NVML
 // (hostPath volumes), nvml-mock's ConfigMap at /etc/nvml-mock, the
 // labellers' ServiceAccount, the node's network (the API server is on its
-// loopback), and the extra mounts. served annotates the container for our
-// device, unless the run is sabotaged: the tree here is the DaemonSet's,
-// whose links are right, so either sabotage withholds it, and the served
-// GFD and nfd-worker steps must turn red.
-func (s *suite) labellerPod(name, container, build string, inv programs.Invocation, served bool, extra ...containerdtest.Mount) *corev1.Pod {
+// loopback), and the extra mounts. served gives the container our device
+// (serve), as a sabotaged run has it.
+func (s *suite) labellerPod(t *testing.T, name, container, build string, inv programs.Invocation, served bool, extra ...containerdtest.Mount) *corev1.Pod {
 	volumes, mounts := kubetest.HostPathVolumes("consumer", append(containerdtest.ConsumerMounts(build, s.nvml.Dir), extra...))
 	volumes = append(volumes, corev1.Volume{Name: "profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: s.cm.Name}}}})
@@ -368,8 +366,8 @@ func (s *suite) labellerPod(name, container, build string, inv programs.Invocati
 			Volumes: volumes,
 		},
 	}
-	if served && s.sabotage == "" {
-		s.serve(pod, container)
+	if served {
+		s.serve(t, pod, container)
 	}
 	return pod
 }
@@ -378,15 +376,35 @@ func (s *suite) labellerPod(name, container, build string, inv programs.Invocati
 // annotation where it is supplied, else by hostPath volumes of the same
 // mounts and the same variables the CDI spec holds (deploy.Mounts and
 // deploy.Env, their one home), the DaemonSet's --also-at included.
-func (s *suite) serve(pod *corev1.Pod, container string) {
-	if s.injector {
+//
+// A sabotaged run serves something else, so that the served rows that
+// need our tree turn red: no-tree serves nothing; escaped serves, by
+// hostPath volumes, a copy of the DaemonSet's tree as it is now with
+// plainly escaped links (overlaytest.PlainLinksCopy), which every reader
+// here resolves but deviceattribute's pcieRoot would refuse.
+func (s *suite) serve(t *testing.T, pod *corev1.Pod, container string) {
+	t.Helper()
+	switch s.sabotage {
+	case programs.SabotageNoTree:
+	case programs.SabotageEscaped:
+		s.serveRoot(t, pod, container, overlaytest.PlainLinksCopy(t, s.nodePath(s.root)))
+	default:
+		s.serveRoot(t, pod, container, s.root)
+	}
+}
+
+// serveRoot gives the pod's container the tree in root: the DaemonSet's by
+// the device-injector's annotation where it is supplied, any by hostPath
+// volumes. The reader of the re-profile gets the DaemonSet's tree this way
+// whatever the sabotage: it judges the writer, not a consumer.
+func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string) {
+	t.Helper()
+	if root == s.root && s.injector {
 		pod.Annotations = map[string]string{injectAnnotation + container: "- " + device}
 		return
 	}
-	mounts, err := deploy.Mounts(s.root, plan.DefaultContainerRoot, []string{programs.NFDHostPCIDevices})
-	if err != nil {
-		panic(fmt.Sprintf("the DaemonSet's root %s: %v", s.root, err)) // a constant of the manifest
-	}
+	mounts, err := deploy.Mounts(root, plan.DefaultContainerRoot, []string{programs.NFDHostPCIDevices})
+	require.NoError(t, err, "the mounts of %s", root)
 	var cm []containerdtest.Mount
 	for _, m := range mounts {
 		cm = append(cm, containerdtest.Mount{HostPath: m.Source, ContainerPath: m.Destination, ReadOnly: true})
@@ -399,7 +417,7 @@ func (s *suite) serve(pod *corev1.Pod, container string) {
 			continue
 		}
 		c.VolumeMounts = append(c.VolumeMounts, volumeMounts...)
-		for _, e := range deploy.Env(os.DirFS(s.nodePath(s.root)), plan.DefaultContainerRoot) {
+		for _, e := range deploy.Env(os.DirFS(s.nodePath(root)), plan.DefaultContainerRoot) {
 			k, v, _ := strings.Cut(e, "=")
 			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 		}
@@ -417,14 +435,14 @@ func (s *suite) servedBy() string {
 // gfdPod runs GFD once, publishing a NodeFeature object. A served pod
 // reads the render's machine type: our CDI device sets GFD's
 // GFD_MACHINE_TYPE_FILE (deploy.MachineTypeFileEnv) to it.
-func (s *suite) gfdPod(name string, served bool) *corev1.Pod {
+func (s *suite) gfdPod(t *testing.T, name string, served bool) *corev1.Pod {
 	run := programs.GFDRun{
 		Binary:         containerdtest.InConsumerBuild + "/gpu-feature-discovery",
 		NVMLDir:        containerdtest.InMockNVML,
 		Profile:        profileDir + "/" + s.key,
 		NodeFeatureAPI: true,
 	}
-	return s.labellerPod(name, "gpu-feature-discovery", s.gfd, run.Invocation(), served)
+	return s.labellerPod(t, name, "gpu-feature-discovery", s.gfd, run.Invocation(), served)
 }
 
 // nodeLabels are the Node's labels now.
@@ -499,7 +517,7 @@ func (s *suite) testGFD(t *testing.T) {
 		s.rows.Expect(t, "GFD pod not served our device (`--use-node-feature-api`, nfd-master)", "the pod fails: GFD reads each GPU's PCI vendor from sysfs; no `"+labelMode+"` on the Node")
 		// GFD v0.17.4 stops at the first GPU NVML lists that sysfs lacks
 		// (later sources label gpu.mode=unknown instead).
-		done, log := s.c.RunPodToEnd(t, s.gfdPod("gfd-unserved", false))
+		done, log := s.c.RunPodToEnd(t, s.gfdPod(t, "gfd-unserved", false))
 		require.Equal(t, corev1.PodFailed, done.Status.Phase, "log:\n%s", log)
 		require.Contains(t, log, "unable to read PCI device vendor id", "GFD's own reason")
 		require.NotContains(t, s.nodeLabels(t), labelMode)
@@ -507,7 +525,7 @@ func (s *suite) testGFD(t *testing.T) {
 	t.Run("served", func(t *testing.T) {
 		s.rows.Expect(t, "GFD pod served our device", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine (by %s; %s)", labelMode, labelCount, len(want.GPUs()), labelMachine, s.servedBy(), s.nvml.Name()))
 		began := time.Now()
-		s.c.RunPod(t, s.gfdPod("gfd-served", true))
+		s.c.RunPod(t, s.gfdPod(t, "gfd-served", true))
 		labels := s.waitLabels(t, "GFD's labels", wantLabels(map[string]string{
 			labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelMachine: machineLabel(t, want),
 		}))
@@ -567,7 +585,7 @@ func (s *suite) nfdPod(t *testing.T, name string, served bool) *corev1.Pod {
 		Publish:              true,
 	}.Invocation()
 	require.NoError(t, err)
-	return s.labellerPod(name, "nfd-worker", s.nfd, inv, served, containerdtest.Mount{HostPath: "/sys", ContainerPath: "/host-sys", ReadOnly: true})
+	return s.labellerPod(t, name, "nfd-worker", s.nfd, inv, served, containerdtest.Mount{HostPath: "/sys", ContainerPath: "/host-sys", ReadOnly: true})
 }
 
 // pciLabels are nfd-worker's PCI labels among the Node's.
@@ -759,7 +777,7 @@ func (s *suite) testReprofile(t *testing.T) {
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
 		}}},
 	}
-	s.serve(reader, "reader")
+	s.serveRoot(t, reader, "reader", s.root)
 	_, err = s.c.Client.CoreV1().Pods(reader.Namespace).Create(ctx, reader, metav1.CreateOptions{})
 	require.NoError(t, err)
 	running := s.c.WaitPod(t, reader.Namespace, reader.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
@@ -820,7 +838,7 @@ func (s *suite) testReprofile(t *testing.T) {
 	require.GreaterOrEqual(t, len(totals.Views), 2, "the reader saw the first tree and the new one: %v", totals.Views)
 
 	r.ExpectedGPUs, r.ExpectedMachine = len(want.GPUs()), machineLabel(t, want)
-	s.c.RunPod(t, s.gfdPod("gfd-reprofiled", true))
+	s.c.RunPod(t, s.gfdPod(t, "gfd-reprofiled", true))
 	r.LabelsAfterGFD = s.waitLabels(t, "GFD's labels of "+reprofileTo, wantLabels(map[string]string{
 		labelMode: "compute", labelCount: fmt.Sprint(r.ExpectedGPUs), labelMachine: r.ExpectedMachine,
 	}))

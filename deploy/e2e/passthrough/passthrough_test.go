@@ -78,6 +78,9 @@ type suite struct {
 	root string
 	vfio string // the pod's /dev/vfio
 	rows docmatrix.Rows
+	// sabotage, when set, serves the plugin something else than the
+	// render (programs.SabotagedRoot), to see the rows that need it fail.
+	sabotage string
 }
 
 func TestPassthrough(t *testing.T) {
@@ -86,7 +89,7 @@ func TestPassthrough(t *testing.T) {
 	if _, err := os.Stat(hostPCIIDs); err != nil {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", hostPCIIDs, err)
 	}
-	s := &suite{bin: overlaytest.BuildBinary(t), root: filepath.Join(t.TempDir(), "tree"), vfio: filepath.Join(t.TempDir(), "vfio")}
+	s := &suite{bin: overlaytest.BuildBinary(t), root: filepath.Join(t.TempDir(), "tree"), vfio: filepath.Join(t.TempDir(), "vfio"), sabotage: programs.Sabotage(t)}
 	require.NoError(t, os.Mkdir(s.vfio, 0o755))
 	// No registry serves the plugin or the device-injector that hands it
 	// the tree: without either, each row says so.
@@ -190,7 +193,8 @@ func (s *suite) writeMatrix(t *testing.T) {
 }
 
 // render renders the profile into the suite's one tree (a re-render after
-// the first), writes our CDI spec for it, and gives each IOMMU group of
+// the first), writes our CDI spec for it (for the sabotaged tree in a
+// sabotaged run: programs.SabotagedRoot), and gives each IOMMU group of
 // the tree an entry in the pod's /dev/vfio.
 func (s *suite) render(t *testing.T, name string) *profile.Machine {
 	t.Helper()
@@ -202,7 +206,8 @@ func (s *suite) render(t *testing.T, name string) *profile.Machine {
 	require.NoError(t, err)
 	_, _, err = overlay.Render(overlay.Options{Profile: file, Root: s.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
-	s.c.WriteCDISpec(t, s.bin, s.root)
+	served, flags := programs.SabotagedRoot(t, s.sabotage, s.root)
+	s.c.WriteCDISpec(t, s.bin, served, flags...)
 	entries, err := os.ReadDir(s.vfio)
 	require.NoError(t, err)
 	for _, e := range entries {

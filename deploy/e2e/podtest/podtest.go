@@ -85,22 +85,61 @@ func Probe(url string) (code int, body string, err error) {
 	return resp.StatusCode, string(b), err
 }
 
+// pollEvery is how often the polls here ask again: short next to any
+// deadline they are given, long next to a probe's own cost.
+const pollEvery = 20 * time.Millisecond
+
+// Poll asks check every interval until it reports done, and returns how
+// long that took. check says what it saw each time; after within, Poll
+// returns an error naming the last of it, and how often it asked. A check
+// that cannot look (a connection refused while a server restarts) says so
+// as what it saw and is asked again: only the deadline ends a poll.
+func Poll(within, interval time.Duration, check func() (done bool, saw string)) (time.Duration, error) {
+	start := time.Now()
+	deadline := start.Add(within)
+	var saw string
+	for tries := 1; ; tries++ {
+		var done bool
+		if done, saw = check(); done {
+			return time.Since(start), nil
+		}
+		if !time.Now().Before(deadline) {
+			return time.Since(start), fmt.Errorf("not within %s (%d tries); last saw: %s", within, tries, saw)
+		}
+		time.Sleep(min(interval, time.Until(deadline)))
+	}
+}
+
+// Until polls check as Poll does and fails the test after within, naming
+// what it waited for and what check last saw; it returns how long the wait
+// took.
+func Until(t testing.TB, within time.Duration, what string, check func() (done bool, saw string)) time.Duration {
+	t.Helper()
+	took, err := Poll(within, pollEvery, check)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return took
+}
+
 // WaitProbe polls url until it answers want, and returns how long that
-// took; it fails the test after within.
+// took; it fails the test after within, with the last answer or the last
+// error. Nothing answering yet (the server not listening, or restarting)
+// is polled through like a wrong code.
 func WaitProbe(t testing.TB, url string, want int, within time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var code int
-	var body string
-	var err error
-	for time.Since(start) < within {
-		if code, body, err = Probe(url); err == nil && code == want {
-			return time.Since(start)
+	return Until(t, within, fmt.Sprintf("%s to answer %d", url, want), probeCheck(url, want))
+}
+
+// probeCheck is WaitProbe's check.
+func probeCheck(url string, want int) func() (bool, string) {
+	return func() (bool, string) {
+		code, body, err := Probe(url)
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(20 * time.Millisecond)
+		return code == want, fmt.Sprintf("%d %q", code, strings.TrimSpace(body))
 	}
-	t.Fatalf("%s answered %d %q (%v) for %s, want %d", url, code, body, err, within, want)
-	return 0
 }
 
 // Log collects what serve --log-format json writes, from any goroutine.

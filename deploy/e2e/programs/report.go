@@ -2,7 +2,10 @@ package programs
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // SabotageEnv names the variable that breaks the end-to-end suites' tree
@@ -28,6 +31,27 @@ func Sabotage(t testing.TB) string {
 		t.Fatalf("%s=%q: want %s or %s", SabotageEnv, s, SabotageEscaped, SabotageNoTree)
 	}
 	return s
+}
+
+// SabotagedRoot returns the tree a sabotaged run serves in place of the
+// rendered root, and the flags its CDI spec is written with (nvml-mock-sysfs
+// cdi): root itself without sabotage; a copy with plainly escaped links
+// (SabotageEscaped, overlaytest.PlainLinksCopy); or an empty directory
+// whose spec is written with --fail-open, as serve writes one before its
+// first render: the device with no mounts (SabotageNoTree).
+func SabotagedRoot(t testing.TB, sabotage, root string) (string, []string) {
+	t.Helper()
+	switch sabotage {
+	case SabotageEscaped:
+		return overlaytest.PlainLinksCopy(t, root), nil
+	case SabotageNoTree:
+		empty := filepath.Join(t.TempDir(), "no-tree")
+		if err := os.Mkdir(empty, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return empty, []string{"--fail-open"}
+	}
+	return root, nil
 }
 
 // WriteReport writes a suite's matrix to the file the variable env names,

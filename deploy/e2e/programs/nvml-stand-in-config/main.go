@@ -25,8 +25,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "nvml-stand-in-config:", err)
 		os.Exit(1)
 	}
-	if err := programs.WriteStandInConfig("/dev/stdout", data); err != nil {
-		fmt.Fprintf(os.Stderr, "nvml-stand-in-config: %s: %v\n", os.Args[1], err)
+	out, err := programs.StandInConfig(os.Args[1], data)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nvml-stand-in-config:", err)
+		os.Exit(1)
+	}
+	if _, err := os.Stdout.Write(out); err != nil {
+		fmt.Fprintln(os.Stderr, "nvml-stand-in-config:", err)
 		os.Exit(1)
 	}
 }

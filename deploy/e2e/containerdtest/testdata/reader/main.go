@@ -1,6 +1,9 @@
 // Command reader is a served container that never stops reading: it scans
 // /sys/bus/pci/devices with linkscan in a loop, the kernel resolving every
-// link through the CDI mounts, while the DaemonSet's pod re-renders. On
+// link through the CDI mounts, while the DaemonSet's pod re-renders. It
+// prints its progress, a line per view (see progressLine) after 1, 2, 4, 8
+// ... whole scans of it, so that a test waits for scans it has made, not
+// for a guessed time, and the log stays short however long it runs. On
 // SIGTERM it prints its totals as one JSON line and exits 0. Built static,
 // it is its image's only file.
 package main
@@ -25,12 +28,21 @@ type totals struct {
 	Views []int `json:"views"`
 }
 
+// progressLine says the reader has made n whole scans in a row of its
+// view number view (from 1), which has entries entries; tests parse it
+// (containerdtest's DaemonSet test waits on it), so its form is the
+// reader's contract.
+func progressLine(view, entries, n int) string {
+	return fmt.Sprintf("view %d: %d entries, %d whole scans", view, entries, n)
+}
+
 func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	fsys := os.DirFS("/sys/bus/pci/devices")
 	var st totals
 	var view string
+	whole := 0 // whole scans of view in a row
 	fmt.Println("reading")
 	for {
 		select {
@@ -53,6 +65,11 @@ func main() {
 			if v := strings.Join(names, " "); v != view {
 				view = v
 				st.Views = append(st.Views, len(names))
+				whole = 0
+			}
+			// Powers of two: a few lines per view, however long it runs.
+			if whole++; whole&(whole-1) == 0 {
+				fmt.Println(progressLine(len(st.Views), len(names), whole))
 			}
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
@@ -80,7 +81,7 @@ func list(library string) ([]device, error) {
 			return nil, fmt.Errorf("nvmlDeviceGetPciInfo(%d): %v", i, ret)
 		}
 		dev := device{Index: i, BusID: cString(pci.BusId[:]), DeviceID: pci.PciDeviceId, SubsystemID: pci.PciSubSystemId}
-		if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(dev.BusID); err != nil {
+		if attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(sysfsBusID(dev.BusID)); err != nil {
 			dev.PCIeRootError = err.Error()
 		} else if attr.Value.StringValue != nil {
 			dev.PCIeRoot = *attr.Value.StringValue
@@ -88,6 +89,18 @@ func list(library string) ([]device, error) {
 		devices = append(devices, dev)
 	}
 	return devices, nil
+}
+
+// sysfsBusID is NVML's bus id (an 8-digit domain, upper case:
+// 00000000:1A:00.0) as sysfs names the device (0000:1a:00.0), which is
+// what the NVIDIA DRA driver hands deviceattribute (go-nvlib's
+// GetPCIBusID does the same).
+func sysfsBusID(nvml string) string {
+	id := strings.ToLower(nvml)
+	if domain, rest, ok := strings.Cut(id, ":"); ok && len(domain) == 8 {
+		id = domain[4:] + ":" + rest
+	}
+	return id
 }
 
 // cString reads a NUL-terminated C char array.

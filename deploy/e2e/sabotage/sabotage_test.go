@@ -1,0 +1,179 @@
+// Package sabotage_test holds the end-to-end suites to their negative
+// controls: each suite that serves our tree is run with E2E_SABOTAGE
+// (programs.SabotageEnv) escaped and no-tree, as make e2e E2E_SABOTAGE=...
+// runs it, and must turn exactly the rows named here red, keeping every
+// other row green. A check that cannot fail, or a sabotage that stops a
+// suite before its later rows, turns this test red.
+package sabotage_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+)
+
+// suite is one end-to-end suite run sabotaged.
+type suite struct {
+	name string
+	pkg  string // relative to the repository's top
+	// run selects what runs: one profile where a suite runs many, so
+	// that make test pays for two more runs of each suite, not of each
+	// profile.
+	run string
+	// matrixEnv names the variable that tells the suite where to write
+	// its matrix.
+	matrixEnv string
+	// red names, by sabotage, the cells that must turn red (verdicts),
+	// whether or not their program was supplied: a cell not run is
+	// neither red nor green.
+	red map[string][]string
+}
+
+func suites() []suite {
+	return []suite{
+		{
+			name: "consumer matrix", pkg: "./deploy/e2e/consumermatrix",
+			run: "^TestConsumers$/^profiles$/^built-in_dgx-a100$", matrixEnv: "NVML_MOCK_SYSFS_MATRIX",
+			red: map[string][]string{
+				programs.SabotageEscaped: {},
+				programs.SabotageNoTree:  {},
+			},
+		},
+		{
+			name: "containerd", pkg: "./deploy/e2e/containerdtest",
+			run: "^TestContainerd$", matrixEnv: "NVML_MOCK_SYSFS_RUNTIME_MATRIX",
+			red: map[string][]string{
+				programs.SabotageEscaped: {},
+				programs.SabotageNoTree:  {},
+			},
+		},
+		{
+			name: "Kubernetes node", pkg: "./deploy/e2e/node",
+			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			red: map[string][]string{
+				programs.SabotageEscaped: {},
+				programs.SabotageNoTree:  {},
+			},
+		},
+	}
+}
+
+// TestSabotage runs each suite with each sabotage.
+func TestSabotage(t *testing.T) {
+	programs.SkipShort(t)
+	overlaytest.RequireRoot(t)
+	goTool := overlaytest.RequireProgram(t, "go", "golang")
+	repo := overlaytest.Repo(t)
+	for _, s := range suites() {
+		for _, sabotage := range []string{programs.SabotageEscaped, programs.SabotageNoTree} {
+			t.Run(s.name+"/"+sabotage, func(t *testing.T) {
+				matrix := filepath.Join(t.TempDir(), "matrix.md")
+				cmd := exec.Command(goTool, "test", "-count=1", "-timeout", "20m", "-run", s.run, s.pkg)
+				cmd.Dir = repo
+				cmd.Env = append(withoutSuiteEnv(os.Environ()), programs.SabotageEnv+"="+sabotage, s.matrixEnv+"="+matrix)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				err := cmd.Run()
+				table, readErr := os.ReadFile(matrix)
+				require.NoError(t, readErr, "%s wrote no matrix with %s=%s: %v\n%s", s.name, programs.SabotageEnv, sabotage, err, out.Bytes())
+				red, green, notRun := verdicts(string(table))
+				want := s.red[sabotage]
+				t.Logf("%s=%s: %d red, %d green, %d not run\n%s", programs.SabotageEnv, sabotage, len(red), len(green), len(notRun), table)
+				require.NotEmpty(t, green, "a sabotaged run keeps its negative controls and the rows it does not touch green")
+				var missing []string
+				for _, cell := range want {
+					if !slices.Contains(red, cell) && !slices.Contains(notRun, cell) {
+						missing = append(missing, cell)
+					}
+				}
+				var unexpected []string
+				for _, cell := range red {
+					if !slices.Contains(want, cell) {
+						unexpected = append(unexpected, cell)
+					}
+				}
+				require.Empty(t, missing, "rows that must turn red and did not")
+				require.Empty(t, unexpected, "rows that turned red and must not")
+				if len(red) > 0 {
+					require.Error(t, err, "a suite with red rows must fail")
+				} else {
+					require.NoError(t, err, "a suite with no red row must pass:\n%s", out.Bytes())
+				}
+			})
+		}
+	}
+}
+
+// withoutSuiteEnv drops the variables make sets for its own run of the
+// suites (where they write their matrices, docs updates, extra profiles),
+// which the sabotaged runs must not share.
+func withoutSuiteEnv(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(e string) bool {
+		name, _, _ := strings.Cut(e, "=")
+		return strings.HasPrefix(name, "NVML_MOCK_SYSFS_") && !slices.Contains([]string{overlaytest.UnderMakeEnv, programs.SuppliedEnv, "NVML_MOCK_SYSFS_CACHE"}, name)
+	})
+}
+
+// verdicts reads a matrix's Markdown tables: each cell that holds a
+// verdict (✓, ✗, or "not run: ..."), named by its row's other cells and,
+// where a row has several verdicts, by its column's header.
+func verdicts(text string) (red, green, notRun []string) {
+	var header []string
+	for _, row := range docmatrix.TableRows(text) {
+		cells := splitRow(row)
+		switch {
+		case strings.HasPrefix(strings.ReplaceAll(row, " ", ""), "|---"):
+			continue
+		case !slices.ContainsFunc(cells, isVerdict):
+			header = cells
+			continue
+		}
+		var key []string
+		for _, c := range cells {
+			if !isVerdict(c) {
+				key = append(key, c)
+			}
+		}
+		several := len(cells)-len(key) > 1
+		for i, c := range cells {
+			if !isVerdict(c) {
+				continue
+			}
+			name := strings.Join(key, " | ")
+			if several && i < len(header) {
+				name += " / " + header[i]
+			}
+			switch {
+			case strings.HasPrefix(c, "✗"):
+				red = append(red, name)
+			case strings.HasPrefix(c, "✓"):
+				green = append(green, name)
+			default:
+				notRun = append(notRun, name)
+			}
+		}
+	}
+	return red, green, notRun
+}
+
+func isVerdict(c string) bool {
+	return strings.HasPrefix(c, "✓") || strings.HasPrefix(c, "✗") || strings.HasPrefix(c, programs.NotRunPrefix)
+}
+
+func splitRow(row string) []string {
+	parts := strings.Split(strings.Trim(strings.TrimSpace(row), "|"), "|")
+	for i := range parts {
+		parts[i] = strings.TrimSpace(parts[i])
+	}
+	return parts
+}
