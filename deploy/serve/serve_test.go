@@ -112,7 +112,7 @@ func (s *served) waitReady(want int, within time.Duration) time.Duration {
 func (s *served) waitSyncs(n int) Status {
 	s.t.Helper()
 	from := s.srv.Status().Syncs
-	podtest.Until(s.t, 10*time.Second, fmt.Sprintf("%d syncs after the %dth", n, from), func() (bool, string) {
+	podtest.Until(s.t, 10*time.Second, fmt.Sprintf("%d more syncs (from %d)", n, from), func() (bool, string) {
 		st := s.srv.Status()
 		return st.Syncs >= from+n, fmt.Sprintf("%d syncs, last error %q", st.Syncs, st.Err)
 	})

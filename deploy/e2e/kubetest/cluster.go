@@ -9,7 +9,7 @@
 // loopback only, with credentials generated for the test. The namespace is
 // held by a small init (pid 1 of its pid namespace) that the harness
 // starts first and kills last: the kernel then kills whatever is left in
-// it. Inside it, /run is a private tmpfs; the three sysctls a kubelet
+// it. Inside it, /run is a private tmpfs; the six sysctls a kubelet
 // rewrites are files bound over their /proc/sys entries; /var/log and
 // /var/lib are private tmpfs (the host's /var/lib entries bound back in,
 // /var/lib/kubelet and /var/lib/cni not), so the kubelet's fixed paths and

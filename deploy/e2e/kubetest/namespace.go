@@ -477,8 +477,11 @@ func (c *Cluster) sysctlLeftovers() []string {
 			continue
 		}
 		b, err := os.ReadFile(c.sysctlCopy(s.name))
-		if copied := strings.TrimSpace(string(b)); err != nil || copied != s.value {
-			left = append(left, fmt.Sprintf("sysctl %s: the namespace's copy holds %q (%v), not the kubelet's %s: its write was not caught there, so the host's %s proves nothing", name, copied, err, s.value, was))
+		switch copied := strings.TrimSpace(string(b)); {
+		case err != nil:
+			left = append(left, fmt.Sprintf("sysctl %s: the namespace's copy: %v, so the host's %s proves nothing", name, err, was))
+		case copied != s.value:
+			left = append(left, fmt.Sprintf("sysctl %s: the namespace's copy holds %s, not the kubelet's %s: its write was not caught there, so the host's %s proves nothing", name, copied, s.value, was))
 		}
 	}
 	return left

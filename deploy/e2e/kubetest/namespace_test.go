@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +15,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
-// standIn is a host in a temporary directory: the three sysctls, a
+// standIn is a host in a temporary directory: the kubelet's sysctls (all
+// 0, so that vm.panic_on_oom is the kubelet's already and the others are
+// not), a
 // cgroup root of two hierarchies whose podCgroup holds another cluster's
 // container, the kubelet's directories (none there), a mount table.
 func standIn(t *testing.T) hostPaths {
@@ -26,8 +29,8 @@ func standIn(t *testing.T) hostPaths {
 		mountinfo:  filepath.Join(dir, "mountinfo"),
 	}
 	for _, s := range kubeletSysctls() {
-		require.NoError(t, os.MkdirAll(filepath.Dir(p.sysctl(s)), 0o755))
-		require.NoError(t, os.WriteFile(p.sysctl(s), []byte("0\n"), 0o644))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p.sysctl(s.name)), 0o755))
+		require.NoError(t, os.WriteFile(p.sysctl(s.name), []byte("0\n"), 0o644))
 	}
 	for _, h := range []string{"memory", "pids"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(p.cgroupRoot, h, podCgroup, "another-clusters"), 0o755))
@@ -62,7 +65,7 @@ func TestLeftovers(t *testing.T) {
 		{"clean", func(*testing.T, *Cluster) {}, ""},
 		{"a sysctl the kubelet changed", func(t *testing.T, c *Cluster) {
 			require.NoError(t, os.WriteFile(c.paths.sysctl("vm/overcommit_memory"), []byte("1\n"), 0o644))
-		}, "sysctl vm.overcommit_memory: 1, was 0"},
+		}, "sysctl vm.overcommit_memory: 1, the kubelet's value, was 0"},
 		{"a kubelet directory", func(t *testing.T, c *Cluster) {
 			require.NoError(t, os.Mkdir(c.paths.dirs[1], 0o755))
 		}, "directory " + "DIR1"},
@@ -121,6 +124,67 @@ func TestLeftovers(t *testing.T) {
 			require.Equal(t, []string{want}, left)
 		})
 	}
+}
+
+// TestLeftoverSysctls: on a stand-in host whose sysctls are all 0, after
+// a kubelet ran, each sysctl the host does not hold as it was is reported,
+// the kubelet's value above all; and where the host's value differs from
+// the kubelet's, so is a namespace's copy that did not catch the kubelet's
+// write. vm.panic_on_oom, 0 for the kubelet too, is the case no check can
+// tell: the kubelet writes nothing there.
+func TestLeftoverSysctls(t *testing.T) {
+	// kubeletRan is a cluster whose kubelet ran and wrote its value into
+	// every copy, but for those in skip (a write not caught).
+	kubeletRan := func(t *testing.T, skip ...string) *Cluster {
+		c := startedCluster(t, standIn(t))
+		c.Kubelet = &Process{Name: "kubelet"}
+		require.NoError(t, os.MkdirAll(filepath.Join(c.Dir, "sysctl"), 0o755))
+		for _, s := range kubeletSysctls() {
+			v := s.value
+			if slices.Contains(skip, s.name) {
+				v = c.host.sysctls[s.name]
+			}
+			require.NoError(t, os.WriteFile(c.sysctlCopy(s.name), []byte(v+"\n"), 0o644))
+		}
+		return c
+	}
+	set := func(t *testing.T, c *Cluster, name, value string) {
+		require.NoError(t, os.WriteFile(c.paths.sysctl(name), []byte(value+"\n"), 0o644))
+	}
+
+	t.Run("contained", func(t *testing.T) {
+		require.Empty(t, kubeletRan(t).Leftovers())
+	})
+	t.Run("the kubelet's value on the host", func(t *testing.T) {
+		c := kubeletRan(t)
+		set(t, c, "kernel/panic", "10")
+		require.Equal(t, []string{"sysctl kernel.panic: 10, the kubelet's value, was 0"}, c.Leftovers())
+	})
+	t.Run("another value on the host", func(t *testing.T) {
+		c := kubeletRan(t)
+		set(t, c, "kernel/keys/root_maxkeys", "200")
+		require.Equal(t, []string{"sysctl kernel.keys.root_maxkeys: 200, was 0"}, c.Leftovers())
+	})
+	t.Run("a write the copy did not catch", func(t *testing.T) {
+		// The host as it was, and a copy as it was: the host's value
+		// alone would pass.
+		c := kubeletRan(t, "vm/overcommit_memory")
+		require.Equal(t, []string{"sysctl vm.overcommit_memory: the namespace's copy holds 0, not the kubelet's 1: its write was not caught there, so the host's 0 proves nothing"}, c.Leftovers())
+	})
+	t.Run("a sysctl the host agrees on", func(t *testing.T) {
+		// vm.panic_on_oom is 0 on the host and for the kubelet: its copy
+		// proves nothing and is not asked; a host that changed is still
+		// reported.
+		c := kubeletRan(t, "vm/panic_on_oom")
+		require.Empty(t, c.Leftovers())
+		set(t, c, "vm/panic_on_oom", "1")
+		require.Equal(t, []string{"sysctl vm.panic_on_oom: 1, was 0"}, c.Leftovers())
+	})
+	t.Run("no kubelet ran", func(t *testing.T) {
+		// A start that failed before the kubelet: no copy to vouch, and
+		// none asked for.
+		require.Empty(t, startedCluster(t, standIn(t)).Leftovers())
+	})
 }
 
 // TestRemoveCgroups: Stop removes every new cgroup of the cluster's

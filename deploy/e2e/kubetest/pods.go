@@ -40,15 +40,35 @@ func HostPathVolumes(prefix string, mounts []containerdtest.Mount) ([]corev1.Vol
 	return volumes, volumeMounts
 }
 
+// podLogTimeout bounds PodLog's retries of transient errors: an API
+// server's restart, or the kubelet's behind it.
+const podLogTimeout = 30 * time.Second
+
 // PodLog is what a pod's container printed, through the API server (which
-// asks the kubelet).
+// asks the kubelet). A transient error is asked again, up to
+// podLogTimeout, so that a wait that reads the log outlasts an API
+// server's restart; any other error fails the test at once.
 func (c *Cluster) PodLog(t testing.TB, namespace, name string) string {
 	t.Helper()
-	b, err := c.Client.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("cluster: log of pod %s/%s: %v", namespace, name, err)
+	var log string
+	var lasting error
+	r := poll(podLogTimeout, pollInterval, nil, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		defer cancel()
+		b, err := c.Client.CoreV1().Pods(namespace).GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil && transient(err) {
+			return err
+		}
+		log, lasting = string(b), err
+		return nil
+	})
+	switch {
+	case r.last != nil:
+		t.Fatalf("cluster: log of pod %s/%s: not within %s: %v", namespace, name, podLogTimeout, r)
+	case lasting != nil:
+		t.Fatalf("cluster: log of pod %s/%s: %v", namespace, name, lasting)
 	}
-	return string(b)
+	return log
 }
 
 // PodReady is whether the pod's Ready condition is True.

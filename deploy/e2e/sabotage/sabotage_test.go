@@ -40,29 +40,84 @@ type suite struct {
 }
 
 func suites() []suite {
+	// The cells of one consumer-matrix profile served the tree that read
+	// it: every consumer's with no tree, deviceattribute's alone with
+	// escaped links (the others resolve them).
+	tree := func(profile string, columns ...string) []string {
+		var cells []string
+		for _, c := range columns {
+			cells = append(cells, profile+" | tree / "+c)
+		}
+		return cells
+	}
+	const (
+		gfd      = "GFD gpu.mode, gpu.count"
+		machine  = "GFD gpu.machine"
+		vfio     = "GFD vfio strategy"
+		pcieRoot = "pcieRoot (deviceattribute on NVML's bus ids)"
+		nfd      = "nfd-worker PCI labels"
+		operator = "nfd-worker, GPU Operator's config"
+		ghw      = "ghw.PCI()"
+		nvml     = "NVML GPUs = sysfs GPUs"
+	)
+	// The containerd routes that serve our spec and must see the tree.
+	const (
+		ctrDevice   = "ctr run | `--device mock.nvidia.com/pcisysfs=all`"
+		criDevices  = "CRI | `CDI_devices` (a device plugin's or DRA driver's answer)"
+		criAnnotate = "CRI | a `cdi.k8s.io/` annotation"
+		merged      = "CRI, nvml-mock's spec merged | `CDI_devices` `nvidia.com/gpu=all`"
+		nriCDI      = "NRI device-injector | `cdi-devices.noderesource.dev/container.<name>`"
+		nriMounts   = "NRI device-injector | `mounts.noderesource.dev/container.<name>` (`mounts --format json`)"
+		mockNRI     = "NRI nvml-mock-nri (shims without libpcimocksys) | `nvml-mock.nvidia.com/devices: \"true\"`"
+		nvmlList    = "NRI device-injector, deviceattribute on NVML's bus ids (nvml-list) | `cdi-devices.noderesource.dev/container.<name>`"
+	)
 	return []suite{
 		{
 			name: "consumer matrix", pkg: "./deploy/e2e/consumermatrix",
-			run: "^TestConsumers$/^profiles$/^built-in_dgx-a100$", matrixEnv: "NVML_MOCK_SYSFS_MATRIX",
+			run: "^TestConsumers$/^profiles$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_MATRIX",
 			red: map[string][]string{
-				programs.SabotageEscaped: {},
-				programs.SabotageNoTree:  {},
+				programs.SabotageEscaped: append(tree("built-in dgx-a100", pcieRoot), tree("vfio-passthrough", pcieRoot)...),
+				programs.SabotageNoTree: append(tree("built-in dgx-a100", gfd, machine, pcieRoot, nfd, operator, ghw, nvml),
+					tree("vfio-passthrough", gfd, machine, vfio, pcieRoot, nfd, ghw, nvml)...),
 			},
 		},
 		{
 			name: "containerd", pkg: "./deploy/e2e/containerdtest",
 			run: "^TestContainerd$", matrixEnv: "NVML_MOCK_SYSFS_RUNTIME_MATRIX",
 			red: map[string][]string{
-				programs.SabotageEscaped: {},
-				programs.SabotageNoTree:  {},
+				programs.SabotageEscaped: {ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList},
+				// With no tree, nvml-mock-nri's overlay is empty too, so
+				// its two controls that need the overlay turn red, and GFD
+				// no longer finds its GPUs.
+				programs.SabotageNoTree: {ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList,
+					"NRI nvml-mock-nri, its defaults | `nvml-mock.nvidia.com/devices: \"true\"`",
+					"NRI nvml-mock-nri (shims without libpcimocksys) | nothing",
+					"NRI device-injector, GPU Feature Discovery | `cdi-devices.noderesource.dev/container.<name>`"},
 			},
 		},
 		{
+			// Nothing the node suite runs reads pcieRoot: escaped links
+			// change none of its rows.
 			name: "Kubernetes node", pkg: "./deploy/e2e/node",
 			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			red: map[string][]string{
 				programs.SabotageEscaped: {},
-				programs.SabotageNoTree:  {},
+				programs.SabotageNoTree: {
+					"GFD pod served our device",
+					"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
+					"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
+				},
+			},
+		},
+		{
+			name: "passthrough", pkg: "./deploy/e2e/passthrough",
+			run: "^TestPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			red: map[string][]string{
+				programs.SabotageEscaped: {},
+				programs.SabotageNoTree: {
+					"built-in hgx-h100 (every GPU on nvidia)",
+					"testdata/profiles/vfio-passthrough.yaml (3 of 4 GPUs on vfio-pci)",
+				},
 			},
 		},
 	}
@@ -89,7 +144,7 @@ func TestSabotage(t *testing.T) {
 				red, green, notRun := verdicts(string(table))
 				want := s.red[sabotage]
 				t.Logf("%s=%s: %d red, %d green, %d not run\n%s", programs.SabotageEnv, sabotage, len(red), len(green), len(notRun), table)
-				require.NotEmpty(t, green, "a sabotaged run keeps its negative controls and the rows it does not touch green")
+				require.NotEmpty(t, append(green, notRun...), "%s wrote a matrix with no verdict", s.name)
 				var missing []string
 				for _, cell := range want {
 					if !slices.Contains(red, cell) && !slices.Contains(notRun, cell) {
@@ -102,8 +157,8 @@ func TestSabotage(t *testing.T) {
 						unexpected = append(unexpected, cell)
 					}
 				}
-				require.Empty(t, missing, "rows that must turn red and did not")
-				require.Empty(t, unexpected, "rows that turned red and must not")
+				require.Empty(t, missing, "rows that must turn red and did not:\n%s", strings.Join(missing, "\n"))
+				require.Empty(t, unexpected, "rows that turned red and must not:\n%s", strings.Join(unexpected, "\n"))
 				if len(red) > 0 {
 					require.Error(t, err, "a suite with red rows must fail")
 				} else {
@@ -125,8 +180,9 @@ func withoutSuiteEnv(env []string) []string {
 }
 
 // verdicts reads a matrix's Markdown tables: each cell that holds a
-// verdict (✓, ✗, or "not run: ..."), named by its row's other cells and,
-// where a row has several verdicts, by its column's header.
+// verdict (isVerdict), named by its row's other cells and, where a row
+// has several verdicts, by its column's header. A cell not checked (–) is
+// counted as not run.
 func verdicts(text string) (red, green, notRun []string) {
 	var header []string
 	for _, row := range docmatrix.TableRows(text) {
@@ -166,8 +222,10 @@ func verdicts(text string) (red, green, notRun []string) {
 	return red, green, notRun
 }
 
+// isVerdict reports whether a cell is a verdict: ✓, ✗, – (not checked)
+// or not run.
 func isVerdict(c string) bool {
-	return strings.HasPrefix(c, "✓") || strings.HasPrefix(c, "✗") || strings.HasPrefix(c, programs.NotRunPrefix)
+	return c == "–" || strings.HasPrefix(c, "✓") || strings.HasPrefix(c, "✗") || strings.HasPrefix(c, programs.NotRunPrefix)
 }
 
 func splitRow(row string) []string {
