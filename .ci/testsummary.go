@@ -12,6 +12,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"regexp"
@@ -63,21 +64,13 @@ func (s summary) line() string {
 	if len(s.notRun) > 0 {
 		n := 0
 		var by []string
-		for _, p := range slices.Sorted(mapsKeys(s.notRun)) {
+		for _, p := range slices.Sorted(maps.Keys(s.notRun)) {
 			n += s.notRun[p]
 			by = append(by, fmt.Sprintf("%s %d", p, s.notRun[p]))
 		}
 		line += fmt.Sprintf("; %d rows not run, their programs not supplied (%s)", n, strings.Join(by, ", "))
 	}
 	return line
-}
-
-func mapsKeys(m map[string]int) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	return keys
 }
 
 // read counts the events of file: a test's last pass, fail or skip, and

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 )
 
 // runtimePage is the docs page that holds TestContainerd's matrix: one row
@@ -26,8 +27,17 @@ type routes struct{ docmatrix.Rows }
 // ✗ when it fails, – when it is skipped, known as it ends.
 func (r *routes) expect(t *testing.T, route, asks, want string) { r.Expect(t, route, asks, want) }
 
-// notRun makes the subtest t's row say why it was not run.
-func (r *routes) notRun(t *testing.T, why string) { t.Helper(); r.NotRun(t, why) }
+// expectWith is expect for a row whose program may not be supplied: where
+// it is not, the row says so and expectWith returns false (the subtest
+// returns).
+func (r *routes) expectWith(t *testing.T, supplied bool, program, route, asks, want string) bool {
+	t.Helper()
+	r.Expect(t, route, asks, want)
+	if !supplied {
+		r.NotRun(t, programs.NotRun(t.Name(), program))
+	}
+	return supplied
+}
 
 // table is the matrix as Markdown.
 func (r *routes) table() string { return r.Table("route", "the pod asks with", "it gets") }

@@ -297,9 +297,7 @@ func testNRI(t *testing.T, s *served) {
 	t.Run("device-injector", func(t *testing.T) {
 		_, injector := s.h.StartDeviceInjector(t)
 		t.Run("CDI annotation", func(t *testing.T) {
-			s.routes.expect(t, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes")
-			if !injector {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes") {
 				return
 			}
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-cdi", Annotations: map[string]string{
@@ -308,9 +306,7 @@ func testNRI(t *testing.T, s *served) {
 			s.requireAllGreen(t, code, r)
 		})
 		t.Run("mounts annotation", func(t *testing.T) {
-			s.routes.expect(t, "NRI device-injector", "`mounts.noderesource.dev/container.<name>` (`mounts --format json`)", "verify passes")
-			if !injector {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "`mounts.noderesource.dev/container.<name>` (`mounts --format json`)", "verify passes") {
 				return
 			}
 			mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
@@ -320,9 +316,7 @@ func testNRI(t *testing.T, s *served) {
 			s.requireAllGreen(t, code, r)
 		})
 		t.Run("no annotation fails", func(t *testing.T) {
-			s.routes.expect(t, "NRI device-injector", "nothing", "verify fails: no links directory mounted")
-			if !injector {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "nothing", "verify fails: no links directory mounted") {
 				return
 			}
 			c := s.verifyContainer("unannotated")
@@ -360,9 +354,7 @@ func testNRI(t *testing.T, s *served) {
 			return c
 		}
 		t.Run("annotated pod", func(t *testing.T) {
-			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify passes, NVML's GPUs = sysfs's")
-			if !supplied {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+			if !s.routes.expectWith(t, supplied, programs.NvmlMockNRI, "NRI nvml-mock-nri (shims without libpcimocksys)", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify passes, NVML's GPUs = sysfs's") {
 				return
 			}
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
@@ -372,9 +364,7 @@ func testNRI(t *testing.T, s *served) {
 		})
 		// Negative control: the plugin's defaults, a pod that leaves them.
 		t.Run("its defaults are a second PCI mock", func(t *testing.T) {
-			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify fails: libpcimocksys preloaded")
-			if !supplied {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+			if !s.routes.expectWith(t, supplied, programs.NvmlMockNRI, "NRI nvml-mock-nri, its defaults", "`nvml-mock.nvidia.com/devices: \"true\"`", "verify fails: libpcimocksys preloaded") {
 				return
 			}
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-defaults", Annotations: map[string]string{
@@ -386,9 +376,7 @@ func testNRI(t *testing.T, s *served) {
 		// Without the annotation it still mounts the overlay, but not the
 		// links directory: consumers see the node's own PCI devices.
 		t.Run("unannotated pod gets the overlay only", func(t *testing.T) {
-			s.routes.expect(t, "NRI nvml-mock-nri (shims without libpcimocksys)", "nothing", "verify fails: the overlay without the links directory")
-			if !supplied {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+			if !s.routes.expectWith(t, supplied, programs.NvmlMockNRI, "NRI nvml-mock-nri (shims without libpcimocksys)", "nothing", "verify fails: the overlay without the links directory") {
 				return
 			}
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-plain"}, pairedVerify())
@@ -402,9 +390,7 @@ func testNRI(t *testing.T, s *served) {
 		// --ld-preload-shims means its defaults). Our overlay has no shims
 		// (the loader warns and goes on) and static programs ignore both.
 		t.Run("its environment", func(t *testing.T) {
-			s.routes.expect(t, "NRI nvml-mock-nri, its defaults", "nothing (any pod)", "`LD_PRELOAD` of its shims and `MOCK_PCI_ROOT` set")
-			if !supplied {
-				s.routes.notRun(t, programs.NotRun(t.Name(), programs.NvmlMockNRI))
+			if !s.routes.expectWith(t, supplied, programs.NvmlMockNRI, "NRI nvml-mock-nri, its defaults", "nothing (any pod)", "`LD_PRELOAD` of its shims and `MOCK_PCI_ROOT` set") {
 				return
 			}
 			res := s.h.RunPod(t, containerdtest.Pod{Name: "nvml-mock-env"}).Run(t, containerdtest.Container{

@@ -38,12 +38,13 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.Alone(func() int { return overlaytest.Main(m) })) }
+func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 const (
 	// driverName is the DRA driver's, and its ResourceSlices'.
@@ -73,6 +74,9 @@ type suite struct {
 	driverRoot, hook string
 	sabotage         string
 	rows             []row
+	// checks are the rows of every profile's checks, the table make test's
+	// sabotage suite reads.
+	checks docmatrix.Rows
 }
 
 // TestDRA runs the driver on the node for every profile of the set.
@@ -134,7 +138,7 @@ func TestDRA(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	writeMatrix(&buf, s.rows)
-	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n", len(s.rows), time.Since(began).Round(time.Second))
+	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n\n%s", len(s.rows), time.Since(began).Round(time.Second), s.checks.Table("profile", "check", "result"))
 	kubetest.AppendMatrix(t, buf.String())
 
 	// Roots that hold different numbers of GPUs are where aligning can
@@ -206,8 +210,9 @@ type subject struct {
 	// alone.
 	nvml string
 	// root and escaped are the overlay as rendered and with plainly
-	// escaped links.
-	root, escaped string
+	// escaped links; served is what the plugin is served: root, or in a
+	// sabotaged run escaped or nothing (""), as our spec serves too.
+	root, escaped, served string
 	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
 }
@@ -262,28 +267,36 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	r.gpus, r.vfio = len(x.gpus), x.vfio
 	// A profile that failed half-way leaves nothing to the next one.
 	t.Cleanup(func() { s.removePods(t) })
+	// Each check is a row of its own (s.checks) and a subtest: one that
+	// fails does not stop the next, so a sabotaged run shows every row
+	// the tree decides red and the others green.
+	check := func(name, want string, f func(t *testing.T)) {
+		t.Run(name, func(t *testing.T) {
+			s.checks.Expect(t, p.Name, name, want)
+			f(t)
+		})
+	}
 
 	// The negative control first: plainly escaped links lose pcieRoot.
-	escaped, stop := s.publish(t, x, x.escaped, "escaped links")
-	for _, d := range escaped {
-		if _, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]; ok {
-			r.escapedRoots++
+	check("escaped links", "no device has a pcieRoot", func(t *testing.T) {
+		escaped, stop := s.publish(t, x, x.escaped, "escaped links")
+		defer s.unpublish(t, stop)
+		for _, d := range escaped {
+			if _, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]; ok {
+				r.escapedRoots++
+			}
 		}
-	}
-	s.unpublish(t, stop)
-	require.Zero(t, r.escapedRoots, "served plainly escaped links, the driver must publish no pcieRoot")
+		require.Zero(t, r.escapedRoots, "served plainly escaped links, the driver must publish no pcieRoot")
+	})
 
-	served := x.root
-	switch s.sabotage {
-	case programs.SabotageEscaped:
-		served = x.escaped
-	case programs.SabotageNoTree:
-		served = ""
-	}
+	served := x.served
 	devices, stop := s.publish(t, x, served, "the tree")
 	t.Cleanup(func() { s.unpublish(t, stop) })
 	r.devices = len(devices)
-	rootOf := judgeSlices(t, x, devices, &r)
+	rootOf := map[string]string{}
+	check("slices", "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
+		rootOf = judgeSlices(t, x, devices, &r)
+	})
 
 	// The claims: as many GPUs as the largest root holds, aligned on one
 	// root, and one more than any root holds (of the GPUs NVML lists: on
@@ -298,14 +311,11 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	r.tooMany = fmt.Sprintf("%d GPUs, one pcieRoot", most+1)
 	s.verifyPod(t, "fit", fit.Name)
 	s.holdPod(t, "too-many", tooMany.Name)
-
-	// Running once verify, its init container, has passed; Failed if not.
-	if fitPod := s.c.WaitPod(t, namespace, "fit", podTimeout, func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed
-	}); fitPod.Status.Phase == corev1.PodFailed {
-		logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs("fit", &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
-		t.Fatalf("pod fit failed: verify in it: %v\n%s", err, logs)
-	}
+	// Running once verify, its init container, has passed; Failed if
+	// not; unschedulable where no root can hold the claim.
+	s.c.WaitPod(t, namespace, "fit", podTimeout, func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
+	})
 	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return unschedulable(p) != "" })
 
 	// The objects judged, as the API server returns them.
@@ -321,67 +331,82 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	require.NoError(t, json.Unmarshal(judged["resourceclaims.json"], &claims), "resourceclaims.json")
 	var pods corev1.PodList
 	require.NoError(t, json.Unmarshal(judged["pods.json"], &pods), "pods.json")
-
 	got := map[string]*resourcev1.ResourceClaim{}
 	for i := range claims.Items {
 		got[claims.Items[i].Name] = &claims.Items[i]
 	}
-	fitClaim := got["fit"]
-	require.NotNil(t, fitClaim, "claim fit")
-	require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated")
-	var allocated []string
-	roots := map[string]bool{}
-	for _, res := range fitClaim.Status.Allocation.Devices.Results {
-		require.Equal(t, driverName, res.Driver)
-		allocated = append(allocated, res.Device)
-		roots[rootOf[res.Device]] = true
-	}
-	slices.SortFunc(allocated, byDeviceName)
-	require.Len(t, allocated, most, "claim fit's devices")
-	// One root holding all most devices is the root that can hold the
-	// claim; on an uneven profile, a root of the largest size.
-	require.Len(t, roots, 1, "claim fit's devices %v share one pcieRoot: %v", allocated, roots)
-	root := slices.Collect(maps.Keys(roots))[0]
-	require.NotEmpty(t, root, "claim fit's devices have a pcieRoot")
-	r.fitGot = fmt.Sprintf("%s on %s (holds %d)", strings.Join(allocated, ","), root, x.perRoot[root])
-	if r.uneven {
-		r.fitGot += "; roots uneven, it took a largest"
-	}
-	tm := got["too-many"]
-	require.NotNil(t, tm, "claim too-many")
-	require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
 	podNamed := map[string]*corev1.Pod{}
 	for i := range pods.Items {
 		podNamed[pods.Items[i].Name] = &pods.Items[i]
 	}
-	require.Contains(t, podNamed, "too-many")
-	require.Contains(t, podNamed, "fit")
-	reason := unschedulable(podNamed["too-many"])
-	require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
-	r.tooManyGot = "Unschedulable: " + reason
-	if len(x.perRoot) == 1 {
-		r.tooManyGot += " (one root: more than the node has)"
-	}
+
+	check("claim fit", fmt.Sprintf("%d GPUs allocated on one pcieRoot, a largest", most), func(t *testing.T) {
+		fitClaim := got["fit"]
+		require.NotNil(t, fitClaim, "claim fit")
+		require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated (pod fit: %s)", unschedulable(podNamed["fit"]))
+		var allocated []string
+		roots := map[string]bool{}
+		for _, res := range fitClaim.Status.Allocation.Devices.Results {
+			require.Equal(t, driverName, res.Driver)
+			allocated = append(allocated, res.Device)
+			roots[rootOf[res.Device]] = true
+		}
+		slices.SortFunc(allocated, byDeviceName)
+		require.Len(t, allocated, most, "claim fit's devices")
+		// One root holding all most devices is the root that can hold
+		// the claim; on an uneven profile, a root of the largest size.
+		require.Len(t, roots, 1, "claim fit's devices %v share one pcieRoot: %v", allocated, roots)
+		root := slices.Collect(maps.Keys(roots))[0]
+		require.NotEmpty(t, root, "claim fit's devices have a pcieRoot")
+		r.fitGot = fmt.Sprintf("%s on %s (holds %d)", strings.Join(allocated, ","), root, x.perRoot[root])
+		if r.uneven {
+			r.fitGot += "; roots uneven, it took a largest"
+		}
+	})
+	check("claim too-many", "pending, with the scheduler's reason", func(t *testing.T) {
+		tm := got["too-many"]
+		require.NotNil(t, tm, "claim too-many")
+		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
+		require.Contains(t, podNamed, "too-many")
+		reason := unschedulable(podNamed["too-many"])
+		require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
+		r.tooManyGot = "Unschedulable: " + reason
+		if len(x.perRoot) == 1 {
+			r.tooManyGot += " (one root: more than the node has)"
+		}
+	})
 
 	// The pod that used the claim: verify ran in it, with the claim's
 	// devices from the driver's CDI spec and the mock sysfs from ours.
-	r.verify = s.judgeVerify(t, podNamed["fit"], most)
-	spec := filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(fitClaim.UID)+".yaml")
-	require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
+	spec := ""
+	if c := got["fit"]; c != nil {
+		spec = filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(c.UID)+".yaml")
+	}
+	check("verify in the claim's pod", "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
+		pod := podNamed["fit"]
+		require.NotNil(t, pod, "pod fit")
+		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", unschedulable(pod))
+		r.verify = s.judgeVerify(t, pod, most)
+		require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
+	})
 
 	// Deleting the pod unprepares the claim: with the claim still there,
 	// the kubelet calls NodeUnprepareResources and the driver removes the
 	// claim's spec. Only then go the other pod and the claims.
-	s.remove(t, []string{"fit"}, nil)
-	s.c.Wait(t, "NodeUnprepareResources of claim fit once its pod is deleted (its CDI spec removed)", podTimeout, func() error {
-		if _, err := os.Stat(spec); err == nil {
-			return fmt.Errorf("%s is still there", spec)
-		}
-		return nil
+	check("unprepare", "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
+		_, err := os.Stat(spec)
+		require.NoError(t, err, "the claim's CDI spec, before the pod's deletion")
+		s.remove(t, []string{"fit"}, nil)
+		s.c.Wait(t, "NodeUnprepareResources of claim fit once its pod is deleted (its CDI spec removed)", podTimeout, func() error {
+			if _, err := os.Stat(spec); err == nil {
+				return fmt.Errorf("%s is still there", spec)
+			}
+			return nil
+		})
+		_, err = s.c.Client.ResourceV1().ResourceClaims(namespace).Get(context.Background(), "fit", metav1.GetOptions{})
+		require.NoError(t, err, "claim fit outlives its pod: the pod's deletion unprepared it")
+		r.unprepare = "pod deleted -> spec removed, claim kept"
 	})
-	_, err := s.c.Client.ResourceV1().ResourceClaims(namespace).Get(context.Background(), "fit", metav1.GetOptions{})
-	require.NoError(t, err, "claim fit outlives its pod: the pod's deletion unprepared it")
-	r.unprepare = "pod deleted -> spec removed, claim kept"
 	s.removePods(t)
 }
 
@@ -465,8 +490,18 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err, "render %s", p.Name)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
-	// Our CDI spec, which the verify pod's annotation names.
-	s.c.WriteCDISpec(t, s.bin, x.root)
+	// What the plugin and our CDI spec (which the verify pod's annotation
+	// names) serve: the tree, or in a sabotaged run its plainly escaped
+	// copy or nothing (an empty directory, the spec without mounts).
+	specRoot, flags := programs.SabotagedRoot(t, s.sabotage, x.root)
+	x.served = x.root
+	switch s.sabotage {
+	case programs.SabotageEscaped:
+		x.served, specRoot = x.escaped, x.escaped
+	case programs.SabotageNoTree:
+		x.served = ""
+	}
+	s.c.WriteCDISpec(t, s.bin, specRoot, flags...)
 	return x
 }
 

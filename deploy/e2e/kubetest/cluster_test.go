@@ -17,7 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.Alone(func() int { return overlaytest.Main(m) })) }
+func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 // TestCluster starts the node, runs a pod on the bridge network through
 // the scheduler and the kubelet, stops the node, and finds nothing of it

@@ -47,7 +47,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.Alone(func() int { return overlaytest.Main(m) })) }
+func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 const (
 	// device is the CDI device the DaemonSet's spec names.

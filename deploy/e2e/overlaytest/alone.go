@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -40,3 +41,6 @@ func Alone(run func() int) int {
 	}
 	return run()
 }
+
+// MainAlone is Main for a suite that takes its turn (Alone).
+func MainAlone(m *testing.M) int { return Alone(func() int { return Main(m) }) }

@@ -46,7 +46,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.Alone(func() int { return overlaytest.Main(m) })) }
+func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 const (
 	// pluginImage holds the plugin and the pci.ids it names resources

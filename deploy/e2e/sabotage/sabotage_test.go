@@ -33,7 +33,8 @@ type suite struct {
 	// matrixEnv names the variable that tells the suite where to write
 	// its matrix.
 	matrixEnv string
-	// red names, by sabotage, the cells that must turn red (verdicts),
+	// red names, by sabotage, the cells that must turn red
+	// (docmatrix.ReadVerdicts names them),
 	// whether or not their program was supplied: a cell not run is
 	// neither red nor green.
 	red map[string][]string
@@ -141,25 +142,14 @@ func TestSabotage(t *testing.T) {
 				err := cmd.Run()
 				table, readErr := os.ReadFile(matrix)
 				require.NoError(t, readErr, "%s wrote no matrix with %s=%s: %v\n%s", s.name, programs.SabotageEnv, sabotage, err, out.Bytes())
-				red, green, notRun := verdicts(string(table))
-				want := s.red[sabotage]
-				t.Logf("%s=%s: %d red, %d green, %d not run\n%s", programs.SabotageEnv, sabotage, len(red), len(green), len(notRun), table)
-				require.NotEmpty(t, append(green, notRun...), "%s wrote a matrix with no verdict", s.name)
-				var missing []string
-				for _, cell := range want {
-					if !slices.Contains(red, cell) && !slices.Contains(notRun, cell) {
-						missing = append(missing, cell)
-					}
-				}
-				var unexpected []string
-				for _, cell := range red {
-					if !slices.Contains(want, cell) {
-						unexpected = append(unexpected, cell)
-					}
-				}
+				v := docmatrix.ReadVerdicts(string(table))
+				t.Logf("%s=%s: %d red, %d green, %d not run or not checked\n%s", programs.SabotageEnv, sabotage, len(v.Red), len(v.Green), len(v.NotRun), table)
+				require.NotEmpty(t, append(v.Green, v.NotRun...), "%s wrote a matrix with no verdict", s.name)
+				missing := minus(s.red[sabotage], v.Red, v.NotRun)
+				unexpected := minus(v.Red, s.red[sabotage])
 				require.Empty(t, missing, "rows that must turn red and did not:\n%s", strings.Join(missing, "\n"))
 				require.Empty(t, unexpected, "rows that turned red and must not:\n%s", strings.Join(unexpected, "\n"))
-				if len(red) > 0 {
+				if len(v.Red) > 0 {
 					require.Error(t, err, "a suite with red rows must fail")
 				} else {
 					require.NoError(t, err, "a suite with no red row must pass:\n%s", out.Bytes())
@@ -179,59 +169,9 @@ func withoutSuiteEnv(env []string) []string {
 	})
 }
 
-// verdicts reads a matrix's Markdown tables: each cell that holds a
-// verdict (isVerdict), named by its row's other cells and, where a row
-// has several verdicts, by its column's header. A cell not checked (–) is
-// counted as not run.
-func verdicts(text string) (red, green, notRun []string) {
-	var header []string
-	for _, row := range docmatrix.TableRows(text) {
-		cells := splitRow(row)
-		switch {
-		case strings.HasPrefix(strings.ReplaceAll(row, " ", ""), "|---"):
-			continue
-		case !slices.ContainsFunc(cells, isVerdict):
-			header = cells
-			continue
-		}
-		var key []string
-		for _, c := range cells {
-			if !isVerdict(c) {
-				key = append(key, c)
-			}
-		}
-		several := len(cells)-len(key) > 1
-		for i, c := range cells {
-			if !isVerdict(c) {
-				continue
-			}
-			name := strings.Join(key, " | ")
-			if several && i < len(header) {
-				name += " / " + header[i]
-			}
-			switch {
-			case strings.HasPrefix(c, "✗"):
-				red = append(red, name)
-			case strings.HasPrefix(c, "✓"):
-				green = append(green, name)
-			default:
-				notRun = append(notRun, name)
-			}
-		}
-	}
-	return red, green, notRun
-}
-
-// isVerdict reports whether a cell is a verdict: ✓, ✗, – (not checked)
-// or not run.
-func isVerdict(c string) bool {
-	return c == "–" || strings.HasPrefix(c, "✓") || strings.HasPrefix(c, "✗") || strings.HasPrefix(c, programs.NotRunPrefix)
-}
-
-func splitRow(row string) []string {
-	parts := strings.Split(strings.Trim(strings.TrimSpace(row), "|"), "|")
-	for i := range parts {
-		parts[i] = strings.TrimSpace(parts[i])
-	}
-	return parts
+// minus is the cells of a that none of the others holds.
+func minus(a []string, others ...[]string) []string {
+	return slices.DeleteFunc(slices.Clone(a), func(c string) bool {
+		return slices.ContainsFunc(others, func(o []string) bool { return slices.Contains(o, c) })
+	})
 }

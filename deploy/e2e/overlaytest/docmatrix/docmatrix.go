@@ -281,3 +281,55 @@ func (r *Rows) Table(header ...string) string {
 	defer r.mu.Unlock()
 	return "| " + strings.Join(header, " | ") + " |\n|" + strings.Repeat("---|", len(header)) + "\n" + strings.Join(r.rows, "\n") + "\n"
 }
+
+// Verdicts are the verdict cells of a suite's matrix, by name: a cell's
+// row's other cells joined by " | " and, where a row has several
+// verdicts, " / " and its column's header.
+type Verdicts struct {
+	Red, Green []string
+	// NotRun are the cells not run (their program not supplied) or not
+	// checked (–).
+	NotRun []string
+}
+
+// ReadVerdicts reads the verdict cells of the Markdown tables in text.
+func ReadVerdicts(text string) Verdicts {
+	var v Verdicts
+	var header []string
+	for _, row := range TableRows(text) {
+		c := cells(row)
+		switch {
+		case strings.HasPrefix(strings.ReplaceAll(row, " ", ""), "|---"):
+			continue
+		case !slices.ContainsFunc(c, isVerdict):
+			header = c
+			continue
+		}
+		key := slices.DeleteFunc(slices.Clone(c), isVerdict)
+		several := len(c)-len(key) > 1
+		for i, cell := range c {
+			if !isVerdict(cell) {
+				continue
+			}
+			name := strings.Join(key, " | ")
+			if several && i < len(header) {
+				name += " / " + header[i]
+			}
+			switch {
+			case strings.HasPrefix(cell, "✗"):
+				v.Red = append(v.Red, name)
+			case strings.HasPrefix(cell, "✓"):
+				v.Green = append(v.Green, name)
+			default:
+				v.NotRun = append(v.NotRun, name)
+			}
+		}
+	}
+	return v
+}
+
+// isVerdict reports whether a cell is a verdict: a mark (verdicts, – alone
+// for a cell not checked) or a row not run.
+func isVerdict(cell string) bool {
+	return cell == "–" || strings.HasPrefix(cell, "✓") || strings.HasPrefix(cell, "✗") || strings.HasPrefix(cell, notRun)
+}

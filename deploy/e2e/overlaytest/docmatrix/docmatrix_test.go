@@ -79,3 +79,20 @@ func (f *failRecorder) Errorf(format string, args ...any) {
 	f.failed = true
 	f.msg = strings.TrimSpace(strings.Join([]string{f.msg, fmt.Sprintf(format, args...)}, "\n"))
 }
+
+func TestReadVerdicts(t *testing.T) {
+	v := ReadVerdicts(`a suite's text
+| profile | served | GFD | pcieRoot |
+|---|---|---|---|
+| p | tree | ✓ compute | ✗ 0/8 |
+| p | no tree | – | not run: gpu-kubelet-plugin not supplied: x |
+
+| route | it gets |
+|---|---|
+| ctr run | ✗ verify passes |
+| CRI | ✓ verify fails |
+`)
+	require.Equal(t, []string{"p | tree / pcieRoot", "ctr run"}, v.Red)
+	require.Equal(t, []string{"p | tree / GFD", "CRI"}, v.Green)
+	require.Equal(t, []string{"p | no tree / GFD", "p | no tree / pcieRoot"}, v.NotRun)
+}

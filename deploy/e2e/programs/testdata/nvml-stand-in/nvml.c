@@ -436,6 +436,16 @@ static nvmlReturn_t gpu(nvmlDevice_t d)
 	return NVML_SUCCESS;
 }
 
+/* gpuOut is gpu for a call that answers through the pointer out, which
+ * must not be NULL. */
+static nvmlReturn_t gpuOut(nvmlDevice_t d, const void *out)
+{
+	nvmlReturn_t ret = gpu(d);
+	if (ret == NVML_SUCCESS && out == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return ret;
+}
+
 /* copyOut writes s into a caller's buffer of size n. */
 static nvmlReturn_t copyOut(const char *s, char *buf, unsigned int n)
 {
@@ -603,22 +613,18 @@ EXPORT nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busId, nvmlDevi
 
 EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, index);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (index == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	*index = (unsigned int)(device - st.gpus);
 	return NVML_SUCCESS;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, pci);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (pci == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	memset(pci, 0, sizeof *pci);
 	/* The legacy field has room for a 4-digit domain only. */
 	snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "%04X:%02X:%02X.%X", device->domain & 0xffff, device->bus, device->dev, device->function);
@@ -648,11 +654,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned 
 
 EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minor)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, minor);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (minor == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	*minor = device->minor;
 	return NVML_SUCCESS;
 }
@@ -661,11 +665,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
  * no size says NOT_SUPPORTED, which GFD logs and labels no memory for. */
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, memory);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (memory == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	if (device->memory == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	memory->total = device->memory;
@@ -707,11 +709,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *curr
 
 EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, count);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (count == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	if (device->migMax == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	*count = device->migMax;
@@ -722,11 +722,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned
  * MIG device; go-nvlib skips NOT_FOUND. */
 EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *mig)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, mig);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (mig == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	if (device->migMax == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
 	(void)index;
@@ -736,11 +734,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, uns
 /* nvmlDeviceIsMigDeviceHandle: every handle here is a full GPU. */
 EXPORT nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMig)
 {
-	nvmlReturn_t ret = gpu(device);
+	nvmlReturn_t ret = gpuOut(device, isMig);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	if (isMig == NULL)
-		return NVML_ERROR_INVALID_ARGUMENT;
 	*isMig = 0;
 	return NVML_SUCCESS;
 }
