@@ -796,8 +796,14 @@ func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, strategy s
 	cmd.Stdout, cmd.Stderr = &out, &out
 	s.matrix.runs.Add(1)
 	if err := cmd.Run(); err != nil {
+		// Its last line, from GFD's own reason on: klog's header and the
+		// open's error after the device add nothing.
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		return nil, fmt.Sprintf("%v: %s", err, lines[len(lines)-1])
+		last := lines[len(lines)-1]
+		if i := strings.Index(last, gfdNoVendor); i >= 0 {
+			last, _, _ = strings.Cut(last[i:], ": ")
+		}
+		return nil, last
 	}
 	data, err := os.ReadFile(file)
 	require.NoError(t, err)

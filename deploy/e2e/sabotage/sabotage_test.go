@@ -111,6 +111,19 @@ func suites() []suite {
 			},
 		},
 		{
+			// The driver reads pcieRoot alone from the tree: either
+			// sabotage loses it, so no claim aligned on a root is
+			// allocated and what follows the claim fails with it; the
+			// escaped-links control and the claim that must stay pending
+			// stay green.
+			name: "DRA driver", pkg: "./deploy/e2e/dra",
+			run: "^TestDRA$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			red: map[string][]string{
+				programs.SabotageEscaped: append(draRows("built-in dgx-a100"), draRows("vfio-passthrough")...),
+				programs.SabotageNoTree:  append(draRows("built-in dgx-a100"), draRows("vfio-passthrough")...),
+			},
+		},
+		{
 			name: "passthrough", pkg: "./deploy/e2e/passthrough",
 			run: "^TestPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			red: map[string][]string{
@@ -122,6 +135,16 @@ func suites() []suite {
 			},
 		},
 	}
+}
+
+// draRows are the DRA suite's rows of a profile that need its GPUs'
+// pcieRoot.
+func draRows(profile string) []string {
+	var rows []string
+	for _, check := range []string{"slices", "claim fit", "verify in the claim's pod", "unprepare"} {
+		rows = append(rows, profile+" | "+check)
+	}
+	return rows
 }
 
 // TestSabotage runs each suite with each sabotage.
