@@ -706,45 +706,51 @@ done`)
 
 // compareNVMLSysfs checks that NVML's GPUs and the sysfs GPUs not bound to
 // vfio-pci are the same set, with the same device and subsystem ids
-// (profile.MatchIdentities, compat.NVMLCheck's rule), and names every GPU
+// (compat.NVMLCheck's rule, written again here), and names every GPU
 // NVML reports that sysfs binds to vfio-pci: a real passthrough node's
 // NVML lists none (docs/user/passthrough.md).
 func compareNVMLSysfs(x *subject, nvml []programs.NVMLDevice, sysfs map[string]sysfsGPU) (string, bool, string) {
+	// The suite's own pairing, written apart from profile.MatchIdentities
+	// (compat's and verify's rule), so that each checks the other: both
+	// sides as text, NVML's bus id in sysfs's form and its packed ids as
+	// it reports them, sysfs's as read from its files.
 	var problems []string
-	shown := map[pciaddr.Address]profile.Identity{}
-	vfio := map[pciaddr.Address]bool{}
+	shown, vfio := map[string]sysfsGPU{}, map[string]bool{}
 	for _, g := range sysfs {
-		a, err := pciaddr.Parse(g.Address)
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
 		if g.Driver == profile.DriverVFIO {
-			vfio[a] = true
+			vfio[g.Address] = true
 			continue
 		}
-		shown[a] = profile.Identity{Address: a, DeviceID: g.Device, SubsystemID: g.SubsystemID}
+		shown[g.Address] = g
 	}
-	var listed []profile.Identity
 	matched := 0
+	reported := map[string]bool{}
 	for _, d := range nvml {
-		a, err := d.Address()
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
+		bdf := strings.ToLower(d.BusID)
+		if domain, rest, ok := strings.Cut(bdf, ":"); ok && len(domain) == 8 {
+			bdf = domain[4:] + ":" + rest
 		}
-		id := profile.Identity{Address: a, DeviceID: d.DeviceID, SubsystemID: d.SubsystemID}
-		if vfio[a] {
-			problems = append(problems, fmt.Sprintf("NVML reports %s, which sysfs binds to %s: a real node's NVML lists no GPU bound for passthrough", id, profile.DriverVFIO))
-			continue
-		}
-		listed = append(listed, id)
-		if s, ok := shown[a]; ok && len(profile.MatchIdentities([]profile.Identity{id}, "sysfs", []profile.Identity{s})) == 0 {
+		reported[bdf] = true
+		g, ok := shown[bdf]
+		switch {
+		case vfio[bdf]:
+			problems = append(problems, fmt.Sprintf("NVML reports %s (device %08x), which sysfs binds to %s: a real node's NVML lists no GPU bound for passthrough", bdf, d.DeviceID, profile.DriverVFIO))
+		case !ok:
+			problems = append(problems, fmt.Sprintf("NVML reports %s (%08x), sysfs has no GPU there", bdf, d.DeviceID))
+		case d.DeviceID != g.Device:
+			problems = append(problems, fmt.Sprintf("%s: NVML reports device %08x, sysfs %08x", bdf, d.DeviceID, g.Device))
+		case d.SubsystemID != 0 && d.SubsystemID != g.SubsystemID:
+			// NVML reports 0 for a subsystem its profile does not give.
+			problems = append(problems, fmt.Sprintf("%s: NVML reports subsystem %08x, sysfs %08x", bdf, d.SubsystemID, g.SubsystemID))
+		default:
 			matched++
 		}
 	}
-	others := slices.SortedFunc(maps.Values(shown), func(a, b profile.Identity) int { return a.Address.Compare(b.Address) })
-	problems = append(problems, profile.MatchIdentities(listed, "sysfs", others)...)
+	for _, bdf := range slices.Sorted(maps.Keys(shown)) {
+		if !reported[bdf] {
+			problems = append(problems, fmt.Sprintf("sysfs shows GPU %s, NVML reports none there", bdf))
+		}
+	}
 	if len(nvml) != len(x.nvmlGPUs) {
 		problems = append(problems, fmt.Sprintf("NVML reports %d GPUs, the profile has %d not bound to %s", len(nvml), len(x.nvmlGPUs), profile.DriverVFIO))
 	}

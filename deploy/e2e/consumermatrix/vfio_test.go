@@ -83,10 +83,25 @@ func TestCompareNVMLSysfsPassthrough(t *testing.T) {
 	_, ok, why = compareNVMLSysfs(x, nvmlAll, sysfs)
 	require.False(t, ok)
 	require.Equal(t, 3, strings.Count(why, "which sysfs binds to vfio-pci"), why)
-	require.Contains(t, why, "NVML reports 0000:18:00.0 10de:2330 subsystem 10de:16c1, which sysfs binds to vfio-pci")
+	require.Contains(t, why, "NVML reports 0000:18:00.0 (device 233010de), which sysfs binds to vfio-pci")
 	require.Contains(t, why, "NVML reports 4 GPUs, the profile has 1 not bound to vfio-pci")
 
 	_, ok, why = compareNVMLSysfs(x, nil, sysfs)
 	require.False(t, ok)
-	require.Contains(t, why, "sysfs shows 0000:db:00.0 10de:2330 subsystem 10de:16c1, NVML reports no GPU at 0000:db:00.0")
+	require.Contains(t, why, "sysfs shows GPU 0000:db:00.0, NVML reports none there")
+
+	// Each id is compared: another device, another subsystem; NVML's
+	// subsystem 0 (a profile that gives none) is not.
+	one := func(d programs.NVMLDevice) (bool, string) {
+		_, ok, why := compareNVMLSysfs(x, []programs.NVMLDevice{d}, sysfs)
+		return ok, why
+	}
+	ok, why = one(programs.NVMLDevice{BusID: "00000000:DB:00.0", DeviceID: 0x233110de, SubsystemID: subsystem})
+	require.False(t, ok)
+	require.Contains(t, why, "0000:db:00.0: NVML reports device 233110de, sysfs 233010de")
+	ok, why = one(programs.NVMLDevice{BusID: "00000000:DB:00.0", DeviceID: device, SubsystemID: 0x16c210de})
+	require.False(t, ok)
+	require.Contains(t, why, "0000:db:00.0: NVML reports subsystem 16c210de, sysfs 16c110de")
+	ok, why = one(programs.NVMLDevice{BusID: "00000000:DB:00.0", DeviceID: device})
+	require.True(t, ok, why)
 }

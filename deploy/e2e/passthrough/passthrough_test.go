@@ -140,7 +140,14 @@ func TestPassthrough(t *testing.T) {
 			name = n
 			require.Equal(t, int64(len(gpus)), q, "%s: one per vfio-pci GPU", n)
 		}
-		require.NotEqual(t, resourcePrefix+fmt.Sprintf("%04x", gpus[0].DeviceID), name, "named from pci.ids, not the device id")
+		// The name is pci.ids's for the profile's device id, as Debian's
+		// copy has it ("2330  GH100[H100 SXM5 80GB]"), in the plugin's
+		// form: the entry is read here so a new pci.ids says so first.
+		require.Equal(t, uint16(0x2330), gpus[0].DeviceID, "the profile's GPUs are H100 SXM5")
+		ids, err := os.ReadFile(hostPCIIDs)
+		require.NoError(t, err)
+		require.Contains(t, string(ids), "\n\t2330  GH100[H100 SXM5 80GB]\n", "%s names device 10de:2330 as this check expects", hostPCIIDs)
+		require.Equal(t, resourcePrefix+"GH100H100_SXM5_80GB", name, "the resource is named from pci.ids")
 		want := map[string]int64{}
 		for _, g := range gpus {
 			want[g.Address.String()] = int64(g.NUMANode)
