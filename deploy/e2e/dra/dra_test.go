@@ -77,6 +77,9 @@ type suite struct {
 	// checks are the rows of every profile's checks, the table make test's
 	// sabotage suite reads.
 	checks docmatrix.Rows
+	// injector is whether containerd/nri's device-injector is supplied,
+	// which serves the claim's pod our tree.
+	injector bool
 }
 
 // TestDRA runs the driver on the node for every profile of the set.
@@ -85,11 +88,12 @@ func TestDRA(t *testing.T) {
 	overlaytest.RequireRoot(t)
 	began := time.Now()
 	profiles := programs.SuiteProfiles(t)
-	// No registry serves the driver, nvml-mock's NVML (the stand-in
-	// serves GFD, not the driver) or the device-injector: without any of
-	// them, every profile's row is not run.
+	// No registry serves the driver or nvml-mock's NVML (the stand-in
+	// serves GFD, not the driver): without either, every profile's rows
+	// are not run. Without the device-injector, which serves the claim's
+	// pod our tree, the rows of that pod are not run.
 	found := map[string]string{}
-	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML, programs.DeviceInjector} {
+	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML} {
 		p, ok := programs.NeedSupplied(t, name)
 		if !ok {
 			notRunDRA(t, profiles, name)
@@ -114,8 +118,7 @@ func TestDRA(t *testing.T) {
 	// The route docs/user/dra.md gives DRA workloads: an annotation naming
 	// our device, which containerd/nri's device-injector turns into a CDI
 	// injection beside the claim's devices.
-	_, injector := s.c.Runtime.StartDeviceInjector(t)
-	require.True(t, injector, "the device-injector was found supplied above")
+	_, s.injector = s.c.Runtime.StartDeviceInjector(t)
 	s.c.Runtime.Import(t, ociimage.Image{
 		Name: verifyImage,
 		Files: []ociimage.File{
@@ -276,6 +279,17 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 			f(t)
 		})
 	}
+	// checkServed is check for the rows of the claim's pod, which the
+	// device-injector serves our tree.
+	checkServed := func(name, want string, f func(t *testing.T)) {
+		check(name, want, func(t *testing.T) {
+			if !s.injector {
+				s.checks.NotRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
+				return
+			}
+			f(t)
+		})
+	}
 
 	// The negative control first: plainly escaped links lose pcieRoot.
 	check("escaped links", "no device has a pcieRoot", func(t *testing.T) {
@@ -382,7 +396,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	if c := got["fit"]; c != nil {
 		spec = filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(c.UID)+".yaml")
 	}
-	check("verify in the claim's pod", "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
+	checkServed("verify in the claim's pod", "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
 		pod := podNamed["fit"]
 		require.NotNil(t, pod, "pod fit")
 		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", unschedulable(pod))
@@ -393,7 +407,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// Deleting the pod unprepares the claim: with the claim still there,
 	// the kubelet calls NodeUnprepareResources and the driver removes the
 	// claim's spec. Only then go the other pod and the claims.
-	check("unprepare", "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
+	checkServed("unprepare", "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
 		_, err := os.Stat(spec)
 		require.NoError(t, err, "the claim's CDI spec, before the pod's deletion")
 		s.remove(t, []string{"fit"}, nil)
