@@ -156,20 +156,38 @@ func TestDRA(t *testing.T) {
 	}
 }
 
-// notRunDRA reports every profile's row as not run, its program missing,
-// in the log (counted by make test's closing line) and the matrix.
+// notRunDRA reports every profile's rows as not run, their program
+// missing, in the log (counted by make test's closing line) and the
+// matrix.
 func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
-	var buf bytes.Buffer
-	fmt.Fprintln(&buf, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):")
+	var rows docmatrix.Rows
 	for _, p := range profiles {
 		t.Run(p.Name, func(t *testing.T) {
-			line := programs.NotRun(t.Name(), missing)
-			t.Log(line)
-			fmt.Fprintf(&buf, "\n%s: %s\n", p.Name, line)
+			for _, c := range draChecks() {
+				t.Run(c, func(t *testing.T) {
+					rows.Expect(t, p.Name, c, "")
+					rows.NotRun(t, programs.NotRun(t.Name(), missing))
+				})
+			}
 		})
 	}
-	kubetest.AppendMatrix(t, buf.String())
+	kubetest.AppendMatrix(t, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):\n\n"+rows.Table("profile", "check", "result"))
 }
+
+// draChecks are the checks of a profile, each a row (profile).
+func draChecks() []string {
+	return []string{checkEscaped, checkSlices, checkFit, checkTooMany, checkVerify, checkUnprepare}
+}
+
+// The checks' names.
+const (
+	checkEscaped   = "escaped links"
+	checkSlices    = "slices"
+	checkFit       = "claim fit"
+	checkTooMany   = "claim too-many"
+	checkVerify    = "verify in the claim's pod"
+	checkUnprepare = "unprepare"
+)
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
 // gets that many device nodes. All of a profile's GPUs, not only those
@@ -292,7 +310,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	}
 
 	// The negative control first: plainly escaped links lose pcieRoot.
-	check("escaped links", "no device has a pcieRoot", func(t *testing.T) {
+	check(checkEscaped, "no device has a pcieRoot", func(t *testing.T) {
 		escaped, stop := s.publish(t, x, x.escaped, "escaped links")
 		defer s.unpublish(t, stop)
 		for _, d := range escaped {
@@ -308,7 +326,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	t.Cleanup(func() { s.unpublish(t, stop) })
 	r.devices = len(devices)
 	rootOf := map[string]string{}
-	check("slices", "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
+	check(checkSlices, "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
 		rootOf = judgeSlices(t, x, devices, &r)
 	})
 
@@ -354,7 +372,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		podNamed[pods.Items[i].Name] = &pods.Items[i]
 	}
 
-	check("claim fit", fmt.Sprintf("%d GPUs allocated on one pcieRoot, a largest", most), func(t *testing.T) {
+	check(checkFit, fmt.Sprintf("%d GPUs allocated on one pcieRoot, a largest", most), func(t *testing.T) {
 		fitClaim := got["fit"]
 		require.NotNil(t, fitClaim, "claim fit")
 		require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated (pod fit: %s)", unschedulable(podNamed["fit"]))
@@ -377,7 +395,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 			r.fitGot += "; roots uneven, it took a largest"
 		}
 	})
-	check("claim too-many", "pending, with the scheduler's reason", func(t *testing.T) {
+	check(checkTooMany, "pending, with the scheduler's reason", func(t *testing.T) {
 		tm := got["too-many"]
 		require.NotNil(t, tm, "claim too-many")
 		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
@@ -396,7 +414,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	if c := got["fit"]; c != nil {
 		spec = filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(c.UID)+".yaml")
 	}
-	checkServed("verify in the claim's pod", "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
+	checkServed(checkVerify, "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
 		pod := podNamed["fit"]
 		require.NotNil(t, pod, "pod fit")
 		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", unschedulable(pod))
@@ -407,7 +425,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// Deleting the pod unprepares the claim: with the claim still there,
 	// the kubelet calls NodeUnprepareResources and the driver removes the
 	// claim's spec. Only then go the other pod and the claims.
-	checkServed("unprepare", "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
+	checkServed(checkUnprepare, "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
 		_, err := os.Stat(spec)
 		require.NoError(t, err, "the claim's CDI spec, before the pod's deletion")
 		s.remove(t, []string{"fit"}, nil)

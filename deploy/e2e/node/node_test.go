@@ -403,7 +403,11 @@ func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string)
 		pod.Annotations = map[string]string{injectAnnotation + container: "- " + device}
 		return
 	}
-	mounts, err := deploy.Mounts(root, plan.DefaultContainerRoot, []string{programs.NFDHostPCIDevices})
+	// The container root the render recorded (the DaemonSet's
+	// --container-root), where its links point.
+	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(s.nodePath(root)), root, "")
+	require.NoError(t, err)
+	mounts, err := deploy.Mounts(root, containerRoot, []string{programs.NFDHostPCIDevices})
 	require.NoError(t, err, "the mounts of %s", root)
 	var cm []containerdtest.Mount
 	for _, m := range mounts {
@@ -417,7 +421,7 @@ func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string)
 			continue
 		}
 		c.VolumeMounts = append(c.VolumeMounts, volumeMounts...)
-		for _, e := range deploy.Env(os.DirFS(s.nodePath(root)), plan.DefaultContainerRoot) {
+		for _, e := range deploy.Env(os.DirFS(s.nodePath(root)), containerRoot) {
 			k, v, _ := strings.Cut(e, "=")
 			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 		}
@@ -929,7 +933,7 @@ func kubernetesPage() docmatrix.Page {
 // checks docs/evidence/kubernetes.md after a green run.
 func (s *suite) report(t *testing.T) {
 	table := s.rows.Table("step", "on the node")
-	text := "TestNode (deploy/cluster/node): our deploy on a real node\n\n" + table + "\n" + strings.Join(s.figures, "\n") + "\n"
+	text := "TestNode (deploy/e2e/node): our deploy on a real node\n\n" + table + "\n" + strings.Join(s.figures, "\n") + "\n"
 	t.Logf("\n%s", text)
 	kubetest.AppendMatrix(t, text)
 	if !t.Failed() {

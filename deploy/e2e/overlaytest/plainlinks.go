@@ -9,18 +9,24 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-// PlainLinksCopy copies an overlay rendered for the default container root
-// and rewrites each endpoint's anchored link to the plain escaped form,
-// which resolves to the same device but which deviceattribute's pcieRoot
-// rejects: the negative control of every test that a consumer gets
-// pcieRoot. Bridges already have the plain form.
+// PlainLinksCopy copies an overlay and rewrites each endpoint's anchored
+// link to the plain escaped form for the container root the render
+// recorded (the default where it recorded none), which resolves to the
+// same device but which deviceattribute's pcieRoot rejects: the negative
+// control of every test that a consumer gets pcieRoot. Bridges already
+// have the plain form.
 func PlainLinksCopy(t testing.TB, root string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "plain")
 	if out, err := exec.Command("cp", "-a", root, dst).CombinedOutput(); err != nil {
 		t.Fatalf("copy %s: %v\n%s", root, err, out)
+	}
+	containerRoot := plan.DefaultContainerRoot
+	if m, err := writer.ReadMarker(os.DirFS(dst)); err == nil && m.ContainerRoot != "" {
+		containerRoot = m.ContainerRoot
 	}
 	links := filepath.Join(dst, plan.LinksDir)
 	entries, err := os.ReadDir(links)
@@ -44,7 +50,7 @@ func PlainLinksCopy(t testing.TB, root string) string {
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(plan.EscapedTarget(plan.DefaultContainerRoot, sysPath), p); err != nil {
+		if err := os.Symlink(plan.EscapedTarget(containerRoot, sysPath), p); err != nil {
 			t.Fatal(err)
 		}
 		rewritten++

@@ -141,7 +141,7 @@ func suites() []suite {
 // pcieRoot.
 func draRows(profile string) []string {
 	var rows []string
-	for _, check := range []string{"slices", "claim fit", "verify in the claim's pod", "unprepare"} {
+	for _, check := range []string{"slices", "claim fit", "verify in the claim's pod", "unprepare"} { // the DRA suite's checkSlices, checkFit, checkVerify, checkUnprepare
 		rows = append(rows, profile+" | "+check)
 	}
 	return rows
