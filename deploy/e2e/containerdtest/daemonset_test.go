@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,32 +121,6 @@ func translate(t *testing.T, spec corev1.PodSpec, nodeDirs, configMaps map[strin
 // the test moves on: more than one, so that a view is no lucky moment.
 const readerScans = 4
 
-// readerView is the reader's last progress line of one view: how many
-// entries the tree has and how many whole scans of it the reader made in a
-// row.
-type readerView struct{ entries, scans int }
-
-// readerViews reads the reader's progress lines (its progressLine), one
-// view each, in order.
-func readerViews(out string) ([]readerView, error) {
-	var views []readerView
-	for _, m := range regexp.MustCompile(`(?m)^view (\d+): (\d+) entries, (\d+) whole scans$`).FindAllStringSubmatch(out, -1) {
-		n := make([]int, 3)
-		for i := range n {
-			n[i], _ = strconv.Atoi(m[i+1])
-		}
-		switch view := n[0]; {
-		case view == len(views):
-			views[view-1] = readerView{n[1], n[2]}
-		case view == len(views)+1:
-			views = append(views, readerView{n[1], n[2]})
-		default:
-			return views, fmt.Errorf("the reader's progress: view %d after %d views", view, len(views))
-		}
-	}
-	return views, nil
-}
-
 // waitReaderScans waits until the reader's latest view is a tree of
 // entries entries, scanned whole scans times in a row, by its own count.
 func waitReaderScans(t *testing.T, reader *containerdtest.CRIContainer, entries, scans int) {
@@ -156,7 +128,7 @@ func waitReaderScans(t *testing.T, reader *containerdtest.CRIContainer, entries,
 	// crictl runs for each look: a tenth of a second between them.
 	_, err := podtest.Poll(30*time.Second, 100*time.Millisecond, func() (bool, string) {
 		out, errOut := reader.Logs(t)
-		views, err := readerViews(out)
+		views, err := containerdtest.ParseReaderViews(out)
 		switch {
 		case err != nil:
 			return false, err.Error()
@@ -164,7 +136,7 @@ func waitReaderScans(t *testing.T, reader *containerdtest.CRIContainer, entries,
 			return false, fmt.Sprintf("no progress line yet; log %.300q %.300q", out, errOut)
 		}
 		last := views[len(views)-1]
-		return last.entries == entries && last.scans >= scans, fmt.Sprintf("views %+v", views)
+		return last.Entries == entries && last.Scans >= scans, fmt.Sprintf("views %+v", views)
 	})
 	require.NoError(t, err, "the reader's %d whole scans of the tree of %d entries", scans, entries)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -146,6 +148,32 @@ func ReaderBaseImage(t testing.TB) ociimage.Image {
 type ReaderTotals struct {
 	linkscan.Totals
 	Views []int `json:"views"`
+}
+
+// ReaderView is the reader's last progress line of one view: how many
+// entries the tree has and how many whole scans of it the reader made in a
+// row.
+type ReaderView struct{ Entries, Scans int }
+
+// ParseReaderViews reads the reader's progress lines (its progressLine),
+// one view each, in order.
+func ParseReaderViews(out string) ([]ReaderView, error) {
+	var views []ReaderView
+	for _, m := range regexp.MustCompile(`(?m)^view (\d+): (\d+) entries, (\d+) whole scans$`).FindAllStringSubmatch(out, -1) {
+		n := make([]int, 3)
+		for i := range n {
+			n[i], _ = strconv.Atoi(m[i+1])
+		}
+		switch view := n[0]; {
+		case view == len(views):
+			views[view-1] = ReaderView{n[1], n[2]}
+		case view == len(views)+1:
+			views = append(views, ReaderView{n[1], n[2]})
+		default:
+			return views, fmt.Errorf("the reader's progress: view %d after %d views", view, len(views))
+		}
+	}
+	return views, nil
 }
 
 // ParseReaderTotals reads the report, the last line of the reader's

@@ -18,7 +18,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +37,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -678,64 +675,6 @@ func containerID(t *testing.T, pod *corev1.Pod) string {
 	return id
 }
 
-// scanBytesBound is at most how many bytes one scan of the links directory
-// at the node path links reads: linkscan reads every entry's vendor, class
-// and resource files. A node's own entry (its link has the kernel's text)
-// is read here, from the host's sysfs, which the reader reads through it;
-// a mock entry's files are at most a vendor and a class line and a
-// bridge's resource lines.
-func scanBytesBound(t *testing.T, links string) int64 {
-	t.Helper()
-	mock := int64(len(fmt.Sprintf("0x%04x\n", 0)) + len(fmt.Sprintf("0x%06x\n", 0)) +
-		sysfs.ResourceLinesBridge*len(fmt.Sprintf("0x%016x 0x%016x 0x%016x\n", 0, 0, 0)))
-	entries, err := os.ReadDir(links)
-	require.NoError(t, err)
-	var n int64
-	for _, e := range entries {
-		target, err := os.Readlink(filepath.Join(links, e.Name()))
-		require.NoError(t, err)
-		if !plan.IsKernelLinkText(target) {
-			n += mock
-			continue
-		}
-		for _, f := range linkscan.Files() {
-			b, err := os.ReadFile(filepath.Join("/sys/bus/pci/devices", e.Name(), f))
-			require.NoError(t, err, "the node's own device %s", e.Name())
-			n += int64(len(b))
-		}
-	}
-	return n
-}
-
-// containerPID is a CRI container's process in the node's pid namespace.
-func (s *suite) containerPID(t *testing.T, id string) int {
-	t.Helper()
-	var inspect struct {
-		Info struct {
-			PID int `json:"pid"`
-		} `json:"info"`
-	}
-	require.NoError(t, json.Unmarshal([]byte(s.c.Runtime.Crictl(t, "inspect", id)), &inspect))
-	require.Positive(t, inspect.Info.PID, "container %s's pid", id)
-	return inspect.Info.PID
-}
-
-// bytesRead is how many bytes a process of the node has read with read
-// system calls (its /proc/<pid>/io rchar).
-func (s *suite) bytesRead(pid int) (int64, error) {
-	file := s.c.ProcPath(fmt.Sprintf("/proc/%d/io", pid))
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("%s: no rchar line in %q", file, b)
-}
-
 // withProductName is the profile file's text with system.product_name
 // set.
 func withProductName(t *testing.T, file, name string) string {
@@ -792,7 +731,6 @@ func (s *suite) testReprofile(t *testing.T) {
 		return nil
 	})
 	links := filepath.Join(s.nodePath(s.root), plan.LinksDir)
-	oldScan := scanBytesBound(t, links)
 
 	r := &s.reprof
 	r.From, r.To, r.KubeletSyncPeriod = "standalone ConfigMap ("+s.key+")", "built-in "+reprofileTo, kubeletSyncPeriod
@@ -815,20 +753,20 @@ func (s *suite) testReprofile(t *testing.T) {
 	r.UpdateToSwapString, r.SwapToTreeString = r.UpdateToSwap.Round(time.Millisecond).String(), r.SwapToTree.Round(time.Millisecond).String()
 	s.c.WaitPod(t, pod.Namespace, pod.Name, time.Minute, kubetest.PodReady)
 
-	// The reader has made a whole scan of the new tree once it has read
-	// more, since the tree was complete, than the rest of a scan under way
-	// then (at most every entry of both trees) and one whole scan of the
-	// new tree.
-	pid := s.containerPID(t, containerID(t, running))
-	since, err := s.bytesRead(pid)
+	// The reader says, by its own count, when it has made whole scans of
+	// the new tree (its progress lines): two in a row, so that its view is
+	// no lucky moment.
+	entries, err := os.ReadDir(links)
 	require.NoError(t, err)
-	enough := oldScan + 2*scanBytesBound(t, links)
-	s.c.Wait(t, "the reader's whole scan of the new tree", time.Minute, func() error {
-		n, err := s.bytesRead(pid)
-		if err == nil && n-since < enough {
-			err = fmt.Errorf("the reader read %d bytes since the new tree was complete, want %d", n-since, enough)
+	s.c.Wait(t, "the reader's whole scans of the new tree", time.Minute, func() error {
+		views, err := containerdtest.ParseReaderViews(s.c.PodLog(t, reader.Namespace, reader.Name))
+		if err != nil {
+			return err
 		}
-		return err
+		if n := len(views); n < 2 || views[n-1].Entries != len(entries) || views[n-1].Scans < 2 {
+			return fmt.Errorf("views %+v, want a last one of %d entries scanned twice", views, len(entries))
+		}
+		return nil
 	})
 
 	// Stopped through CRI, the reader prints its totals and exits 0.
