@@ -29,8 +29,10 @@ type event struct {
 }
 
 // notRun matches the line a suite logs for a row it did not run
-// (programs.NotRun): "not run: PROGRAM not supplied: ROW".
-var notRun = regexp.MustCompile(`not run: (\S+) not supplied: (.+)$`)
+// (programs.NotRun), as t.Log prints it: "file.go:12: not run: PROGRAM not
+// supplied: ROW". A matrix that quotes the line in a cell (the sabotage
+// suite logs the matrices of its runs) does not match.
+var notRun = regexp.MustCompile(`^\s*\S+\.go:\d+: not run: (\S+) not supplied: (.+)$`)
 
 func main() {
 	if len(os.Args) != 2 {
@@ -99,7 +101,7 @@ func read(file string) (summary, error) {
 		case "skip":
 			s.skipped = append(s.skipped, name)
 		case "output":
-			if m := notRun.FindStringSubmatch(strings.TrimSpace(e.Output)); m != nil {
+			if m := notRun.FindStringSubmatch(strings.TrimRight(e.Output, "\n")); m != nil {
 				key := e.Package + " " + m[0]
 				if !seen[key] {
 					seen[key] = true
