@@ -6,7 +6,9 @@ package consumermatrix_test
 
 import (
 	"fmt"
-	"math/bits"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +17,6 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -44,13 +45,51 @@ func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.S
 				fmt.Sprintf("GFD's vfio strategy labelled gpu.count=%s on a node with no GPU bound to vfio-pci", count))
 			continue
 		}
-		_, mem64 := boards.BARTotals(vfio[0].Name, vfio[0].DeviceID, vfio[0].BAR1Bytes)
-		wantMemory := strconv.FormatUint(uint64(1)<<bits.Len64(mem64-1), 10)
-		ok := count == strconv.Itoa(len(vfio)) && memory == wantMemory && product != ""
+		wantProduct, wantMemory, known := vfioLabels(t, vfio[0])
+		if !known {
+			ok := count == strconv.Itoa(len(vfio)) && product != "" && memory != ""
+			row(name).check(t, colGFDVFIO, fmt.Sprintf("count %s, %s, memory %s (no capture of %s: product and memory not compared)", count, product, memory, vfio[0].Name), ok,
+				fmt.Sprintf("want gpu.count=%d, a gpu.product and a gpu.memory; labels %v", len(vfio), labels))
+			continue
+		}
+		ok := count == strconv.Itoa(len(vfio)) && memory == wantMemory && product == wantProduct
 		row(name).check(t, colGFDVFIO, fmt.Sprintf("count %s, %s, memory %s", count, product, memory), ok,
-			fmt.Sprintf("want gpu.count=%d, gpu.memory=%s (the BARs' 64-bit total, rounded up to a power of two) and a gpu.product; labels %v", len(vfio), wantMemory, labels))
+			fmt.Sprintf("want gpu.count=%d, gpu.product=%s (pci.ids) and gpu.memory=%s (twice the capture's BAR1); labels %v", len(vfio), wantProduct, wantMemory, labels))
 	}
 }
+
+// vfioLabels are the product and memory GFD's vfio strategy must label a
+// GPU with, from sources apart from this project's boards table: the
+// product is pci.ids's name of its device (Debian's copy), in GFD's form;
+// the memory is twice the BAR1 a real node of the same product reports
+// (../shared's nvidia-smi capture): GFD labels the 64-bit BARs' total
+// rounded up to a power of two, and BAR1, a power of two, with BAR3's few
+// MiB beside it rounds up to twice itself. known is false for a GPU with
+// no capture.
+func vfioLabels(t *testing.T, g profile.Device) (product, memory string, known bool) {
+	t.Helper()
+	captures := map[string]struct{ file, product string }{
+		// pci.ids: "2330  GH100[H100 SXM5 80GB]".
+		"NVIDIA H100 80GB HBM3": {"qx-h100.xml", "GH100H100-SXM5-80GB"},
+	}
+	c, ok := captures[g.Name]
+	if !ok {
+		return "", "", false
+	}
+	ids, err := os.ReadFile(hostPCIIDs)
+	require.NoError(t, err)
+	require.Contains(t, string(ids), "\n\t2330  GH100[H100 SXM5 80GB]\n", "%s names 10de:2330 as this check expects", hostPCIIDs)
+	xml, err := os.ReadFile(filepath.Join(overlaytest.SharedTestdata(t, "nvidia-smi-captures"), c.file))
+	require.NoError(t, err)
+	m := regexp.MustCompile(`<bar1_memory_usage>\s*<total>(\d+) MiB</total>`).FindSubmatch(xml)
+	require.NotNil(t, m, "%s: no BAR1 total", c.file)
+	bar1, err := strconv.ParseUint(string(m[1]), 10, 64)
+	require.NoError(t, err)
+	return c.product, strconv.FormatUint(2*bar1<<20, 10), true
+}
+
+// hostPCIIDs is Debian's pci.ids (pciutils), which go-nvlib reads too.
+const hostPCIIDs = "/usr/share/misc/pci.ids"
 
 // TestCompareNVMLSysfsPassthrough: on a passthrough node (three GPUs on
 // vfio-pci, one on nvidia) NVML listing the nvidia-bound GPU alone pairs

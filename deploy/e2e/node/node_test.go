@@ -430,11 +430,15 @@ func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string)
 // reads it, not the writer's own marker.
 func (s *suite) servedGPUs(t *testing.T) int {
 	t.Helper()
-	root := s.nodePath(s.root)
+	// A copy: the node's tree lies in its own mount namespace, which a
+	// bind mount cannot take a source from.
+	root := filepath.Join(t.TempDir(), "tree")
+	out, err := exec.Command("cp", "-a", s.nodePath(s.root), root).CombinedOutput()
+	require.NoError(t, err, "copy the node's tree: %s", out)
 	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(root), root, "")
 	require.NoError(t, err)
 	cmd := programs.GHWListRun{Binary: programs.NeedBinary(t, programs.GHWList())}.Invocation().In(overlaytest.Served{Root: root, ContainerRoot: containerRoot})
-	out, err := cmd.Output()
+	out, err = cmd.Output()
 	require.NoError(t, err, "ghw-list in the served tree")
 	devices, err := programs.ParseGHWDevices(out)
 	require.NoError(t, err)
