@@ -81,6 +81,9 @@ type suite struct {
 	// sabotage, when set, serves the plugin something else than the
 	// render (programs.SabotagedRoot), to see the rows that need it fail.
 	sabotage string
+	// groups are the IOMMU groups of the render's GPUs on vfio-pci, by
+	// address, as /dev/vfio holds them.
+	groups map[string]string
 }
 
 func TestPassthrough(t *testing.T) {
@@ -163,6 +166,21 @@ func TestPassthrough(t *testing.T) {
 		}
 		require.Equal(t, want, got, "each vfio-pci GPU with the profile's NUMA node")
 		t.Logf("allocatable %s=%d; PodResources devices (BDF: NUMA node) %v", name, res[name], got)
+
+		// The plugin watches each GPU's /dev/vfio/<group>, the group its
+		// iommu_group link names: removing one GPU's marks it unhealthy,
+		// and the Node's allocatable drops by one. A /dev/vfio built with
+		// another group would not (the plugin watches only its GPUs'), so
+		// this is what holds /dev/vfio to the tree's groups.
+		group := s.groups[gpus[0].Address.String()]
+		require.NotEmpty(t, group, "%s's IOMMU group", gpus[0].Address)
+		require.NoError(t, os.Remove(filepath.Join(s.vfio, group)))
+		s.c.Wait(t, "the GPU whose /dev/vfio/"+group+" went unhealthy", waitTimeout, func() error {
+			if n := s.resources(t)[name]; n != int64(len(gpus)-1) {
+				return fmt.Errorf("allocatable %s=%d, want %d", name, n, len(gpus)-1)
+			}
+			return nil
+		})
 	})
 	s.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {
@@ -177,7 +195,7 @@ const (
 	boundRow  = "built-in " + boundProfile + " (every GPU on nvidia)"
 	boundWant = "no " + resourcePrefix + "* resource in the Node's allocatable, no device in PodResources"
 	vfioRow   = passthroughProfile + " (3 of 4 GPUs on vfio-pci)"
-	vfioWant  = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node"
+	vfioWant  = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node; one fewer once a GPU's /dev/vfio group goes"
 )
 
 // notRun reports the profiles' rows as not run, the program missing not
@@ -220,19 +238,27 @@ func (s *suite) render(t *testing.T, name string) *profile.Machine {
 	for _, e := range entries {
 		require.NoError(t, os.Remove(filepath.Join(s.vfio, e.Name())))
 	}
-	// The kernel's /dev/vfio/vfio, and one entry per group a GPU's
-	// iommu_group link names.
+	// The kernel's /dev/vfio/vfio, and an entry for the group of each GPU
+	// the profile binds to vfio-pci, as vfio-pci makes one per group it
+	// holds: the group its iommu_group link names.
 	require.NoError(t, os.WriteFile(filepath.Join(s.vfio, "vfio"), nil, 0o644))
+	vfio := map[string]bool{}
+	for _, g := range m.GPUsOn(profile.DriverVFIO) {
+		vfio[g.Address.String()] = true
+	}
+	s.groups = map[string]string{}
 	require.NoError(t, filepath.WalkDir(filepath.Join(s.root, "sys/devices"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.Name() != "iommu_group" {
+		if err != nil || d.Name() != "iommu_group" || !vfio[filepath.Base(filepath.Dir(path))] {
 			return err
 		}
 		target, err := os.Readlink(path)
 		if err != nil {
 			return err
 		}
+		s.groups[filepath.Base(filepath.Dir(path))] = filepath.Base(target)
 		return os.WriteFile(filepath.Join(s.vfio, filepath.Base(target)), nil, 0o644)
 	}))
+	require.Len(t, s.groups, len(vfio), "an IOMMU group for each GPU on vfio-pci")
 	return m
 }
 
