@@ -129,7 +129,7 @@ func NormalizedImage(image string) string {
 	return image
 }
 
-// ReaderImage holds deploy/runtime/testdata/reader alone: a served
+// ReaderImage holds deploy/e2e/containerdtest/testdata/reader alone: a served
 // container that scans /sys/bus/pci/devices in a loop while the tree is
 // re-rendered, and prints ReaderTotals when stopped (SIGTERM).
 const ReaderImage = "localhost/nvml-mock-sysfs/reader:test"

@@ -89,7 +89,7 @@ const CgroupRoot = "/sys/fs/cgroup"
 // whether it exists or not: a cgroup has a directory of its own in each
 // hierarchy, and all of them must go. Controllers mounted together are
 // one directory (cpu,cpuacct) and their names symlinks to it, which are
-// skipped so no directory is listed twice. deploy/cluster passes a
+// skipped so no directory is listed twice. kubetest passes a
 // stand-in root in its tests.
 func CgroupDirs(root, cgroup string) []string {
 	dirs := []string{filepath.Join(root, cgroup)}

@@ -62,7 +62,7 @@ type Options struct {
 	// Namespace, when not zero, is the PID of a process whose mount,
 	// network and pid namespaces containerd joins (nsenter) instead of a
 	// private mount namespace of its own: a kubelet must share
-	// containerd's mount namespace (deploy/cluster). The caller owns that
+	// containerd's mount namespace (kubetest). The caller owns that
 	// namespace: it gives it a private /run, and that process is left
 	// running. CRI then also reads CDI specs from /var/run/cdi, which lies
 	// in that private /run, as a node's containerd does.
@@ -361,7 +361,7 @@ func (h *Harness) CtrRun(t testing.TB, cdiDir string, flags []string, image stri
 // Stop removes every pod and container, stops containerd, and kills what
 // is left of the processes it started, then waits for them to be gone.
 // Start registers it to run when the test ends; a caller that must stop
-// containerd earlier (deploy/cluster, before its namespace goes) calls it
+// containerd earlier (kubetest, before its namespace goes) calls it
 // itself, and the end of the test then does nothing.
 func (h *Harness) Stop(t testing.TB) { h.stop(t) }
 

@@ -1,6 +1,6 @@
 // Package dra_test runs the NVIDIA DRA driver's kubelet plugin, the
 // binary a cluster runs, on a real single-node Kubernetes
-// (deploy/cluster) for every profile of the suite set, served the mock
+// (kubetest) for every profile of the suite set, served the mock
 // sysfs as a container is, and judges from the API server's objects what
 // the driver published and what the scheduler did with it: pcieRoot per
 // GPU, claims aligned on one PCIe root, a claim no root can hold left

@@ -1,8 +1,8 @@
 // Package cluster runs a real single-node Kubernetes for end-to-end tests:
 // etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
-// private containerd of deploy/runtime and a kubelet, built from the Go
+// private containerd of containerdtest and a kubelet, built from the Go
 // module proxy into the consumers cache (programs.Kube, programs.Etcd).
-// The DRA driver's suite (deploy/cluster/dra) and the deploy path's share
+// The DRA driver's suite (deploy/e2e/dra) and the deploy path's share
 // it, as the mount-namespace suites share overlaytest.Served.
 //
 // Everything runs in one private mount, network and pid namespace, on

@@ -66,7 +66,7 @@ func kubeletHostPaths() []string {
 // cgroup v1 hierarchy) when the kubelet makes no QoS cgroups: its default
 // cgroup parent, its CRI namespace. The kubelet ignores cgroupRoot
 // without cgroupsPerQOS (../shared/KUBERNETES.md), so a cluster cannot
-// have a parent of its own as deploy/runtime's own containers do, and
+// have a parent of its own as containerdtest's own containers do, and
 // every cluster on the host shares this one.
 const podCgroup = "k8s.io"
 

@@ -1,5 +1,5 @@
 // Package node_test runs the deploy path on a real single-node Kubernetes
-// (deploy/cluster), as a user runs it: the standalone ConfigMap and the
+// (kubetest), as a user runs it: the standalone ConfigMap and the
 // DaemonSet of deploy/kubernetes applied through the API server, GPU
 // Feature Discovery and nfd-worker in pods served the tree by the route
 // docs/user/kubernetes.md gives (containerd/nri's device-injector and one pod

@@ -30,7 +30,7 @@ func KeepHostRoot(run func() int) int {
 // test could write through a real consumer: the CDI spec directories
 // podman and containerd read (podman 4.3 reads only these two, so its
 // tests must write there), and the directories a kubelet creates whatever
-// its --root-dir (deploy/cluster keeps them in private tmpfs mounts).
+// its --root-dir (kubetest keeps them in private tmpfs mounts).
 func watchedHostPaths() []string {
 	return []string{"/var/run/cdi", "/etc/cdi", "/var/lib/kubelet", "/var/log/pods", "/var/log/containers"}
 }

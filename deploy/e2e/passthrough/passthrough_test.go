@@ -1,6 +1,6 @@
 // Package passthrough_test runs NVIDIA's kubevirt-gpu-device-plugin (the
 // GPU Operator's sandbox device plugin) on the real single-node
-// Kubernetes of deploy/cluster, served our tree by the route
+// Kubernetes of kubetest, served our tree by the route
 // docs/user/kubernetes.md gives (containerd/nri's device-injector and one pod
 // annotation): with a profile whose GPUs are bound to vfio-pci it
 // registers with the kubelet and the Node's allocatable lists the GPU

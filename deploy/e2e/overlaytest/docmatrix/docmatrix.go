@@ -36,7 +36,7 @@ type Page struct {
 	// top, as the suite's test finds it (../../../docs/evidence/consumers.md).
 	Path string
 	// Suite names what writes the table, in the markers and messages:
-	// "compat/consumers TestConsumers".
+	// "deploy/e2e/consumermatrix TestConsumers".
 	Suite string
 	// Keys is how many leading cells name a row (profile, served): those
 	// are compared as text, every other cell by its verdict.
