@@ -726,10 +726,12 @@ func compareNVMLSysfs(x *subject, nvml []programs.NVMLDevice, sysfs map[string]s
 	matched := 0
 	reported := map[string]bool{}
 	for _, d := range nvml {
-		bdf := strings.ToLower(d.BusID)
-		if domain, rest, ok := strings.Cut(bdf, ":"); ok && len(domain) == 8 {
-			bdf = domain[4:] + ":" + rest
+		a, err := d.Address()
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
 		}
+		bdf := a.String()
 		reported[bdf] = true
 		g, ok := shown[bdf]
 		switch {

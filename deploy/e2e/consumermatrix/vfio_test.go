@@ -69,16 +69,14 @@ func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.S
 func vfioLabels(t *testing.T, g profile.Device) (product, memory string, known bool) {
 	t.Helper()
 	captures := map[string]struct{ file, product string }{
-		// pci.ids: "2330  GH100[H100 SXM5 80GB]".
+		// pci.ids: programs.H100SXM5PCIIDs.
 		"NVIDIA H100 80GB HBM3": {"qx-h100.xml", "GH100H100-SXM5-80GB"},
 	}
 	c, ok := captures[g.Name]
 	if !ok {
 		return "", "", false
 	}
-	ids, err := os.ReadFile(hostPCIIDs)
-	require.NoError(t, err)
-	require.Contains(t, string(ids), "\n\t2330  GH100[H100 SXM5 80GB]\n", "%s names 10de:2330 as this check expects", hostPCIIDs)
+	programs.RequirePCIIDsLine(t, programs.H100SXM5PCIIDs)
 	xml, err := os.ReadFile(filepath.Join(overlaytest.SharedTestdata(t, "nvidia-smi-captures"), c.file))
 	require.NoError(t, err)
 	m := regexp.MustCompile(`<bar1_memory_usage>\s*<total>(\d+) MiB</total>`).FindSubmatch(xml)
@@ -87,9 +85,6 @@ func vfioLabels(t *testing.T, g profile.Device) (product, memory string, known b
 	require.NoError(t, err)
 	return c.product, strconv.FormatUint(2*bar1<<20, 10), true
 }
-
-// hostPCIIDs is Debian's pci.ids (pciutils), which go-nvlib reads too.
-const hostPCIIDs = "/usr/share/misc/pci.ids"
 
 // TestCompareNVMLSysfsPassthrough: on a passthrough node (three GPUs on
 // vfio-pci, one on nvidia) NVML listing the nvidia-bound GPU alone pairs

@@ -54,9 +54,9 @@ const (
 	pluginImage = "localhost/nvml-mock-sysfs/kubevirt-gpu-device-plugin:test"
 	pluginPath  = "/kubevirt-gpu-device-plugin"
 	// pciIDs is where the plugin reads pci.ids (its pciIdsFilePath), and
-	// hostPCIIDs Debian's copy (pciutils).
+	// hostPCIIDs Debian's copy (pciutils, programs.HostPCIIDs).
 	pciIDs     = "/usr/pci.ids"
-	hostPCIIDs = "/usr/share/misc/pci.ids"
+	hostPCIIDs = programs.HostPCIIDs
 	// devicePlugins is the kubelet's device plugin directory, fixed in
 	// both (pluginapi.DevicePluginPath); in the cluster's namespace it is
 	// private.
@@ -144,12 +144,10 @@ func TestPassthrough(t *testing.T) {
 			require.Equal(t, int64(len(gpus)), q, "%s: one per vfio-pci GPU", n)
 		}
 		// The name is pci.ids's for the profile's device id, as Debian's
-		// copy has it ("2330  GH100[H100 SXM5 80GB]"), in the plugin's
-		// form: the entry is read here so a new pci.ids says so first.
+		// copy has it (programs.H100SXM5PCIIDs), in the plugin's form: the
+		// entry is read here so a new pci.ids says so first.
 		require.Equal(t, uint16(0x2330), gpus[0].DeviceID, "the profile's GPUs are H100 SXM5")
-		ids, err := os.ReadFile(hostPCIIDs)
-		require.NoError(t, err)
-		require.Contains(t, string(ids), "\n\t2330  GH100[H100 SXM5 80GB]\n", "%s names device 10de:2330 as this check expects", hostPCIIDs)
+		programs.RequirePCIIDsLine(t, programs.H100SXM5PCIIDs)
 		require.Equal(t, resourcePrefix+"GH100H100_SXM5_80GB", name, "the resource is named from pci.ids")
 		want := map[string]int64{}
 		for _, g := range gpus {
