@@ -24,12 +24,12 @@ const pauseProgram = "./deploy/e2e/containerdtest/testdata/pause"
 // pauseImage is the sandbox image: the pause program alone.
 func pauseImage(t testing.TB) ociimage.Image {
 	t.Helper()
-	return programImage(t, PauseImage, pauseProgram, "/pause")
+	return ProgramImage(t, PauseImage, pauseProgram, "/pause")
 }
 
-// programImage is an image named name of one static program of the
+// ProgramImage is an image named name of one static program of the
 // repository (a package path below it), at path, its entrypoint.
-func programImage(t testing.TB, name, program, path string) ociimage.Image {
+func ProgramImage(t testing.TB, name, program, path string) ociimage.Image {
 	t.Helper()
 	return ociimage.Image{
 		Name:       name,
@@ -140,7 +140,7 @@ const readerProgram = "./deploy/e2e/containerdtest/testdata/reader"
 // ReaderBaseImage is the reader's image.
 func ReaderBaseImage(t testing.TB) ociimage.Image {
 	t.Helper()
-	return programImage(t, ReaderImage, readerProgram, "/reader")
+	return ProgramImage(t, ReaderImage, readerProgram, "/reader")
 }
 
 // ReaderTotals is the reader's report: its totals over every scan, and

@@ -142,16 +142,23 @@ const childTimeout = 10 * time.Second
 // command's one child: the program an Enter command (nsenter) or
 // `unshare --fork` runs.
 func ChildPID(cmd *exec.Cmd) (int, error) {
-	pid := cmd.Process.Pid
+	return ChildOf(cmd.Process.Pid)
+}
+
+// ChildOf returns the PID of a process's one child, waiting for its fork:
+// the program a process that ChildPID found forks in turn (unshare
+// --fork, run by nsenter).
+func ChildOf(pid int) (int, error) {
+	name, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 	file := fmt.Sprintf("/proc/%d/task/%d/children", pid, pid)
 	for deadline := time.Now().Add(childTimeout); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return 0, fmt.Errorf("%s (pid %d) exited before its program started: %w", filepath.Base(cmd.Path), pid, err)
+			return 0, fmt.Errorf("%s (pid %d) exited before its program started: %w", filepath.Base(name), pid, err)
 		}
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			return strconv.Atoi(f[0])
 		}
 	}
-	return 0, fmt.Errorf("%s (pid %d) forked no program within %s", filepath.Base(cmd.Path), pid, childTimeout)
+	return 0, fmt.Errorf("%s (pid %d) forked no program within %s", filepath.Base(name), pid, childTimeout)
 }

@@ -1,12 +1,14 @@
-// Package cluster runs a real single-node Kubernetes for end-to-end tests:
-// etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
-// private containerd of containerdtest and a kubelet, built from the Go
-// module proxy into the consumers cache (programs.Kube, programs.Etcd).
-// The DRA driver's suite (deploy/e2e/dra) and the deploy path's share
-// it, as the mount-namespace suites share overlaytest.Served.
+// Package kubetest runs a real Kubernetes for end-to-end tests: etcd,
+// kube-apiserver, kube-controller-manager, kube-scheduler, and on each node
+// the private containerd of containerdtest and a kubelet, built from the
+// Go module proxy into the programs' cache (programs.Kube, programs.Etcd).
+// The DRA driver's suite (deploy/e2e/dra), the deploy path's and the
+// fleet's share it, as the mount-namespace suites share overlaytest.Served.
 //
-// Everything runs in one private mount, network and pid namespace, on
-// loopback only, with credentials generated for the test. The namespace is
+// A cluster has one node beside the control plane (Options.Workers zero)
+// or worker nodes of their own (nodes.go). The control plane runs in one
+// private mount, network and pid namespace, with credentials generated
+// for the test; the single node shares it, on loopback. The namespace is
 // held by a small init (pid 1 of its pid namespace) that the harness
 // starts first and kills last: the kernel then kills whatever is left in
 // it. Inside it, /run is a private tmpfs; the six sysctls a kubelet
@@ -52,10 +54,11 @@ import (
 )
 
 const (
-	// NodeName is the one node's name.
+	// NodeName is the single node's name.
 	NodeName = "nvml-mock-node"
-	// apiServerAddress is where kube-apiserver listens, in the namespace's
-	// own network: every port is private to it.
+	// apiServerAddress is where kube-apiserver listens for the single
+	// node, in the namespace's own network: every port is private to it.
+	// A cluster of workers has it at controlPlaneIP (nodes.go).
 	apiServerAddress = "127.0.0.1:6443"
 	etcdClientURL    = "http://127.0.0.1:2379"
 	// startTimeout bounds each component's readiness; stopTimeout each
@@ -72,9 +75,13 @@ type Options struct {
 	// Progress receives a line per startup step and at shutdown; nil
 	// means standard error.
 	Progress io.Writer
+	// Workers, when not zero, is how many worker nodes the cluster has,
+	// each in namespaces of its own with its own address (nodes.go), and
+	// no node beside the control plane. Zero is the single node.
+	Workers int
 }
 
-// Cluster is one running single-node Kubernetes.
+// Cluster is one running Kubernetes.
 type Cluster struct {
 	// Dir holds everything of this cluster: state, certificates,
 	// kubeconfig, logs (one per component, name.log).
@@ -86,15 +93,15 @@ type Cluster struct {
 	// administrator.
 	Config *rest.Config
 	Client kubernetes.Interface
-	// Runtime is the node's containerd; CRI's images, NRI plugins and
-	// CDIDir are its.
-	Runtime *containerdtest.Harness
-	// KubeletRootDir is the kubelet's --root-dir: plugins_registry and
-	// plugins (a DRA or CSI plugin's sockets) are below it.
+	// Nodes are the cluster's nodes, in the order Start made them: the
+	// single node, or the workers.
+	Nodes []*Node
+	// Runtime, KubeletRootDir and Kubelet are the first node's (Node's
+	// fields say what they are): the single node's, for the suites that
+	// run on one.
+	Runtime        *containerdtest.Harness
 	KubeletRootDir string
-	// Kubelet is the kubelet's process. It logs at -v=3, which names
-	// each plugin it registers and unregisters ("Registered DRA plugin").
-	Kubelet *Process
+	Kubelet        *Process
 
 	progress io.Writer
 	holder   *exec.Cmd // unshare, whose child is the namespace's init
@@ -102,6 +109,10 @@ type Cluster struct {
 	host     hostState
 	procs    []*Process
 	stopped  bool
+	// workers is Options.Workers; apiAddress is the API server's
+	// host:port, in the control plane's network.
+	workers    int
+	apiAddress string
 	// paths are the host's; the zero value the real ones.
 	paths hostPaths
 	// containers are the IDs of every pod sandbox and container the
@@ -122,12 +133,15 @@ func (c *Cluster) logf(format string, args ...any) {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	programs.SkipShort(t)
-	overlaytest.RequireRoot(t, "runc", "nsenter")
+	overlaytest.RequireRoot(t, "runc", "nsenter", "ip")
 	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
 	began := time.Now()
-	c := &Cluster{progress: opts.Progress}
+	c := &Cluster{progress: opts.Progress, workers: opts.Workers, apiAddress: apiServerAddress}
 	if c.progress == nil {
 		c.progress = os.Stderr
+	}
+	if c.workers > 0 {
+		c.apiAddress = net.JoinHostPort(controlPlaneIP, strconv.Itoa(workersAPIPort))
 	}
 	c.bins.kube = programs.Need(t, programs.Kube())
 	c.bins.etcd = programs.NeedBinary(t, programs.Etcd())
@@ -138,7 +152,6 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 	c.Dir = dir
-	c.KubeletRootDir = filepath.Join(dir, "kubelet")
 	c.host = c.paths.read()
 	// Registered first, so a start that fails half-way still stops what
 	// it started, and the leftovers check runs after everything.
@@ -154,40 +167,64 @@ func Start(t testing.TB, opts Options) *Cluster {
 	c.credentials(t)
 	c.enterNamespace(t)
 	c.Config = &rest.Config{
-		Host:            "https://" + apiServerAddress,
+		Host:            "https://" + c.apiAddress,
 		BearerToken:     c.token,
 		Dial:            c.Dial,
 		TLSClientConfig: rest.TLSClientConfig{CAFile: c.servingCert()},
 		QPS:             50,
 		Burst:           100,
 	}
-	c.Runtime = containerdtest.Start(t, containerdtest.Options{
-		Progress:    c.progress,
-		Namespace:   c.initPID,
-		CNIPlugins:  filepath.Dir(cni),
-		CNIConfList: bridgeConfList,
-	})
-	// Runs before the runtime's own end-of-test stop (cleanups run last
-	// first), so the kubelet and the control plane stop before containerd.
+	if c.workers == 0 {
+		// The single node shares the control plane's namespaces, and its
+		// containerd starts first, as it always has.
+		n := &Node{Name: NodeName, Address: "127.0.0.1", Dir: c.Dir, KubeletRootDir: filepath.Join(c.Dir, "kubelet"), c: c, initPID: c.initPID, podSubnet: podSubnet(0)}
+		c.Nodes = append(c.Nodes, n)
+		n.startRuntime(t, filepath.Dir(cni))
+	} else {
+		c.controlPlaneNetwork(t)
+	}
+	// Runs before the runtimes' own end-of-test stop (cleanups run last
+	// first), so the kubelets and the control plane stop before
+	// containerd.
 	t.Cleanup(func() { c.Stop(t) })
 	c.startControlPlane(t)
-	c.startKubelet(t)
-	c.logf("single node %s Ready in %s (Kubernetes %s); logs in %s", NodeName, time.Since(began).Round(time.Millisecond), programs.KubeVersion, c.Dir)
+	for i := 1; i <= c.workers; i++ {
+		n := c.newWorker(t, i)
+		c.Nodes = append(c.Nodes, n)
+		n.startRuntime(t, filepath.Dir(cni))
+	}
+	if c.workers > 0 {
+		// Again, for the workers' containerds, started since.
+		t.Cleanup(func() { c.Stop(t) })
+	}
+	for _, n := range c.Nodes {
+		n.startKubelet(t)
+	}
+	first := c.Nodes[0]
+	c.Runtime, c.KubeletRootDir, c.Kubelet = first.Runtime, first.KubeletRootDir, first.Kubelet
+	if c.workers == 0 {
+		c.logf("single node %s Ready in %s (Kubernetes %s); logs in %s", NodeName, time.Since(began).Round(time.Millisecond), programs.KubeVersion, c.Dir)
+	} else {
+		c.logf("control plane and %d worker nodes Ready in %s (Kubernetes %s); logs in %s", c.workers, time.Since(began).Round(time.Millisecond), programs.KubeVersion, c.Dir)
+	}
 	return c
 }
 
-// bridgeConfList is the pods' network: a bridge in the cluster's own
-// network namespace, no masquerading (nothing outside is reachable).
-const bridgeConfList = `{
+// bridgeConfList is the pods' network on a node: a bridge in the node's
+// own network namespace, on the node's own subnet, no masquerading
+// (nothing outside the cluster is reachable).
+func bridgeConfList(subnet string) string {
+	return `{
   "cniVersion": "1.0.0",
   "name": "nvml-mock-sysfs-cluster",
   "plugins": [
     {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.244.0.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + subnet + `"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
     {"type": "loopback"}
   ]
 }
 `
+}
 
 // Process is a program the cluster runs in its namespaces.
 type Process struct {
@@ -216,17 +253,19 @@ type Program struct {
 	Served *overlaytest.Served
 }
 
-// Start runs a program in the cluster's namespaces until the test ends (or
-// Stop): a kubelet plugin, a device plugin, nfd-master. The program sees
-// the API server at Kubeconfig's address and the kubelet's directories.
+// Start runs a program in the control plane's namespaces until the test
+// ends (or Stop): nfd-master, or, on the single node that shares them, a
+// kubelet plugin or a device plugin (Node.Start runs one on a worker).
+// The program sees the API server at Kubeconfig's address.
 func (c *Cluster) Start(t testing.TB, p Program) *Process {
 	t.Helper()
-	proc := c.start(t, p)
+	proc := c.start(t, c.initPID, p)
 	t.Cleanup(func() { proc.Stop(t) })
 	return proc
 }
 
-func (c *Cluster) start(t testing.TB, p Program) *Process {
+// start runs p in the namespaces of the process ns (an init's PID).
+func (c *Cluster) start(t testing.TB, ns int, p Program) *Process {
 	t.Helper()
 	args, env := p.Args, append(os.Environ(), p.Env...)
 	if p.Served != nil {
@@ -241,7 +280,7 @@ func (c *Cluster) start(t testing.TB, p Program) *Process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	proc.cmd = containerdtest.Enter(c.initPID, args[0], args[1:]...)
+	proc.cmd = containerdtest.Enter(ns, args[0], args[1:]...)
 	proc.cmd.Env = env
 	proc.cmd.Stdout, proc.cmd.Stderr = log, log
 	proc.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -416,7 +455,7 @@ func (c *Cluster) get(client *http.Client, url string) error {
 func (c *Cluster) startControlPlane(t testing.TB) {
 	t.Helper()
 	plain := &http.Client{Transport: &http.Transport{DialContext: c.Dial}, Timeout: 5 * time.Second}
-	etcd := c.start(t, Program{Name: "etcd", Args: []string{c.bins.etcd,
+	etcd := c.start(t, c.initPID, Program{Name: "etcd", Args: []string{c.bins.etcd,
 		"--name", "node", "--data-dir", filepath.Join(c.Dir, "etcd"),
 		"--listen-client-urls", etcdClientURL, "--advertise-client-urls", etcdClientURL,
 		"--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
@@ -426,10 +465,10 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 	c.waitFor(t, etcd, "etcd "+etcdClientURL, startTimeout, func() error { return c.get(plain, etcdClientURL+"/health") })
 
 	kube := func(name string) string { return filepath.Join(c.bins.kube, name) }
-	apiserver := c.start(t, Program{Name: "kube-apiserver", Args: []string{kube("kube-apiserver"),
+	apiserver := c.start(t, c.initPID, Program{Name: "kube-apiserver", Args: []string{kube("kube-apiserver"),
 		"--etcd-servers", etcdClientURL,
-		"--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-		"--secure-port", strings.TrimPrefix(apiServerAddress, "127.0.0.1:"),
+		"--bind-address", c.apiBindAddress(), "--advertise-address", c.apiHost(),
+		"--secure-port", c.apiPort(),
 		"--cert-dir", filepath.Join(c.Dir, "apiserver-certs"),
 		"--token-auth-file", filepath.Join(c.Dir, "tokens.csv"),
 		"--authorization-mode", "RBAC",
@@ -439,9 +478,9 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--endpoint-reconciler-type", "none",
 		"--allow-privileged",
-		"--kubelet-preferred-address-types", "Hostname"}})
+		"--kubelet-preferred-address-types", "InternalIP,Hostname"}})
 	var authed *http.Client
-	c.waitFor(t, apiserver, "kube-apiserver https://"+apiServerAddress, startTimeout, func() error {
+	c.waitFor(t, apiserver, "kube-apiserver https://"+c.apiAddress, startTimeout, func() error {
 		if authed == nil {
 			// The client trusts the certificate the API server makes
 			// at start.
@@ -464,7 +503,7 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 
 	common := []string{"--kubeconfig", c.Kubeconfig, "--authentication-kubeconfig", c.Kubeconfig, "--authorization-kubeconfig", c.Kubeconfig,
 		"--bind-address", "127.0.0.1", "--leader-elect=false"}
-	cm := c.start(t, Program{Name: "kube-controller-manager", Args: append([]string{kube("kube-controller-manager"),
+	cm := c.start(t, c.initPID, Program{Name: "kube-controller-manager", Args: append([]string{kube("kube-controller-manager"),
 		"--secure-port", "10257",
 		"--service-account-private-key-file", filepath.Join(c.Dir, "sa.key"),
 		"--root-ca-file", c.servingCert(),
@@ -473,48 +512,53 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		_, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(context.Background(), "default", metav1.GetOptions{})
 		return err
 	})
-	scheduler := c.start(t, Program{Name: "kube-scheduler", Args: append([]string{kube("kube-scheduler"), "--secure-port", "10259"}, common...)})
+	scheduler := c.start(t, c.initPID, Program{Name: "kube-scheduler", Args: append([]string{kube("kube-scheduler"), "--secure-port", "10259"}, common...)})
 	insecure := &http.Client{Transport: &http.Transport{DialContext: c.Dial, TLSClientConfig: selfSigned()}, Timeout: 5 * time.Second}
 	c.waitFor(t, scheduler, "kube-scheduler", startTimeout, func() error { return c.get(insecure, "https://127.0.0.1:10259/readyz") })
 }
 
-// startKubelet starts the kubelet on containerd and waits until its Node
-// is Ready, then gives the Node the Hostname address that /etc/hosts in
-// the namespace resolves (the kubelet refuses a loopback node IP, and the
-// API server needs an address for pod logs).
-func (c *Cluster) startKubelet(t testing.TB) {
+// startKubelet starts the node's kubelet on its containerd and waits
+// until its Node is Ready. The single node, on loopback, then gets the
+// Hostname address that /etc/hosts in the namespace resolves (the kubelet
+// refuses a loopback node IP, and the API server needs an address for pod
+// logs); a worker's own address is its InternalIP.
+func (n *Node) startKubelet(t testing.TB) {
 	t.Helper()
-	config := filepath.Join(c.Dir, "kubelet.yaml")
-	for _, d := range []string{c.KubeletRootDir, filepath.Join(c.Dir, "manifests")} {
+	c := n.c
+	config := filepath.Join(n.Dir, "kubelet.yaml")
+	for _, d := range []string{n.KubeletRootDir, n.manifests()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(config, []byte(c.kubeletConfig()), 0o644); err != nil {
+	if err := os.WriteFile(config, []byte(n.kubeletConfig()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	kubelet := c.start(t, Program{Name: "kubelet", Args: []string{filepath.Join(c.bins.kube, "kubelet"),
+	kubelet := c.start(t, n.initPID, Program{Name: n.logName("kubelet"), Args: []string{filepath.Join(c.bins.kube, "kubelet"),
 		"--config", config, "--kubeconfig", c.Kubeconfig, "--v", "3",
-		"--root-dir", c.KubeletRootDir, "--cert-dir", filepath.Join(c.KubeletRootDir, "pki"),
-		"--hostname-override", NodeName, "--node-ip", "127.0.0.1"}})
-	c.waitFor(t, kubelet, "kubelet (Node "+NodeName+" Ready)", startTimeout, func() error {
-		n, err := c.Client.CoreV1().Nodes().Get(context.Background(), NodeName, metav1.GetOptions{})
+		"--root-dir", n.KubeletRootDir, "--cert-dir", filepath.Join(n.KubeletRootDir, "pki"),
+		"--hostname-override", n.Name, "--node-ip", n.Address}})
+	c.waitFor(t, kubelet, "kubelet (Node "+n.Name+" Ready)", startTimeout, func() error {
+		node, err := c.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
-		for _, cond := range n.Status.Conditions {
+		for _, cond := range node.Status.Conditions {
 			if cond.Type == corev1.NodeReady {
 				if cond.Status == corev1.ConditionTrue {
 					return nil
 				}
-				return fmt.Errorf("node %s: Ready %s: %s", NodeName, cond.Status, cond.Message)
+				return fmt.Errorf("node %s: Ready %s: %s", n.Name, cond.Status, cond.Message)
 			}
 		}
-		return fmt.Errorf("node %s has no Ready condition yet", NodeName)
+		return fmt.Errorf("node %s has no Ready condition yet", n.Name)
 	})
-	c.Kubelet = kubelet
-	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"Hostname","address":%q}]}}`, NodeName)
-	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), NodeName, []byte(patch)); err != nil {
+	n.Kubelet = kubelet
+	if c.workers > 0 {
+		return
+	}
+	patch := fmt.Sprintf(`{"status":{"addresses":[{"type":"Hostname","address":%q}]}}`, n.Name)
+	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), n.Name, []byte(patch)); err != nil {
 		t.Fatalf("cluster: give the node its Hostname address: %v", err)
 	}
 }
@@ -523,8 +567,8 @@ func (c *Cluster) startKubelet(t testing.TB) {
 // (../shared/KUBERNETES.md): cgroup v1 allowed, no QoS cgroups, no swap
 // check, no oom_score_adj below the kubelet's own (no
 // CAP_SYS_RESOURCE), no iptables, no disk-pressure eviction, and its own
-// API open on loopback for the API server's log requests.
-func (c *Cluster) kubeletConfig() string {
+// API open on the node's address for the API server's log requests.
+func (n *Node) kubeletConfig() string {
 	return strings.Join([]string{
 		"apiVersion: kubelet.config.k8s.io/v1beta1",
 		"kind: KubeletConfiguration",
@@ -538,14 +582,14 @@ func (c *Cluster) kubeletConfig() string {
 		"evictionHard: {nodefs.available: \"0%\", imagefs.available: \"0%\"}",
 		"imageGCHighThresholdPercent: 100",
 		"resolvConf: \"\"",
-		"address: 127.0.0.1",
-		"port: 10250",
+		"address: " + n.Address,
+		"port: " + kubeletPort,
 		"readOnlyPort: 0",
 		"healthzBindAddress: 127.0.0.1",
 		"authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}",
 		"authorization: {mode: AlwaysAllow}",
-		"containerRuntimeEndpoint: unix://" + c.Runtime.Address,
-		"staticPodPath: " + filepath.Join(c.Dir, "manifests"),
+		"containerRuntimeEndpoint: unix://" + n.Runtime.Address,
+		"staticPodPath: " + n.manifests(),
 		"",
 	}, "\n")
 }
@@ -563,12 +607,18 @@ func (c *Cluster) Stop(t testing.TB) {
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		c.procs[i].Stop(t)
 	}
-	// containerd, started before the control plane, removes its pods
-	// over CRI and stops, killing what is left in the namespace but its
-	// init.
-	if c.Runtime != nil {
-		c.recordContainers(t)
-		c.Runtime.Stop(t)
+	// Each node's containerd removes its pods over CRI and stops, killing
+	// what is left in its namespaces but their init.
+	for _, n := range c.Nodes {
+		if n.Runtime != nil {
+			c.recordContainers(t, n.Runtime)
+			n.Runtime.Stop(t)
+		}
+	}
+	// A worker's init first: the kernel kills the rest of its pid
+	// namespace with it, and the control plane's init below would too.
+	for _, n := range c.Nodes {
+		n.stopInit()
 	}
 	if c.holder != nil && c.holder.Process != nil {
 		// pid 1 of the namespace: the kernel kills the rest with it.
@@ -605,8 +655,13 @@ func (c *Cluster) Events(namespace string) string {
 	return strings.Join(lines, "\n")
 }
 
-// ProcPath is path as the cluster's namespaces see it, from the test:
-// /var/log/pods, say, lies in the namespace's private tmpfs.
+// ProcPath is path as the control plane's namespaces (and the single
+// node's) see it, from the test: /var/log/pods, say, lies in the
+// namespace's private tmpfs. Node.ProcPath is a worker's.
 func (c *Cluster) ProcPath(path string) string {
-	return filepath.Join("/proc", strconv.Itoa(c.initPID), "root", path)
+	return procPath(c.initPID, path)
+}
+
+func procPath(pid int, path string) string {
+	return filepath.Join("/proc", strconv.Itoa(pid), "root", path)
 }

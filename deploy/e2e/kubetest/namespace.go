@@ -130,8 +130,8 @@ func (c *Cluster) writeKubeconfig(t testing.TB) {
 	}
 }
 
-// enterNamespace starts the namespace's init and waits until its mounts
-// are set up.
+// enterNamespace starts the control plane's namespace's init and waits
+// until its mounts are set up.
 func (c *Cluster) enterNamespace(t testing.TB) {
 	t.Helper()
 	began := time.Now()
@@ -139,45 +139,17 @@ func (c *Cluster) enterNamespace(t testing.TB) {
 	if err := os.MkdirAll(filepath.Join(c.Dir, "sysctl"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	q := shellQuote
-	lines := []string{"set -eu", "mount -t tmpfs -o mode=0755 tmpfs /run"}
 	for _, s := range kubeletSysctls() {
-		file := c.sysctlCopy(s.name)
-		if err := os.WriteFile(file, []byte(c.host.sysctls[s.name]+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(c.sysctlCopy(s.name), []byte(c.host.sysctls[s.name]+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, "mount --bind "+q(file)+" "+q("/proc/sys/"+s.name))
 	}
 	hosts := filepath.Join(c.Dir, "hosts")
 	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost "+NodeName+"\n::1 localhost\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hostVarLib := filepath.Join(c.Dir, "host-var-lib")
-	lines = append(lines,
-		"mount --bind "+q(hosts)+" /etc/hosts",
-		"mount -t tmpfs -o mode=0755 tmpfs /var/log",
-		// /var/lib: a private tmpfs with the host's entries bound back in,
-		// but not the kubelet's or the CNI plugins' own.
-		"mkdir -p "+q(hostVarLib),
-		"mount --rbind /var/lib "+q(hostVarLib),
-		"mount -t tmpfs -o mode=0755 tmpfs /var/lib",
-		`for e in `+q(hostVarLib)+`/* `+q(hostVarLib)+`/.[!.]*; do`,
-		`  [ -e "$e" ] || [ -L "$e" ] || continue`,
-		`  n=${e##*/}`,
-		`  case $n in kubelet|cni) continue;; esac`,
-		`  if [ -L "$e" ]; then cp -P "$e" /var/lib/`,
-		`  elif [ -d "$e" ]; then mkdir "/var/lib/$n"; mount --rbind "$e" "/var/lib/$n"`,
-		`  else touch "/var/lib/$n"; mount --bind "$e" "/var/lib/$n"; fi`,
-		`done`,
-		"ip link set lo up",
-		"touch "+q(ready),
-		// pid 1 of the namespace, with no child of its own until it is
-		// killed. The orphans reparented to it (containerd's shims) stay
-		// zombies until then, which nothing counts as alive.
-		`exec sleep infinity`,
-	)
 	c.holder = exec.Command("unshare", "--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
-		"sh", "-c", strings.Join(lines, "\n"))
+		"sh", "-c", c.namespaceScript(t, hosts, ready, true))
 	out := filepath.Join(c.Dir, "namespace.log")
 	log, err := os.Create(out)
 	if err != nil {
@@ -197,17 +169,65 @@ func (c *Cluster) enterNamespace(t testing.TB) {
 	if c.host.pidNS, err = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", c.initPID)); err != nil {
 		t.Fatalf("cluster: the namespace's init: %v", err)
 	}
+	waitReady(t, "the namespace", ready, out, c.holder)
+	c.logf("private mount, network and pid namespace (init pid %d) ready in %s", c.initPID, time.Since(began).Round(time.Millisecond))
+}
+
+// namespaceScript is what a namespace's init runs, as sh, in a new mount
+// namespace with its own /proc: a private /run; the kubelet's sysctls
+// bound to the cluster's copies (every kubelet writes the same values); a
+// private /etc/hosts, /var/log and /var/lib, the host's /var/lib entries
+// bound back in but the kubelet's and the CNI plugins' own; loopback up.
+// The control plane's namespace binds the host's /var/lib aside first
+// (below Dir); a worker's, nested in it, finds it there. It then touches
+// ready and sleeps as pid 1 until it is killed: the orphans reparented to
+// it (containerd's shims) stay zombies until then, which nothing counts
+// as alive.
+func (c *Cluster) namespaceScript(t testing.TB, hosts, ready string, controlPlane bool) string {
+	t.Helper()
+	q := shellQuote
+	lines := []string{"set -eu", "mount -t tmpfs -o mode=0755 tmpfs /run"}
+	for _, s := range kubeletSysctls() {
+		lines = append(lines, "mount --bind "+q(c.sysctlCopy(s.name))+" "+q("/proc/sys/"+s.name))
+	}
+	hostVarLib := filepath.Join(c.Dir, "host-var-lib")
+	lines = append(lines,
+		"mount --bind "+q(hosts)+" /etc/hosts",
+		"mount -t tmpfs -o mode=0755 tmpfs /var/log")
+	if controlPlane {
+		lines = append(lines, "mkdir -p "+q(hostVarLib), "mount --rbind /var/lib "+q(hostVarLib))
+	}
+	return strings.Join(append(lines,
+		"mount -t tmpfs -o mode=0755 tmpfs /var/lib",
+		`for e in `+q(hostVarLib)+`/* `+q(hostVarLib)+`/.[!.]*; do`,
+		`  [ -e "$e" ] || [ -L "$e" ] || continue`,
+		`  n=${e##*/}`,
+		`  case $n in kubelet|cni) continue;; esac`,
+		`  if [ -L "$e" ]; then cp -P "$e" /var/lib/`,
+		`  elif [ -d "$e" ]; then mkdir "/var/lib/$n"; mount --rbind "$e" "/var/lib/$n"`,
+		`  else touch "/var/lib/$n"; mount --bind "$e" "/var/lib/$n"; fi`,
+		`done`,
+		"ip link set lo up",
+		"touch "+q(ready),
+		`exec sleep infinity`,
+	), "\n")
+}
+
+// waitReady waits for a namespace's init to touch ready, failing with its
+// log if holder exits first or namespaceTimeout passes.
+func waitReady(t testing.TB, what, ready, logFile string, holder *exec.Cmd) {
+	t.Helper()
+	began := time.Now()
 	for {
 		if _, err := os.Stat(ready); err == nil {
-			break
+			return
 		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d", c.holder.Process.Pid)); err != nil || time.Since(began) > namespaceTimeout {
-			b, _ := os.ReadFile(out)
-			t.Fatalf("cluster: the namespace's setup did not finish within %s:\n%s", namespaceTimeout, b)
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", holder.Process.Pid)); err != nil || time.Since(began) > namespaceTimeout {
+			b, _ := os.ReadFile(logFile)
+			t.Fatalf("cluster: %s's setup did not finish within %s:\n%s", what, namespaceTimeout, b)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c.logf("private mount, network and pid namespace (init pid %d) ready in %s", c.initPID, time.Since(began).Round(time.Millisecond))
 }
 
 // Dial connects inside the cluster's network namespace, from the test:
@@ -331,24 +351,24 @@ func containerIDs(s string) []string {
 	return regexp.MustCompile(`\b[0-9a-f]{64}\b`).FindAllString(s, -1)
 }
 
-// recordContainers remembers every pod sandbox and container this
-// cluster's containerd ever made: those it still has (crictl), and those
+// recordContainers remembers every pod sandbox and container a node's
+// containerd ever made: those it still has (crictl), and those
 // its log names, which include the pods a suite deleted while the
 // cluster ran (containerd logs each ID it returns at info level: "returns
 // sandbox id", "returns container id"). runc removes a container's cgroup
 // when the container is deleted, but the cgroup is the harness's to
 // account for either way, and only these are: the clusters of other
 // tests on the host put theirs below the same podCgroup.
-func (c *Cluster) recordContainers(t testing.TB) {
+func (c *Cluster) recordContainers(t testing.TB, runtime *containerdtest.Harness) {
 	if c.containers == nil {
 		c.containers = map[string]bool{}
 	}
 	for _, args := range [][]string{{"pods", "--quiet", "--no-trunc"}, {"ps", "--all", "--quiet", "--no-trunc"}} {
-		for _, id := range strings.Fields(c.Runtime.Crictl(t, args...)) {
+		for _, id := range strings.Fields(runtime.Crictl(t, args...)) {
 			c.containers[id] = true
 		}
 	}
-	if b, err := os.ReadFile(c.Runtime.LogFile); err == nil {
+	if b, err := os.ReadFile(runtime.LogFile); err == nil {
 		for _, id := range containerIDs(string(b)) {
 			c.containers[id] = true
 		}
@@ -418,14 +438,23 @@ func (c *Cluster) Leftovers() []string {
 			left = append(left, "cgroup "+d)
 		}
 	}
+	pidNS := map[string]bool{}
 	if c.host.pidNS != "" {
+		pidNS[c.host.pidNS] = true
+	}
+	for _, n := range c.Nodes {
+		if n.pidNS != "" {
+			pidNS[n.pidNS] = true
+		}
+	}
+	if len(pidNS) > 0 {
 		entries, _ := os.ReadDir("/proc")
 		for _, e := range entries {
 			pid, err := strconv.Atoi(e.Name())
 			if err != nil {
 				continue
 			}
-			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && ns == c.host.pidNS && containerdtest.Alive(pid) {
+			if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", pid)); err == nil && pidNS[ns] && containerdtest.Alive(pid) {
 				cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 				left = append(left, fmt.Sprintf("process %d %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))))
 			}

@@ -11,16 +11,10 @@ import (
 	"strings"
 )
 
-// RegisteredPlugins returns the registration sockets of the plugins the
-// kubelet's plugin manager has registered (its actual state of the world),
-// read from the kubelet's own API (/metrics on its port, which allows the
-// cluster's anonymous reads): what the kubelet says it holds, not a log
-// line's wording at some -v. The API server's node proxy would refuse the
-// kubelet's loopback address.
-func (c *Cluster) RegisteredPlugins(ctx context.Context) ([]string, error) {
-	client := &http.Client{Transport: &http.Transport{DialContext: c.Dial, TLSClientConfig: selfSigned()}}
-	defer client.CloseIdleConnections()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+kubeletAddress+"/metrics", nil)
+// kubeletPlugins reads the registered plugins' sockets from a kubelet's
+// /metrics at url.
+func kubeletPlugins(ctx context.Context, client *http.Client, url string) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -38,10 +32,6 @@ func (c *Cluster) RegisteredPlugins(ctx context.Context) ([]string, error) {
 	}
 	return registeredPlugins(raw)
 }
-
-// kubeletAddress is the kubelet's API, as its configuration sets it
-// (port 10250 on the namespace's loopback).
-const kubeletAddress = "127.0.0.1:10250"
 
 // pluginMetric is the kubelet plugin manager's gauge: one series per
 // socket and state, actual_state_of_world for a registered plugin.

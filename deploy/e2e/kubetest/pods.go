@@ -14,14 +14,19 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 )
 
-// InClusterEnv is what a hostNetwork pod needs for client-go's in-cluster
-// config on this node: KUBERNETES_SERVICE_HOST and _PORT naming the API
-// server on the node's loopback. The kubelet sets them to the kubernetes
-// Service's cluster IP, which nothing serves here (no kube-proxy, and
-// --endpoint-reconciler-type none); a container's own env wins over the
-// kubelet's. The pod's ServiceAccount token and kube-root-ca.crt (the
-// API server's certificate, which names 127.0.0.1) do the rest.
-func InClusterEnv() []corev1.EnvVar {
+// InClusterEnv is what a pod needs for client-go's in-cluster config on
+// this cluster. The kubelet sets KUBERNETES_SERVICE_HOST and _PORT to the
+// kubernetes Service's address, which no kube-proxy serves here. On a
+// cluster of workers the API server listens at that very address
+// (nodes.go), so nothing more is needed. On the single node a
+// hostNetwork pod gets the two variables naming the API server on the
+// node's loopback: a container's own env wins over the kubelet's. The
+// pod's ServiceAccount token and kube-root-ca.crt (the API server's
+// certificate, which names 127.0.0.1) do the rest.
+func (c *Cluster) InClusterEnv() []corev1.EnvVar {
+	if c.workers > 0 {
+		return nil
+	}
 	host, port, _ := strings.Cut(apiServerAddress, ":")
 	return []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: host}, {Name: "KUBERNETES_SERVICE_PORT", Value: port}}
 }

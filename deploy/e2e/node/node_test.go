@@ -335,7 +335,7 @@ func (s *suite) labellerPod(t *testing.T, name, container, build string, inv pro
 	volumes = append(volumes, corev1.Volume{Name: "profile", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 		LocalObjectReference: corev1.LocalObjectReference{Name: s.cm.Name}}}})
 	mounts = append(mounts, corev1.VolumeMount{Name: "profile", MountPath: profileDir, ReadOnly: true})
-	env := kubetest.InClusterEnv()
+	env := s.c.InClusterEnv()
 	for _, e := range inv.Env {
 		k, v, _ := strings.Cut(e, "=")
 		env = append(env, corev1.EnvVar{Name: k, Value: v})
