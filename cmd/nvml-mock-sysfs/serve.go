@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,12 +20,25 @@ follows the flags. Warnings about the profile go to the log, at warn level
 when the render changed the tree; --strict makes them a failed render,
 which leaves the last good tree served and /readyz failing.
 
+With --fleet, each sync reads the fleet map and renders the profile it
+gives --node-name (the node's own entry, else the first label rule whose
+labels the node carries, else the default), in place of --profile. A node
+the map gives no profile is not ready, and /readyz says why. Label rules
+read the Node's labels from the API server, through --kubeconfig or the
+pod's service account, which then needs get, list and watch on nodes;
+they are read only for a node the map does not name, so serve with a map
+without label rules never talks to the API server.
+
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
+	var fleetFile, nodeName, kubeconfig string
+	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: render the profile it gives --node-name, in place of --profile")
+	flags.StringVar(&nodeName, "node-name", "", "this node's name, the pod's spec.nodeName (required with --fleet)")
+	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the node's labels with, for the fleet map's label rules (default: the pod's service account)")
 	ra.register(flags)
 	var sa specArgs
 	sa.register(flags)
@@ -40,6 +54,22 @@ func runServe(e *env, args []string) int {
 	flags.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug (also logs unchanged resyncs), info, warn or error")
 	if code, ok := parse(e, flags, args); !ok {
 		return code
+	}
+	// Explicit, not merely set: --profile has a default that --fleet
+	// replaces, while --profile given beside --fleet is a contradiction.
+	given := map[string]bool{}
+	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case given["fleet"] && fleetFile == "":
+		return usageError(e, "serve", "--fleet: empty; want a fleet map file")
+	case fleetFile != "" && given["profile"]:
+		return usageError(e, "serve", "--fleet and --profile: give one; the fleet map chooses each node's profile")
+	case fleetFile != "" && nodeName == "":
+		return usageError(e, "serve", "--fleet needs --node-name NAME, the pod's spec.nodeName (from the downward API)")
+	case fleetFile == "" && given["node-name"]:
+		return usageError(e, "serve", "--node-name applies to --fleet")
+	case fleetFile == "" && given["kubeconfig"]:
+		return usageError(e, "serve", "--kubeconfig applies to --fleet")
 	}
 	if sa.output == "" && sa.mergeInto == "" {
 		return usageError(e, "serve", "give --output FILE, --merge-into FILE, or both")
@@ -63,8 +93,12 @@ func runServe(e *env, args []string) int {
 	}
 	// A name that is neither a built-in nor a file is a typo that no
 	// resync mends: a usage error, as for render. Any other bad profile
-	// is the loop's to report, and to recover from.
-	if _, _, err := builtin.Load(o.Render.Profile); err != nil {
+	// is the loop's to report, and to recover from; so is a bad fleet
+	// map, which its ConfigMap's next update may mend.
+	if fleetFile != "" {
+		o.Render.Profile = ""
+		o.Fleet, o.NodeName = fleetFile, nodeName
+	} else if _, _, err := builtin.Load(o.Render.Profile); err != nil {
 		var unknown *builtin.UnknownError
 		if errors.As(err, &unknown) {
 			return usageError(e, "serve", "%v", err)
@@ -74,6 +108,11 @@ func runServe(e *env, args []string) int {
 		return code
 	}
 	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
+	var labels *serve.NodeLabelWatch
+	if o.Fleet != "" {
+		labels = serve.NewNodeLabelWatch(nodeName, kubeconfig, o.Logger)
+		o.NodeLabels = labels
+	}
 	s, err := serve.New(o)
 	if err != nil {
 		return usageError(e, "serve", "%s", alsoAtError(err))
@@ -86,6 +125,10 @@ func runServe(e *env, args []string) int {
 	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if labels != nil {
+		// It connects only when a map with label rules asks for labels.
+		go labels.Run(ctx)
+	}
 	if err := s.Run(ctx); err != nil {
 		return fail(e, "serve: %v", err)
 	}

@@ -28,6 +28,15 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "extra-arg"}, "unexpected arguments: extra-arg"},
 		// A typo of a built-in name no resync can mend.
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--profile", "h200"}, `profile "h200": not a built-in (dgx-a100, hgx-h100, gb200-tray, t4-vm)`},
+		// The fleet map chooses the profile, by the node's name.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "/f.yaml", "--node-name", "n", "--profile", "t4-vm"}, "--fleet and --profile: give one"},
+		// Explicit, even when it equals the default.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "/f.yaml", "--node-name", "n", "--profile", "dgx-a100"}, "--fleet and --profile: give one"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "/f.yaml"}, "--fleet needs --node-name NAME"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "/f.yaml", "--node-name", ""}, "--fleet needs --node-name NAME"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "", "--node-name", "n"}, "--fleet: empty"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--node-name", "n"}, "--node-name applies to --fleet"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--kubeconfig", "/k"}, "--kubeconfig applies to --fleet"},
 	}
 	for _, tc := range tests {
 		stderr := requireOneLineUsageError(t, "serve", tc.args...)
@@ -39,4 +48,8 @@ func TestServeUsageErrors(t *testing.T) {
 	require.Contains(t, stdout, "\n  --listen string\n")
 	require.Contains(t, stdout, "\n  --strict\n")
 	require.Contains(t, stdout, "never re-uses the root's own effective profile")
+	require.Contains(t, stdout, "\n  --fleet string\n")
+	require.Contains(t, stdout, "\n  --node-name string\n")
+	require.Contains(t, stdout, "\n  --kubeconfig string\n")
+	require.Contains(t, stdout, "get, list and watch on nodes")
 }

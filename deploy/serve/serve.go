@@ -15,6 +15,13 @@
 // so the last good tree and spec stay served; the server logs the error
 // once, reports not-ready, and recovers by itself on the next good render.
 // It never exits for it.
+//
+// With a fleet map (Options.Fleet) one install serves every node its own
+// profile: each sync reads the map again and renders the profile it gives
+// this node (package fleet), and the map's directory, the chosen profile's
+// directory and the node's labels (Options.NodeLabels) are watched as a
+// single profile's directory is. A node the map gives no profile is a
+// failed sync like a bad profile: not ready, the reason on one line.
 package serve
 
 import (
@@ -23,16 +30,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -73,6 +83,18 @@ type Options struct {
 	// own effective profile: the root follows the options. Render.Warn is
 	// the server's: it logs each unknown profile key with its render.
 	Render overlay.Options
+	// Fleet is a fleet map file (package fleet): each sync renders the
+	// profile it gives NodeName, in place of Render.Profile, which must
+	// then be empty. Its directory is watched, and so is the directory of
+	// the profile file it chose last.
+	Fleet string
+	// NodeName is this node's name, the pod's spec.nodeName; required
+	// with Fleet.
+	NodeName string
+	// NodeLabels reads the node's labels for a map with label rules (nil
+	// will do for a map without any: such a sync fails if the map gains
+	// one). Its Changed triggers a sync as a file change does.
+	NodeLabels NodeLabels
 	// AlsoAt are extra targets of the links directory (cdi --also-at).
 	AlsoAt []string
 	// Output is the standalone spec to write, of Kind (default
@@ -98,7 +120,8 @@ type Options struct {
 	// StuckAfter is how long one sync may run before /healthz fails
 	// (default DefaultStuckAfter).
 	StuckAfter time.Duration
-	// NoWatch leaves change events out: only Resync syncs.
+	// NoWatch leaves change events out, NodeLabels' Changed among them:
+	// only Resync syncs.
 	NoWatch bool
 	// Logger receives the structured log (default slog.Default()).
 	Logger *slog.Logger
@@ -114,6 +137,9 @@ type Status struct {
 	// plan digest its completion marker carries.
 	Profile string
 	Digest  string
+	// Rule is the fleet map's rule that chose Profile (nodes[worker-a],
+	// labels[0] {...}, default); empty without a map.
+	Rule string
 	// Stats and Duration are the last sync's render: what it wrote and
 	// how long the sync took.
 	Stats    writer.Stats
@@ -132,6 +158,9 @@ type Server struct {
 	mu      sync.Mutex
 	status  Status
 	syncing time.Time // start of the sync in flight; zero when idle
+	// chosenDir is the directory of the profile file the fleet map chose
+	// last, for the watch to follow; empty for a built-in or no map.
+	chosenDir string
 }
 
 // New checks the options and fills in the defaults.
@@ -140,6 +169,14 @@ func New(o Options) (*Server, error) {
 	o.Render.ContainerRoot = cmp.Or(o.Render.ContainerRoot, plan.DefaultContainerRoot)
 	if o.Output == "" && o.MergeInto == "" {
 		return nil, errors.New("no CDI spec to write: give Output, MergeInto, or both")
+	}
+	if o.Fleet != "" {
+		switch {
+		case o.Render.Profile != "":
+			return nil, fmt.Errorf("fleet map %s and profile %s: give one; the map chooses the profile", o.Fleet, o.Render.Profile)
+		case o.NodeName == "":
+			return nil, fmt.Errorf("fleet map %s: no node name: the map chooses by it", o.Fleet)
+		}
 	}
 	o.Kind = cmp.Or(o.Kind, deploy.DefaultKind)
 	if err := deploy.CheckKind(o.Kind); err != nil {
@@ -207,9 +244,13 @@ func (s *Server) Run(ctx context.Context) error {
 			s.log.Error("health endpoints stopped", "addr", addr.String(), "err", err)
 		}
 	}()
-	s.log.Info("serving", "profile", s.profileName(), "root", s.opts.Render.Root,
+	source := []any{"profile", s.profileName()}
+	if s.opts.Fleet != "" {
+		source = []any{"fleet", s.opts.Fleet, "node", s.opts.NodeName}
+	}
+	s.log.Info("serving", append(source, "root", s.opts.Render.Root,
 		"output", s.opts.Output, "merge_into", s.opts.MergeInto, "addr", addr.String(),
-		"resync", s.opts.Resync.String(), "watch", !s.opts.NoWatch)
+		"resync", s.opts.Resync.String(), "watch", !s.opts.NoWatch)...)
 
 	done := make(chan struct{})
 	go func() {
@@ -240,7 +281,17 @@ func (s *Server) loop(ctx context.Context) {
 		defer w.close()
 		events, watchErrs = w.fs.Events, w.fs.Errors
 	}
-	s.Sync(ctx, "start")
+	var labelsChanged <-chan struct{}
+	if s.opts.NodeLabels != nil && !s.opts.NoWatch {
+		labelsChanged = s.opts.NodeLabels.Changed()
+	}
+	syncNow := func(reason string) {
+		s.Sync(ctx, reason)
+		if w != nil {
+			w.follow(s.chosenProfileDir())
+		}
+	}
+	syncNow("start")
 	resync := time.NewTicker(s.opts.Resync)
 	defer resync.Stop()
 	var debounce *time.Timer
@@ -262,6 +313,16 @@ func (s *Server) loop(ctx context.Context) {
 				debounce = time.NewTimer(s.opts.Debounce)
 				fire = debounce.C
 			}
+		case _, ok := <-labelsChanged:
+			if !ok {
+				labelsChanged = nil
+				continue
+			}
+			s.log.Debug("node labels changed", "node", s.opts.NodeName)
+			if debounce == nil {
+				debounce = time.NewTimer(s.opts.Debounce)
+				fire = debounce.C
+			}
 		case err, ok := <-watchErrs:
 			if !ok {
 				watchErrs = nil
@@ -271,12 +332,12 @@ func (s *Server) loop(ctx context.Context) {
 			s.log.Warn("watch error; the resync still runs", "err", err)
 		case <-fire:
 			debounce, fire = nil, nil
-			s.Sync(ctx, "change")
+			syncNow("change")
 		case <-resync.C:
 			if w != nil {
 				w.add() // a directory that was missing may be there now
 			}
-			s.Sync(ctx, "resync")
+			syncNow("resync")
 		}
 	}
 }
@@ -296,13 +357,27 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	prev := s.status
 	s.mu.Unlock()
 	ro := s.opts.Render
+	var choice fleet.Choice
+	var chose []any // the choice's log attributes
+	var err error
+	if s.opts.Fleet != "" {
+		chose = []any{"node", s.opts.NodeName}
+		if choice, err = s.choose(ctx); err == nil {
+			ro.Profile = choice.Profile
+			chose = append(chose, "rule", choice.Rule)
+		}
+	}
 	ro.Profile = cmp.Or(ro.Profile, builtin.Default)
 	var unknown []error
 	ro.Warn = func(err error) { unknown = append(unknown, err) }
-	p, st, err := overlay.Render(ro)
+	var p *plan.Plan
+	var st writer.Stats
+	if err == nil {
+		p, st, err = overlay.Render(ro)
+	}
 	specWrites := 0
 	if err == nil {
-		s.logRender(ctx, reason, p, st, unknown, prev.Syncs == 0, time.Since(start))
+		s.logRender(ctx, reason, p, st, unknown, prev.Syncs == 0, time.Since(start), chose)
 		specWrites, err = s.writeSpecs()
 	}
 	took := time.Since(start)
@@ -313,13 +388,21 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	case err != nil && err.Error() != prev.Err:
 		// One line per distinct failure: a resync of the same bad profile
 		// says nothing new.
-		s.log.Error("render failed; still serving the last good tree and spec", "reason", reason, "err", err, "last_good", prev.Digest)
+		s.log.Error("render failed; still serving the last good tree and spec", slices.Concat([]any{"reason", reason, "err", err, "last_good", prev.Digest}, chose)...)
 	case err == nil && prev.Err != "":
-		s.log.Info("recovered", "reason", reason, "profile", p.Machine.Source, "digest", p.Digest())
+		s.log.Info("recovered", slices.Concat([]any{"reason", reason, "profile", p.Machine.Source, "digest", p.Digest()}, chose)...)
 	}
 
 	s.mu.Lock()
 	s.syncing = time.Time{}
+	if choice.Profile != "" {
+		s.chosenDir = ""
+		if !choice.Builtin {
+			// Watched even when the file fails to render: fixing it
+			// must re-render at once.
+			s.chosenDir = dirOf(choice.Profile)
+		}
+	}
 	s.status.Syncs++
 	s.status.Duration = took
 	s.status.SpecWrites += specWrites
@@ -330,23 +413,52 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 		s.status.Err = ""
 		s.status.Profile = p.Machine.Source
 		s.status.Digest = p.Digest()
+		s.status.Rule = choice.Rule
 		s.status.Stats = st
 	}
 	s.mu.Unlock()
 }
 
+// choose reads the fleet map and resolves this node's profile. It reads
+// the node's labels only when the map has label rules and does not name
+// the node: a node named in the map is served without the API server.
+func (s *Server) choose(ctx context.Context) (fleet.Choice, error) {
+	m, err := fleet.Load(s.opts.Fleet)
+	if err != nil {
+		return fleet.Choice{}, err
+	}
+	var labels map[string]string
+	if _, named := m.Nodes[s.opts.NodeName]; !named && m.NeedsLabels() {
+		if s.opts.NodeLabels == nil {
+			return fleet.Choice{}, fmt.Errorf("fleet map %s: the map has label rules, but serve has no source of node labels", s.opts.Fleet)
+		}
+		if labels, err = s.opts.NodeLabels.Labels(ctx); err != nil {
+			return fleet.Choice{}, fmt.Errorf("fleet map %s has label rules: %w", s.opts.Fleet, err)
+		}
+	}
+	return m.Resolve(s.opts.NodeName, labels)
+}
+
+// chosenProfileDir is the directory of the profile file the fleet map
+// chose last: the watch follows it.
+func (s *Server) chosenProfileDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.chosenDir
+}
+
 // logRender logs a render that succeeded: at info when it changed the
 // tree (or is the first), at debug when it wrote nothing, so a quiet
-// resync stays quiet.
-func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, unknown []error, first bool, took time.Duration) {
+// resync stays quiet. chose are the fleet map's choice (node, rule).
+func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, unknown []error, first bool, took time.Duration, chose []any) {
 	level, msg := slog.LevelDebug, "unchanged"
 	if st.Written() > 0 || st.DirsCreated > 0 || st.Removed > 0 || first {
 		level, msg = slog.LevelInfo, "rendered"
 	}
-	s.log.Log(ctx, level, msg, "reason", reason, "profile", p.Machine.Source, "gpus", len(p.Machine.GPUs()),
+	s.log.Log(ctx, level, msg, slices.Concat([]any{"reason", reason, "profile", p.Machine.Source}, chose, []any{"gpus", len(p.Machine.GPUs()),
 		"digest", p.Digest(), "files_written", st.FilesWritten, "links_written", st.LinksWritten,
 		"dirs_created", st.DirsCreated, "removed", st.Removed, "files_unchanged", st.FilesUnchanged,
-		"links_unchanged", st.LinksUnchanged, "took", took.String())
+		"links_unchanged", st.LinksUnchanged, "took", took.String()})...)
 	warn := slog.LevelDebug
 	if level == slog.LevelInfo {
 		warn = slog.LevelWarn
@@ -471,14 +583,20 @@ func (s *Server) profileName() string {
 }
 
 // watcher watches the directories whose changes call for a sync: the
-// profile's (any change: a ConfigMap swaps ..data, an editor renames) and
-// the spec files' (a change of those very files: another writer rewrote
-// the spec we merge into, or someone removed ours).
+// profile's, or the fleet map's and its chosen profile's (any change: a
+// ConfigMap swaps ..data, an editor renames) and the spec files' (a change
+// of those very files: another writer rewrote the spec we merge into, or
+// someone removed ours).
 type watcher struct {
 	fs  *fsnotify.Watcher
 	log *slog.Logger
-	// dirs maps each directory to the names in it that matter; nil means
-	// any name.
+	// fixed are the directories the options name: each maps to the names
+	// in it that matter; nil means any name.
+	fixed map[string]map[string]bool
+	// chosen is the directory of the profile file the fleet map chose
+	// last, watched for any name; empty for none.
+	chosen string
+	// dirs is fixed and chosen together: what is watched.
 	dirs   map[string]map[string]bool
 	warned map[string]bool
 }
@@ -488,8 +606,14 @@ func (s *Server) watch() *watcher {
 		return nil
 	}
 	dirs := map[string]map[string]bool{}
-	// A built-in profile has no file to watch.
-	if _, builtinName := builtin.Get(s.profileName()); !builtinName && s.opts.Render.Profile != "" {
+	switch _, builtinName := builtin.Get(s.profileName()); {
+	case s.opts.Fleet != "":
+		// The map's profile files may lie beside it (keys of the same
+		// ConfigMap); the chosen one's directory is followed after each
+		// sync.
+		dirs[dirOf(s.opts.Fleet)] = nil
+	case !builtinName && s.opts.Render.Profile != "":
+		// A built-in profile has no file to watch.
 		dirs[dirOf(s.opts.Render.Profile)] = nil
 	}
 	for _, f := range []string{s.opts.Output, s.opts.MergeInto} {
@@ -515,9 +639,29 @@ func (s *Server) watch() *watcher {
 		s.log.Warn("cannot watch for changes; only the resync runs", "err", err)
 		return nil
 	}
-	w := &watcher{fs: fw, log: s.log, dirs: dirs, warned: map[string]bool{}}
+	w := &watcher{fs: fw, log: s.log, fixed: dirs, dirs: dirs, warned: map[string]bool{}}
 	w.add()
 	return w
+}
+
+// follow watches dir, the chosen profile's directory, in place of the one
+// chosen before; "" watches none.
+func (w *watcher) follow(dir string) {
+	if dir == w.chosen {
+		return
+	}
+	w.chosen = dir
+	w.dirs = maps.Clone(w.fixed)
+	if dir != "" {
+		w.dirs[dir] = nil
+	}
+	for _, d := range w.fs.WatchList() {
+		if _, ok := w.dirs[d]; !ok {
+			_ = w.fs.Remove(d) // gone already, when the directory went away
+			w.log.Debug("no longer watching", "dir", d)
+		}
+	}
+	w.add()
 }
 
 // add watches every directory not yet watched. fsnotify drops the watch of

@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,11 +385,13 @@ func TestStopLeavesTheTree(t *testing.T) {
 func TestNewRefusesBadOptions(t *testing.T) {
 	t.Parallel()
 	for name, o := range map[string]Options{
-		"no spec target":   {Render: overlay.Options{Root: "/tmp/x"}},
-		"relative root":    {Render: overlay.Options{Root: "x"}, Output: "/tmp/s.yaml"},
-		"bad kind":         {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kind: "nokind"},
-		"also-at depth":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", AlsoAt: []string{"/host/sys/bus/pci/devices"}},
-		"container root /": {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
+		"no spec target":    {Render: overlay.Options{Root: "/tmp/x"}},
+		"relative root":     {Render: overlay.Options{Root: "x"}, Output: "/tmp/s.yaml"},
+		"bad kind":          {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kind: "nokind"},
+		"also-at depth":     {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", AlsoAt: []string{"/host/sys/bus/pci/devices"}},
+		"container root /":  {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
+		"fleet and profile": {Render: overlay.Options{Root: "/tmp/x", Profile: "t4-vm"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml", NodeName: "n"},
+		"fleet, no node":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml"},
 	} {
 		_, err := New(o)
 		require.Error(t, err, name)
@@ -611,4 +615,307 @@ func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
 	st := srv.Status()
 	require.Empty(t, st.Err)
 	require.Equal(t, "built-in "+builtin.Default, st.Profile)
+}
+
+// fakeLabels is the node's labels as a test sets them: NodeLabels without
+// an API server.
+type fakeLabels struct {
+	mu      sync.Mutex
+	labels  map[string]string
+	err     error
+	calls   int
+	changed chan struct{}
+}
+
+func newFakeLabels(labels map[string]string) *fakeLabels {
+	return &fakeLabels{labels: labels, changed: make(chan struct{}, 1)}
+}
+
+func (f *fakeLabels) Labels(context.Context) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return maps.Clone(f.labels), f.err
+}
+
+func (f *fakeLabels) Changed() <-chan struct{} { return f.changed }
+
+// set changes the labels, or their error, and signals as a watch would.
+func (f *fakeLabels) set(labels map[string]string, err error) {
+	f.mu.Lock()
+	f.labels, f.err = labels, err
+	f.mu.Unlock()
+	select {
+	case f.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (f *fakeLabels) called() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+const fleetKey = "fleet.yaml"
+
+// startFleet serves node through the fleet map in the ConfigMap fleet, with
+// labels as the node's labels; adjust changes the options further.
+func startFleet(t *testing.T, fleet *podtest.ConfigMap, node string, labels NodeLabels, adjust func(*Options)) *served {
+	t.Helper()
+	return start(t, fleet, func(o *Options) {
+		o.Render.Profile = ""
+		o.Fleet, o.NodeName, o.NodeLabels = fleet.File(), node, labels
+		if adjust != nil {
+			adjust(o)
+		}
+	})
+}
+
+func newFleetMap(t *testing.T, text string) *podtest.ConfigMap {
+	t.Helper()
+	return podtest.NewConfigMap(t, filepath.Join(t.TempDir(), "fleet"), fleetKey, []byte(text))
+}
+
+// markerDigest is the plan digest the root's completion marker vouches for.
+func (s *served) markerDigest() string {
+	s.t.Helper()
+	m, err := writer.ReadMarker(os.DirFS(s.opts.Render.Root))
+	require.NoError(s.t, err)
+	return m.Digest
+}
+
+// waitQuiet waits until no sync has run, or been running, for three
+// debounces: the syncs that the last one set off (its own spec write is a
+// change event) are over, so the next one has the cause the test gives.
+func (s *served) waitQuiet() {
+	s.t.Helper()
+	quiet := 3 * s.srv.opts.Debounce
+	podtest.Until(s.t, 30*time.Second, "no sync for "+quiet.String(), func() (bool, string) {
+		before := s.srv.Status().Syncs
+		time.Sleep(quiet)
+		s.srv.mu.Lock()
+		idle := s.srv.syncing.IsZero()
+		s.srv.mu.Unlock()
+		after := s.srv.Status().Syncs
+		return idle && before == after, fmt.Sprintf("%d syncs, then %d (idle %v)", before, after, idle)
+	})
+}
+
+// requireChangeIn requires a change event the watch took in for a name in
+// dir: the watch, not a resync or another event, saw what the test did.
+func (s *served) requireChangeIn(dir string) {
+	s.t.Helper()
+	for _, rec := range s.logged("DEBUG", "change event") {
+		if filepath.Dir(fmt.Sprint(rec["name"])) == dir {
+			return
+		}
+	}
+	s.t.Fatalf("no change event in %s: %s", dir, s.logs.String())
+}
+
+// requireRendered requires a "rendered" line that names the node, the rule
+// and the profile of the fleet map's choice.
+func (s *served) requireRendered(node, rule, profile string) {
+	s.t.Helper()
+	var saw []string
+	for _, rec := range s.logged("INFO", "rendered") {
+		if rec["node"] == node && rec["rule"] == rule && rec["profile"] == profile {
+			return
+		}
+		saw = append(saw, fmt.Sprintf("node=%v rule=%v profile=%v", rec["node"], rec["rule"], rec["profile"]))
+	}
+	s.t.Fatalf("no rendered line with node=%s rule=%s profile=%s; saw %v", node, rule, profile, saw)
+}
+
+// The map chooses by the node's name first, then by its labels, then the
+// default; a change of the labels or of the map re-renders through the
+// watch alone (the resync is an hour away).
+func TestFleetChoosesAndFollowsTheLabelsAndTheMap(t *testing.T) {
+	t.Parallel()
+	h100 := newConfigMap(t, builtinText(t, "hgx-h100"))
+	text := func(nodes string) string {
+		return nodes + "labels:\n  - match:\n      nvml-mock/profile: h100\n    profile: " + h100.File() + "\ndefault: t4-vm\n"
+	}
+	fm := newFleetMap(t, text(""))
+	labels := newFakeLabels(map[string]string{"kubernetes.io/os": "linux"})
+	s := startFleet(t, fm, "worker-b", labels, func(o *Options) { o.Resync = time.Hour })
+
+	s.waitReady(http.StatusOK, 30*time.Second)
+	st := s.srv.Status()
+	require.Equal(t, s.digestOf("t4-vm"), st.Digest)
+	require.Equal(t, "default", st.Rule)
+	s.requireRendered("worker-b", "default", "built-in t4-vm")
+	serving := s.logged("INFO", "serving")
+	require.Len(t, serving, 1)
+	require.Equal(t, fm.File(), serving[0]["fleet"])
+	require.Equal(t, "worker-b", serving[0]["node"])
+
+	// A label: the label rule's profile file.
+	s.waitQuiet()
+	before := s.markerDigest()
+	labels.set(map[string]string{"kubernetes.io/os": "linux", "nvml-mock/profile": "h100"}, nil)
+	took := s.waitDigest(s.digestOf(h100.File()), 30*time.Second, "the label change rendered")
+	s.waitReady(http.StatusOK, 30*time.Second)
+	require.NotEqual(t, before, s.markerDigest(), "the marker vouches for the new plan")
+	require.Equal(t, "labels[0] {nvml-mock/profile=h100}", s.srv.Status().Rule)
+	s.requireRendered("worker-b", "labels[0] {nvml-mock/profile=h100}", h100.File())
+	require.NotEmpty(t, s.logged("DEBUG", "node labels changed"))
+	t.Logf("FIGURES a label change rendered %s after it (debounce %s, resync 1h)", took.Round(time.Millisecond), DefaultDebounce)
+
+	// The map names the node: its name beats its labels.
+	s.waitQuiet()
+	fm.Swap([]byte(text("nodes:\n  worker-b: t4-vm\n")))
+	s.waitDigest(s.digestOf("t4-vm"), 30*time.Second, "the map's swap rendered")
+	s.waitReady(http.StatusOK, 30*time.Second)
+	s.requireChangeIn(fm.Dir)
+	require.Equal(t, "nodes[worker-b]", s.srv.Status().Rule)
+	s.requireRendered("worker-b", "nodes[worker-b]", "built-in t4-vm")
+}
+
+// The chosen profile file is watched where it lies, beside the map or not;
+// once the map chooses another, its directory is no longer watched.
+func TestFleetFollowsTheChosenProfile(t *testing.T) {
+	t.Parallel()
+	prof := newConfigMap(t, builtinText(t, "t4-vm"))
+	fm := newFleetMap(t, "default: "+prof.File()+"\n")
+	s := startFleet(t, fm, "worker-a", nil, func(o *Options) { o.Resync = time.Hour })
+	s.waitReady(http.StatusOK, 30*time.Second)
+	require.Equal(t, s.digestOf(prof.File()), s.srv.Status().Digest)
+
+	// The other ConfigMap, the profile's, changes.
+	s.waitQuiet()
+	prof.Swap(builtinText(t, "hgx-h100"))
+	s.waitDigest(s.digestOf(prof.File()), 30*time.Second, "the chosen profile's swap rendered")
+	s.waitReady(http.StatusOK, 30*time.Second)
+	s.requireChangeIn(prof.Dir)
+	s.requireRendered("worker-a", "default", prof.File())
+
+	// A built-in now: nothing of the profile's to watch.
+	s.waitQuiet()
+	fm.Swap([]byte("default: t4-vm\n"))
+	s.waitDigest(s.digestOf("t4-vm"), 30*time.Second, "the map's swap to a built-in rendered")
+	s.requireChangeIn(fm.Dir)
+	podtest.Until(t, 5*time.Second, "the profile's directory unwatched", func() (bool, string) {
+		for _, rec := range s.logged("DEBUG", "no longer watching") {
+			if rec["dir"] == prof.Dir {
+				return true, ""
+			}
+		}
+		return false, s.logs.String()
+	})
+}
+
+// A node the map gives no profile is not ready, and says why in one line,
+// logged once however many syncs fail; the map's fix serves it.
+func TestFleetNoMatchIsNotReady(t *testing.T) {
+	t.Parallel()
+	fm := newFleetMap(t, "nodes:\n  worker-a: t4-vm\nlabels:\n  - match: {nvml-mock/profile: gb200}\n    profile: gb200.yaml\n")
+	labels := newFakeLabels(map[string]string{"nvml-mock/profile": "h100"})
+	s := startFleet(t, fm, "worker-c", labels, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	st := s.waitSyncs(5)
+	require.Equal(t, st.Syncs, st.Failures)
+	want := "fleet map " + fm.File() + ": node worker-c matches no rule and the map has no default"
+	code, body := s.probe(ReadyzPath)
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, want, strings.TrimSpace(body))
+	errs := s.logs.Records(t, "ERROR")
+	require.Len(t, errs, 1, "one line for %d failed syncs", st.Failures)
+	require.Equal(t, want, errs[0]["err"])
+	require.Equal(t, "worker-c", errs[0]["node"])
+	_, err := os.Stat(s.opts.Output)
+	require.ErrorIs(t, err, os.ErrNotExist, "no spec for a node the map does not serve")
+	code, _ = s.probe(HealthzPath)
+	require.Equal(t, http.StatusOK, code, "not served is not-ready, not unhealthy")
+
+	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\ndefault: t4-vm\n"))
+	s.waitReady(http.StatusOK, 30*time.Second)
+	require.Equal(t, "default", s.srv.Status().Rule)
+	require.Len(t, s.logged("INFO", "recovered"), 1)
+}
+
+// A bad map, at start or later, is a failed sync like a bad profile: the
+// last good tree stays, and the map's error names the file and the field.
+func TestFleetBadMapKeepsTheLastGoodTree(t *testing.T) {
+	t.Parallel()
+	fm := newFleetMap(t, "nodes:\n  worker-a:\n")
+	s := startFleet(t, fm, "worker-a", nil, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitSyncs(2)
+	_, body := s.probe(ReadyzPath)
+	require.Contains(t, body, "fleet map "+fm.File()+": nodes.worker-a: empty profile")
+
+	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\n"))
+	s.waitReady(http.StatusOK, 30*time.Second)
+	good := s.srv.Status().Digest
+	tree := overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true})
+
+	fm.Swap([]byte("nodez:\n  worker-a: hgx-h100\n"))
+	s.waitReady(http.StatusServiceUnavailable, 10*time.Second)
+	_, body = s.probe(ReadyzPath)
+	require.Contains(t, body, `unknown field "nodez"`)
+	require.Contains(t, body, fm.File())
+	st := s.waitSyncs(2)
+	require.Equal(t, good, st.Digest)
+	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the bad map")
+}
+
+// Sync alone, without Run or a watch, reads the map afresh each time: a map
+// rewritten in place, as a plain file, is followed.
+func TestFleetSyncRereadsTheMap(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, fleetKey)
+	require.NoError(t, os.WriteFile(file, []byte("nodes:\n  worker-a: t4-vm\n"), 0o644))
+	srv, err := New(Options{
+		Render:   overlay.Options{Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
+		Fleet:    file,
+		NodeName: "worker-a",
+		Output:   filepath.Join(dir, "spec.yaml"),
+		Logger:   slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+	})
+	require.NoError(t, err)
+	srv.Sync(context.Background(), "test")
+	require.NoError(t, srv.Ready())
+	require.Equal(t, "built-in t4-vm", srv.Status().Profile)
+
+	require.NoError(t, os.WriteFile(file, []byte("nodes:\n  worker-a: hgx-h100\n"), 0o644))
+	srv.Sync(context.Background(), "test")
+	require.NoError(t, srv.Ready())
+	require.Equal(t, "built-in hgx-h100", srv.Status().Profile)
+	require.Equal(t, "nodes[worker-a]", srv.Status().Rule)
+
+	// Label rules without a source of labels: a failed sync that says so.
+	require.NoError(t, os.WriteFile(file, []byte("labels:\n  - match: {a: b}\n    profile: t4-vm\n"), 0o644))
+	srv.Sync(context.Background(), "test")
+	require.ErrorContains(t, srv.Ready(), "the map has label rules, but serve has no source of node labels")
+}
+
+// A map without label rules never asks for the labels: serve with it needs
+// no API server and no RBAC. A map with them fails its sync while the
+// labels cannot be read, and says why.
+func TestFleetReadsLabelsOnlyForLabelRules(t *testing.T) {
+	t.Parallel()
+	labels := newFakeLabels(nil)
+	s := startFleet(t, newFleetMap(t, "nodes:\n  worker-a: t4-vm\ndefault: t4-vm\n"), "worker-a", labels, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	s.waitReady(http.StatusOK, 30*time.Second)
+	s.waitSyncs(3)
+	require.Zero(t, labels.called())
+
+	// A node the map names needs no labels either, though the map has
+	// label rules for others.
+	named := newFakeLabels(nil)
+	named.err = fmt.Errorf("no API server here")
+	n := startFleet(t, newFleetMap(t, "nodes:\n  worker-a: t4-vm\nlabels:\n  - match: {a: b}\n    profile: hgx-h100\n"), "worker-a", named, func(o *Options) { o.Resync = 50 * time.Millisecond })
+	n.waitReady(http.StatusOK, 30*time.Second)
+	n.waitSyncs(3)
+	require.Zero(t, named.called())
+
+	denied := newFakeLabels(nil)
+	denied.err = fmt.Errorf(`labels of node worker-a: nodes is forbidden`)
+	d := startFleet(t, newFleetMap(t, "labels:\n  - match: {a: b}\n    profile: t4-vm\ndefault: t4-vm\n"), "worker-a", denied, func(o *Options) { o.Resync = time.Hour })
+	d.waitSyncs(1)
+	_, body := d.probe(ReadyzPath)
+	require.Contains(t, body, "has label rules: labels of node worker-a: nodes is forbidden")
+	denied.set(nil, nil)
+	d.waitReady(http.StatusOK, 30*time.Second)
 }
