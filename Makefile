@@ -28,7 +28,7 @@ lint: vet ## go vet and staticcheck
 	$(GO) run $(STATICCHECK) ./...
 
 # The programs a registry serves (GFD, nfd, containerd, crictl, etcd, the
-# kube binaries, our own small ones), built into the user's cache with one
+# kube binaries, helm, our own small ones), built into the user's cache with one
 # progress line each: a cold build takes many minutes, and go test shows
 # nothing until a package ends. A warm cache rebuilds nothing. The programs
 # no registry serves are supplied in $NVML_MOCK_SYSFS_PROGRAMS
@@ -100,7 +100,7 @@ docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
 # the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
-FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/importer:FuzzNvidiaSMI
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/importer:FuzzNvidiaSMI ./deploy/fleet:FuzzParse
 FUZZTIME      ?= 3s
 FUZZTIME_LONG ?= 5m
 

@@ -1,7 +1,7 @@
 // Package programs gives the end-to-end suites the real programs they run:
 // those a registry serves (GPU Feature Discovery, node-feature-discovery,
-// ghw, containerd, crictl, etcd and the kube binaries, all from the Go
-// module proxy at pinned versions, and small programs of ours), built here,
+// ghw, containerd, crictl, etcd, the kube binaries and helm, all from the
+// Go module proxy at pinned versions, and small programs of ours), built here,
 // and those no registry serves (nvml-mock's NVML, the NVIDIA DRA driver,
 // the device plugins and NRI plugins), which whoever runs the tests
 // supplies (Supplied). Nothing here builds, fetches or describes building

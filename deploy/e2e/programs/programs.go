@@ -14,9 +14,10 @@ func goBuild(cgo bool, args ...string) Step {
 	return Step{Args: append([]string{"go", "build", "-trimpath"}, args...), Env: env}
 }
 
-// goInstall installs proxy modules at pinned versions into {out}.
-func goInstall(pkgs ...string) Step {
-	return Step{Args: append([]string{"go", "install", "-trimpath"}, pkgs...), Env: []string{"CGO_ENABLED=0", "GOBIN={out}", "GOFLAGS=-buildvcs=false"}}
+// goInstall installs proxy modules at pinned versions into {out}; args are
+// go install's: flags (such as -ldflags) first, then package@version.
+func goInstall(args ...string) Step {
+	return Step{Args: append([]string{"go", "install", "-trimpath"}, args...), Env: []string{"CGO_ENABLED=0", "GOBIN={out}", "GOFLAGS=-buildvcs=false"}}
 }
 
 // Containerd is containerd 2 with ctr and the runc shim.
@@ -110,6 +111,6 @@ func ourModule(name string, cgo bool) Program {
 // build-programs builds them: the quick ones first, so a cold run shows
 // progress early, the Kubernetes node's (kubetest) last.
 func All() []Program {
-	return []Program{NVMLStandIn(), GHWList(), NVMLList(), Crictl(), GFD(), NFDWorker(), Containerd(),
+	return []Program{NVMLStandIn(), GHWList(), NVMLList(), Crictl(), GFD(), Helm(), NFDWorker(), Containerd(),
 		Etcd(), NFDMaster(), Kube()}
 }
