@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -110,7 +109,7 @@ func TestDRA(t *testing.T) {
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
 	require.NoError(t, programs.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
-	writeDeviceNodes(t, s.driverRoot, maxGPUs(t, profiles))
+	require.NoError(t, programs.WriteDeviceNodes(s.driverRoot, maxGPUs(t, profiles)))
 	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
 	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
 
@@ -201,21 +200,6 @@ func maxGPUs(t *testing.T, profiles []programs.SuiteProfile) int {
 		n = max(n, len(m.GPUs()))
 	}
 	return n
-}
-
-// writeDeviceNodes makes the device nodes NodePrepareResources puts in a
-// claim's CDI spec, under the driver root's dev/: character devices with
-// /dev/null's numbers, which is what any container may open.
-func writeDeviceNodes(t *testing.T, driverRoot string, gpus int) {
-	dev := filepath.Join(driverRoot, "dev")
-	require.NoError(t, os.MkdirAll(dev, 0o755), "the driver root's dev")
-	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
-	for i := range gpus {
-		names = append(names, fmt.Sprintf("nvidia%d", i))
-	}
-	for _, n := range names {
-		require.NoError(t, unix.Mknod(filepath.Join(dev, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))), "mknod %s", n)
-	}
 }
 
 // subject is one profile: its GPUs and roots, rendered.

@@ -237,6 +237,7 @@ type Process struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool
+	ns      int // the init whose namespaces it runs in
 }
 
 // Program is what Start runs.
@@ -264,6 +265,21 @@ func (c *Cluster) Start(t testing.TB, p Program) *Process {
 	return proc
 }
 
+// Run runs a client command to its end in the control plane's
+// namespaces, where the API server's address is reachable, with env added
+// to the test's and KUBECONFIG naming Kubeconfig: helm, as a user runs it
+// against the cluster. It returns what the command printed, and an error
+// naming the command when it failed.
+func (c *Cluster) Run(env []string, name string, args ...string) (string, error) {
+	cmd := containerdtest.Enter(c.initPID, name, args...)
+	cmd.Env = append(append(os.Environ(), env...), "KUBECONFIG="+c.Kubeconfig)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s %s: %w:\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
 // start runs p in the namespaces of the process ns (an init's PID).
 func (c *Cluster) start(t testing.TB, ns int, p Program) *Process {
 	t.Helper()
@@ -272,7 +288,7 @@ func (c *Cluster) start(t testing.TB, ns int, p Program) *Process {
 		inner := p.Served.Command(args[0], args[1:]...)
 		args, env = inner.Args, append(inner.Env, p.Env...)
 	}
-	proc := &Process{Name: p.Name, LogFile: filepath.Join(c.Dir, "logs", p.Name+".log"), exited: make(chan struct{})}
+	proc := &Process{Name: p.Name, LogFile: filepath.Join(c.Dir, "logs", p.Name+".log"), exited: make(chan struct{}), ns: ns}
 	if err := os.MkdirAll(filepath.Dir(proc.LogFile), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -604,15 +620,34 @@ func (c *Cluster) Stop(t testing.TB) {
 	}
 	c.stopped = true
 	began := time.Now()
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].Stop(t)
+	// The workers first: their programs, their kubelets, then their
+	// containerds, which remove their pods over CRI and stop, killing what
+	// is left in their namespaces but their init. The control plane stops
+	// after, with no pod left to hold a watch open on the API server.
+	stopProcs := func(ns int) {
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			if c.procs[i].ns == ns {
+				c.procs[i].Stop(t)
+			}
+		}
 	}
-	// Each node's containerd removes its pods over CRI and stops, killing
-	// what is left in its namespaces but their init.
-	for _, n := range c.Nodes {
+	stopRuntime := func(n *Node) {
 		if n.Runtime != nil {
 			c.recordContainers(t, n.Runtime)
 			n.Runtime.Stop(t)
+		}
+	}
+	for _, n := range c.Nodes {
+		if n.initPID != c.initPID {
+			stopProcs(n.initPID)
+			stopRuntime(n)
+		}
+	}
+	stopProcs(c.initPID)
+	// The single node's containerd, started before the control plane.
+	for _, n := range c.Nodes {
+		if n.initPID == c.initPID {
+			stopRuntime(n)
 		}
 	}
 	// A worker's init first: the kernel kills the rest of its pid

@@ -88,9 +88,11 @@ var gpuOperatorPCI = struct{ classes, fields []string }{
 	fields:  []string{"vendor"},
 }
 
-// suite is the node and what the steps share.
+// suite is the node and what the steps share. The fleet (fleet_test.go)
+// has one per worker, on one cluster.
 type suite struct {
 	c        *kubetest.Cluster
+	node     *kubetest.Node // the node the suite's pods run on
 	repo     string
 	objects  string // bin/k8s/<objectsName>/: the objects judged
 	ds       appsv1.DaemonSet
@@ -164,6 +166,7 @@ func TestNode(t *testing.T) {
 	s.root, s.spec = podtest.FlagValue(args, "--root"), podtest.FlagValue(args, "--output")
 
 	s.c = kubetest.Start(t, kubetest.Options{})
+	s.node = s.c.Nodes[0]
 	// The kubelet pulls nothing: each image is imported first, under the
 	// name the kubelet asks containerd for.
 	s.c.Runtime.Import(t, containerdtest.BinaryImage(t, containerdtest.NormalizedImage(s.ds.Spec.Template.Spec.Containers[0].Image), bin), containerdtest.CRINamespace)
@@ -190,6 +193,7 @@ func TestNode(t *testing.T) {
 		{"GFD labels the Node", s.testGFD, true},
 		{"nfd-worker labels the Node", s.testNFDWorker, true},
 		{"a re-profile through the ConfigMap", s.testReprofile, true},
+		{"E2E_PROFILES through the ConfigMap", s.testExtraProfiles, true},
 		{"a bad profile makes the pod not Ready", s.testBadProfile, true},
 		{"deleting the DaemonSet", s.testDelete, false},
 	}
@@ -208,14 +212,9 @@ func TestNode(t *testing.T) {
 	s.report(t)
 }
 
-// nodePath is where the test finds a path of the node: the cluster's
-// namespaces have a private /run (and /var/run is a link to it, which
-// /proc/<pid>/root would resolve on the host).
+// nodePath is where the test finds a path of the suite's node.
 func (s *suite) nodePath(path string) string {
-	if rest, ok := strings.CutPrefix(path, "/var/run/"); ok {
-		path = "/run/" + rest
-	}
-	return s.c.ProcPath(path)
+	return s.node.ProcPath(path)
 }
 
 // machine is a profile text as the renderer sees it.
@@ -228,12 +227,13 @@ func machine(t *testing.T, name, text string) *profile.Machine {
 	return m
 }
 
-// daemonSetPod is the DaemonSet's one pod.
+// daemonSetPod is the DaemonSet's one pod on the suite's node.
 func (s *suite) daemonSetPod(t *testing.T) *corev1.Pod {
 	t.Helper()
-	list, err := s.c.Client.CoreV1().Pods(s.ds.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: metav1.FormatLabelSelector(s.ds.Spec.Selector)})
+	list, err := s.c.Client.CoreV1().Pods(s.ds.Namespace).List(context.Background(), metav1.ListOptions{
+		LabelSelector: metav1.FormatLabelSelector(s.ds.Spec.Selector), FieldSelector: "spec.nodeName=" + s.node.Name})
 	require.NoError(t, err)
-	require.Len(t, list.Items, 1, "the DaemonSet's pods on the one node")
+	require.Len(t, list.Items, 1, "the DaemonSet's pods on %s", s.node.Name)
 	return &list.Items[0]
 }
 
@@ -353,6 +353,7 @@ func (s *suite) labellerPod(t *testing.T, name, container, build string, inv pro
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ds.Namespace},
 		Spec: corev1.PodSpec{
+			NodeName:           s.node.Name,
 			ServiceAccountName: serviceAccount,
 			HostNetwork:        true,
 			RestartPolicy:      corev1.RestartPolicyNever,
@@ -475,7 +476,7 @@ func (s *suite) gfdPod(t *testing.T, name string, served bool) *corev1.Pod {
 // nodeLabels are the Node's labels now.
 func (s *suite) nodeLabels(t *testing.T) map[string]string {
 	t.Helper()
-	n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), kubetest.NodeName, metav1.GetOptions{})
+	n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), s.node.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	return n.Labels
 }
@@ -606,7 +607,7 @@ func (s *suite) readmeLabels(t *testing.T) (keys, header, row []string) {
 func (s *suite) nfdPod(t *testing.T, name string, served bool) *corev1.Pod {
 	inv, err := programs.NFDWorkerRun{
 		Binary:               containerdtest.InConsumerBuild + "/nfd-worker",
-		NodeName:             kubetest.NodeName,
+		NodeName:             s.node.Name,
 		DeviceClassWhitelist: gpuOperatorPCI.classes,
 		DeviceLabelFields:    gpuOperatorPCI.fields,
 		Publish:              true,
@@ -651,7 +652,7 @@ func (s *suite) testNFDWorker(t *testing.T) {
 			require.Equal(t, v, labels[k], "the node's own device label %s stays", k)
 		}
 		require.NotContains(t, labels, labelHCA, "the standalone profile has no HCAs")
-		n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), kubetest.NodeName, metav1.GetOptions{})
+		n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), s.node.Name, metav1.GetOptions{})
 		require.NoError(t, err)
 		kubetest.WriteObject(t, s.objects, "node.json", n)
 		s.figure("Node PCI labels: unserved %v, served %v", keys(own), keys(pciLabels(labels)))
@@ -689,7 +690,7 @@ func (s *suite) profileVolumeData(pod *corev1.Pod) string {
 			volume = v.Name
 		}
 	}
-	return s.c.ProcPath(filepath.Join(s.c.KubeletRootDir, "pods", string(pod.UID), "volumes/kubernetes.io~configmap", volume, "..data"))
+	return s.node.ProcPath(filepath.Join(s.node.KubeletRootDir, "pods", string(pod.UID), "volumes/kubernetes.io~configmap", volume, "..data"))
 }
 
 // containerID is a pod's container as CRI names it.
@@ -725,7 +726,6 @@ func withProductName(t *testing.T, file, name string) string {
 // and has GFD and nfd-worker label the new profile.
 func (s *suite) testReprofile(t *testing.T) {
 	s.rows.Expect(t, "ConfigMap updated through the API to built-in "+reprofileTo+" (system.product_name "+reprofileToMachine+")", "tree re-rendered, 0 torn entries in a served reader throughout; GFD and nfd-worker label the new profile")
-	ctx := context.Background()
 	text := withProductName(t, programs.BuiltinProfile(t, reprofileTo), reprofileToMachine)
 	want := machine(t, reprofileTo, text)
 	require.Equal(t, reprofileToMachine, want.ProductName)
@@ -737,27 +737,7 @@ func (s *suite) testReprofile(t *testing.T) {
 	old, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
 	require.NoError(t, err)
 
-	// The reader scans the served links directory until it is stopped; a
-	// CPU limit keeps its loop from starving the node's two cores.
-	reader := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "reader", Namespace: s.ds.Namespace},
-		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
-			Name: "reader", Image: containerdtest.ReaderImage, ImagePullPolicy: corev1.PullNever,
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
-		}}},
-	}
-	s.serveRoot(t, reader, "reader", s.root)
-	_, err = s.c.Client.CoreV1().Pods(reader.Namespace).Create(ctx, reader, metav1.CreateOptions{})
-	require.NoError(t, err)
-	running := s.c.WaitPod(t, reader.Namespace, reader.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-	s.c.Wait(t, "the reader scanning", time.Minute, func() error {
-		if log := s.c.PodLog(t, reader.Namespace, reader.Name); !strings.Contains(log, "reading") {
-			return fmt.Errorf("log %q", log)
-		}
-		return nil
-	})
-	links := filepath.Join(s.nodePath(s.root), plan.LinksDir)
-
+	reader := s.startReader(t, "reader")
 	r := &s.reprof
 	r.From, r.To, r.KubeletSyncPeriod = "standalone ConfigMap ("+s.key+")", "built-in "+reprofileTo, kubeletSyncPeriod
 	r.APIUpdate = s.updateProfile(t, text)
@@ -780,30 +760,8 @@ func (s *suite) testReprofile(t *testing.T) {
 	r.UpdateToSwapString, r.SwapToTreeString = r.UpdateToSwap.Round(time.Millisecond).String(), r.SwapToTree.Round(time.Millisecond).String()
 	s.c.WaitPod(t, pod.Namespace, pod.Name, time.Minute, kubetest.PodReady)
 
-	// The reader says, by its own count, when it has made whole scans of
-	// the new tree (its progress lines): two in a row, so that its view is
-	// no lucky moment.
-	entries, err := os.ReadDir(links)
-	require.NoError(t, err)
-	s.c.Wait(t, "the reader's whole scans of the new tree", time.Minute, func() error {
-		views, err := containerdtest.ParseReaderViews(s.c.PodLog(t, reader.Namespace, reader.Name))
-		if err != nil {
-			return err
-		}
-		if n := len(views); n < 2 || views[n-1].Entries != len(entries) || views[n-1].Scans < 2 {
-			return fmt.Errorf("views %+v, want a last one of %d entries scanned twice", views, len(entries))
-		}
-		return nil
-	})
-
-	// Stopped through CRI, the reader prints its totals and exits 0.
-	s.c.Runtime.Crictl(t, "stop", "--timeout", "10", containerID(t, running))
-	s.c.WaitPod(t, reader.Namespace, reader.Name, time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
-	totals, err := containerdtest.ParseReaderTotals(s.c.PodLog(t, reader.Namespace, reader.Name))
-	require.NoError(t, err)
+	totals := s.stopReader(t, reader)
 	r.ReaderScans, r.ReaderTorn, r.ReaderViews = totals.Scans, totals.Torn, totals.Views
-	require.Zero(t, totals.Torn, "torn entries: %v", totals.Samples)
-	require.Positive(t, totals.Scans)
 	require.GreaterOrEqual(t, len(totals.Views), 2, "the reader saw the first tree and the new one: %v", totals.Views)
 
 	r.ExpectedGPUs, r.ExpectedMachine = len(want.GPUs()), machineLabel(t, want)
@@ -817,6 +775,96 @@ func (s *suite) testReprofile(t *testing.T) {
 	kubetest.WriteObject(t, s.objects, "reprofile.json", r)
 	s.figure("ConfigMap update -> new tree in %s: API update -> kubelet's volume swap %s (its sync period is %s, plus its ConfigMap cache), swap -> serve's re-render %s; reader %d scans, %d torn, views %v",
 		r.UpdateToTree.Round(time.Millisecond), r.UpdateToSwapString, kubeletSyncPeriod, r.SwapToTreeString, totals.Scans, totals.Torn, totals.Views)
+}
+
+// testExtraProfiles runs every profile E2E_PROFILES names
+// (programs.ExtraProfiles) through the deploy path, as the re-profile
+// does: the ConfigMap updated to it, the tree re-rendered with its GPUs,
+// GFD's and nfd-worker's labels of it on the Node. With none named it
+// runs nothing.
+func (s *suite) testExtraProfiles(t *testing.T) {
+	for _, p := range programs.ExtraProfiles(t) {
+		t.Run(p.Name, func(t *testing.T) {
+			data, err := os.ReadFile(p.File)
+			require.NoError(t, err)
+			want := machine(t, p.Name, string(data))
+			labels := map[string]string{labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelNVIDIA: "true"}
+			said := fmt.Sprintf("tree re-rendered with its %d GPUs; Node `%s=%d`, `%s`", len(want.GPUs()), labelCount, len(want.GPUs()), labelNVIDIA)
+			if want.ProductName != "" {
+				labels[labelMachine] = machineLabel(t, want)
+				said += ", `" + labelMachine + "`"
+			}
+			s.rows.Expect(t, "ConfigMap updated through the API to "+p.Name, said)
+			old, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
+			require.NoError(t, err)
+			s.updateProfile(t, string(data))
+			s.c.Wait(t, "serve's render of "+p.Name, podtest.ConfigMapUpdateWait, func() error {
+				m, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
+				if err != nil || m.Digest == old.Digest {
+					return fmt.Errorf("marker %+v (%v)", m, err)
+				}
+				return nil
+			})
+			require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the tree has %s's GPUs, as ghw lists them", p.Name)
+			name := strings.ToLower(slug(p.Name))
+			s.c.RunPod(t, s.gfdPod(t, "gfd-"+name, true))
+			s.c.RunPod(t, s.nfdPod(t, "nfd-worker-"+name, true))
+			s.waitLabels(t, p.Name+"'s labels", wantLabels(labels))
+		})
+	}
+}
+
+// startReader runs a pod on the suite's node that scans the served links
+// directory of the node's tree until it is stopped (stopReader); a CPU
+// limit keeps its loop from starving the node's two cores.
+func (s *suite) startReader(t *testing.T, name string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	reader := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ds.Namespace},
+		Spec: corev1.PodSpec{NodeName: s.node.Name, RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{
+			Name: "reader", Image: containerdtest.ReaderImage, ImagePullPolicy: corev1.PullNever,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
+		}}},
+	}
+	s.serveRoot(t, reader, "reader", s.root)
+	_, err := s.c.Client.CoreV1().Pods(reader.Namespace).Create(ctx, reader, metav1.CreateOptions{})
+	require.NoError(t, err)
+	running := s.c.WaitPod(t, reader.Namespace, reader.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	s.c.Wait(t, "the reader scanning", time.Minute, func() error {
+		if log := s.c.PodLog(t, reader.Namespace, reader.Name); !strings.Contains(log, "reading") {
+			return fmt.Errorf("log %q", log)
+		}
+		return nil
+	})
+	return running
+}
+
+// stopReader waits until the reader has made whole scans of the tree as
+// it is now, by its own count (its progress lines): two in a row, so that
+// its view is no lucky moment. Then it stops it through CRI, when it
+// prints its totals and exits 0, and requires that it saw no torn entry.
+func (s *suite) stopReader(t *testing.T, running *corev1.Pod) containerdtest.ReaderTotals {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(s.nodePath(s.root), plan.LinksDir))
+	require.NoError(t, err)
+	s.c.Wait(t, "the reader's whole scans of the tree", time.Minute, func() error {
+		views, err := containerdtest.ParseReaderViews(s.c.PodLog(t, running.Namespace, running.Name))
+		if err != nil {
+			return err
+		}
+		if n := len(views); n < 1 || views[n-1].Entries != len(entries) || views[n-1].Scans < 2 {
+			return fmt.Errorf("views %+v, want a last one of %d entries scanned twice", views, len(entries))
+		}
+		return nil
+	})
+	s.node.Runtime.Crictl(t, "stop", "--timeout", "10", containerID(t, running))
+	s.c.WaitPod(t, running.Namespace, running.Name, time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodSucceeded })
+	totals, err := containerdtest.ParseReaderTotals(s.c.PodLog(t, running.Namespace, running.Name))
+	require.NoError(t, err)
+	require.Zero(t, totals.Torn, "torn entries: %v", totals.Samples)
+	require.Positive(t, totals.Scans)
+	return totals
 }
 
 // testBadProfile puts a bad profile in the ConfigMap: the pod turns not

@@ -18,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -98,6 +100,27 @@ func ParseGFDLabels(data []byte) (map[string]string, error) {
 		labels[k] = v
 	}
 	return labels, nil
+}
+
+// WriteDeviceNodes makes the device nodes NodePrepareResources puts in a
+// claim's CDI spec, under the driver root's dev/: nvidiactl, nvidia-uvm,
+// nvidia-uvm-tools and nvidia0 to nvidia<gpus-1>, character devices with
+// /dev/null's numbers, which is what any container may open.
+func WriteDeviceNodes(driverRoot string, gpus int) error {
+	dev := filepath.Join(driverRoot, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return fmt.Errorf("driver root: %w", err)
+	}
+	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+	for i := range gpus {
+		names = append(names, fmt.Sprintf("nvidia%d", i))
+	}
+	for _, n := range names {
+		if err := unix.Mknod(filepath.Join(dev, n), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+			return fmt.Errorf("driver root: mknod %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // WriteDriverRoot makes dir the driver root the DRA driver expects: the

@@ -61,6 +61,15 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		}
 		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
 	}
+	return append(out, ExtraProfiles(t)...)
+}
+
+// ExtraProfiles are the profiles ExtraProfilesEnv names, none when it is
+// unset: the node suite runs these alone through the deploy path, where
+// each takes a ConfigMap swap (a minute or more).
+func ExtraProfiles(t testing.TB) []SuiteProfile {
+	t.Helper()
+	var out []SuiteProfile
 	for _, f := range filepath.SplitList(os.Getenv(ExtraProfilesEnv)) {
 		abs, err := filepath.Abs(f)
 		if err != nil {
