@@ -38,7 +38,7 @@ programs: ## build the end-to-end suites' programs from the Go module proxy
 
 # The tiers. The suites are packages: the end-to-end wing is deploy/e2e,
 # whose consumer and containerd suites are e2e, whose Kubernetes suites
-# (one node each, taken in turn: kubetest holds a lock) are e2e-k8s.
+# (one cluster at a time: kubetest holds a lock) are e2e-k8s.
 E2E_PKGS := ./deploy/e2e/consumermatrix ./deploy/e2e/containerdtest ./cmd/nvml-mock-sysfs
 K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deploy/e2e/passthrough
 
@@ -47,7 +47,9 @@ K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deplo
 # no-tree breaks the tree every suite serves, on purpose; make test's
 # deploy/e2e/sabotage runs the suites so and names the rows that must turn
 # red.
-# E2E_PROFILES=a.yaml:b.yaml adds profiles to the consumer matrix and TestDRA.
+# E2E_PROFILES=a.yaml:b.yaml adds profiles to the consumer matrix and TestDRA,
+# and runs each through TestNode's ConfigMap; E2E_FLEET=a.yaml:b.yaml gives
+# TestFleet its profiles, one per worker node, in order.
 MATRIX      := bin/consumer-matrix.md
 RUNTIME_MATRIX := bin/runtime-matrix.md
 K8S_OBJECTS := bin/k8s
@@ -55,9 +57,11 @@ K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md
 TESTJSON    := bin/test-events.json
 space := $(subst ,, )
 E2E_PROFILES_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_PROFILES))))
+E2E_FLEET_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_FLEET))))
 SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 	NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) \
 	NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) \
+	NVML_MOCK_SYSFS_E2E_FLEET=$(E2E_FLEET_ABS) \
 	NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) \
 	NVML_MOCK_SYSFS_RUNTIME_MATRIX=$(CURDIR)/$(RUNTIME_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) \

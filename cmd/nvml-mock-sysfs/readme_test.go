@@ -94,9 +94,11 @@ const (
 
 // Every command the README shows is checked by a test: its shell blocks
 // are the quick start (its render and compat are TestRenderThenCompat; its
-// make targets are checked here) and the Kubernetes quick start (deploy's
+// make targets are checked here), the Kubernetes quick start (deploy's
 // TestReadmeKubernetesQuickStart, and the Kubernetes suite, which runs it
-// step for step).
+// step for step) and the fleet (deploy's TestHelmDocsInstallTheChart
+// renders its helm install; TestFleet checks its label and the labels it
+// lists are the ones it judges).
 func TestReadmeShowsOnlyCheckedCommands(t *testing.T) {
 	t.Parallel()
 	blocks := overlaytest.ReadmeShell(t)
@@ -104,7 +106,7 @@ func TestReadmeShowsOnlyCheckedCommands(t *testing.T) {
 	for s := range blocks {
 		sections = append(sections, s)
 	}
-	require.ElementsMatch(t, []string{"Quick start", "Kubernetes quick start"}, sections, "a README shell block that no test checks")
+	require.ElementsMatch(t, []string{"Quick start", "Kubernetes quick start", "A fleet, with Helm"}, sections, "a README shell block that no test checks")
 	require.Equal(t, []string{readmeQuickStart, readmeMakeTest}, blocks["Quick start"])
 
 	makefile, err := os.ReadFile("../../Makefile")

@@ -567,7 +567,7 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 	// Publishing is the plugin's own doing; NodePrepareResources needs
 	// the kubelet to have registered it too.
 	s.c.Wait(t, "the kubelet registered the plugin", slicesTimeout, func() error {
-		if n, err := s.registered(); err != nil || n != 1 {
+		if n, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || n != 1 {
 			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driverName, err)
 		}
 		return nil
@@ -583,7 +583,7 @@ func (s *suite) unpublish(t *testing.T, stop func()) {
 	// The next plugin has the same endpoint: the kubelet must have let
 	// go of this one first, or its late unregistration removes the next.
 	s.c.Wait(t, "the kubelet unregistered the plugin", slicesTimeout, func() error {
-		if n, err := s.registered(); err != nil || n != 0 {
+		if n, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || n != 0 {
 			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driverName, err)
 		}
 		return nil
@@ -873,17 +873,4 @@ func (s *suite) driverLibraries(t *testing.T, file string) {
 	for _, name := range []string{"libnvidia-ml.so." + version, "libcuda.so." + version} {
 		require.NoError(t, os.WriteFile(filepath.Join(lib, name), mock, 0o755), "the driver root's %s", name)
 	}
-}
-
-// registered counts the driver's plugin registrations the kubelet holds
-// (kubetest.RegisteredPlugins: its plugin manager's own account).
-func (s *suite) registered() (int, error) {
-	sockets, err := s.c.RegisteredPlugins(context.Background())
-	n := 0
-	for _, socket := range sockets {
-		if strings.Contains(filepath.Base(socket), driverName) {
-			n++
-		}
-	}
-	return n, err
 }

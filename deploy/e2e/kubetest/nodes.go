@@ -95,6 +95,15 @@ func (n *Node) Start(t testing.TB, p Program) *Process {
 	return proc
 }
 
+// StartDetached is Start for a program that outlives the (sub)test that
+// starts it: it runs until its Stop or the cluster's, whichever comes
+// first. A DRA plugin a suite restarts from step to step is one.
+func (n *Node) StartDetached(t testing.TB, p Program) *Process {
+	t.Helper()
+	p.Name = n.logName(p.Name)
+	return n.c.start(t, n.initPID, p)
+}
+
 // ProcPath is path as the node's namespaces see it, from the test: its
 // /var/lib/nvml-mock-sysfs, say, or its /run/cdi.
 func (n *Node) ProcPath(path string) string {
@@ -270,6 +279,22 @@ func (n *Node) RegisteredPlugins(ctx context.Context) ([]string, error) {
 	client := &http.Client{Transport: &http.Transport{DialContext: n.c.Dial, TLSClientConfig: selfSigned()}}
 	defer client.CloseIdleConnections()
 	return kubeletPlugins(ctx, client, "https://"+net.JoinHostPort(n.Address, kubeletPort)+"/metrics")
+}
+
+// Registrations counts the registrations of the plugin named name (a DRA
+// driver's name, which its registration socket's name holds) that the
+// node's kubelet holds. A plugin restarted on the same socket must wait
+// for 0 before it starts: the old one's late unregistration would
+// otherwise make the kubelet wipe the new one's ResourceSlices.
+func (n *Node) Registrations(ctx context.Context, name string) (int, error) {
+	sockets, err := n.RegisteredPlugins(ctx)
+	count := 0
+	for _, socket := range sockets {
+		if strings.Contains(filepath.Base(socket), name) {
+			count++
+		}
+	}
+	return count, err
 }
 
 // RegisteredPlugins is the first node's (Node.RegisteredPlugins).

@@ -36,7 +36,7 @@ import (
 // The fleet: one install of the Helm chart serving each node of a
 // cluster of workers its own profile, by a fleet map.
 const (
-	// FleetEnv lists the fleet's profile files, one per worker node, in
+	// fleetEnv lists the fleet's profile files, one per worker node, in
 	// order, separated by colons (make e2e-k8s E2E_FLEET=a.yaml:b.yaml);
 	// unset, nvml-mock's A100 and GB200 profiles of ../shared.
 	fleetEnv = "NVML_MOCK_SYSFS_E2E_FLEET"
@@ -148,6 +148,7 @@ func TestFleet(t *testing.T) {
 	master := programs.NeedBinary(t, programs.NFDMaster())
 	bin := overlaytest.BuildBinary(t)
 	f.dra = newFleetDRA(t, f.profiles)
+	readmeFleet(t)
 
 	ds := podtest.DecodeManifests(t, filepath.Join(f.repo, "deploy/kubernetes"))
 	require.Len(t, ds.DaemonSets, 1)
@@ -189,7 +190,7 @@ func TestFleet(t *testing.T) {
 			break
 		}
 	}
-	f.writeObjects(t)
+	f.writeObjects(t, "reprofiled")
 	f.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {
 		f.rows.Expect(t, "after the suite", "every node", "nothing on the host (sysctls, kubelet directories, cgroups, processes, mounts)")
@@ -200,6 +201,21 @@ func TestFleet(t *testing.T) {
 	text := "TestFleet (deploy/e2e/node): one install of the chart, a profile per node\n\n" + table + "\n" + strings.Join(f.figures, "\n") + "\n"
 	t.Logf("\n%s", text)
 	kubetest.AppendMatrix(t, text)
+}
+
+// readmeFleet checks the README's fleet block against what this suite
+// does: it labels a node with fleetLabel, installs the release of the chart
+// with a map by node name and by that label, and lists labels the suite
+// judges. (deploy's TestHelmDocsInstallTheChart renders its helm install.)
+func readmeFleet(t *testing.T) {
+	t.Helper()
+	steps := overlaytest.ReadmeShell(t)["A fleet, with Helm"]
+	require.Len(t, steps, 3, "README: the fleet block labels a node, installs the chart, lists the Nodes' labels")
+	require.True(t, strings.HasPrefix(steps[0], "kubectl label node ") && strings.Contains(steps[0], " "+fleetLabel+"="), "README: %q labels a node with %s", steps[0], fleetLabel)
+	for _, want := range []string{"helm install " + fleetRelease + " " + chartDir + " ", "'fleet.nodes=", "'fleet.labels=", `"` + fleetLabel + `"`} {
+		require.Contains(t, steps[1], want, "README: the fleet's helm install")
+	}
+	require.Equal(t, "kubectl get nodes -L "+labelProduct+" -L "+labelCount, steps[2], "README: the labels the fleet suite judges")
 }
 
 // fleetNamespace is the namespace the chart is installed in: the raw
@@ -535,8 +551,20 @@ func newFleetDRA(t *testing.T, profiles []fleetProfile) *fleetDRA {
 func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) []resourcev1.Device {
 	t.Helper()
 	ctx := context.Background()
+	registered := func(want int) func() error {
+		return func() error {
+			if n, err := s.node.Registrations(ctx, fleetDriver); err != nil || n != want {
+				return fmt.Errorf("%s's kubelet holds %d registrations of %s (%v)", s.node.Name, n, fleetDriver, err)
+			}
+			return nil
+		}
+	}
 	if old := d.running[s.node.Name]; old != nil {
 		old.Stop(t)
+		// The next plugin has the same socket: the kubelet must have let
+		// go of this one first, or its late unregistration wipes the
+		// next one's slices.
+		s.c.Wait(t, s.node.Name+": the kubelet unregistered the plugin", 2*time.Minute, registered(0))
 	}
 	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
 	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + fleetDriver + ",spec.nodeName=" + s.node.Name}
@@ -546,7 +574,9 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 		root = s.root
 	}
 	kubelet := s.node.KubeletRootDir
-	d.running[s.node.Name] = s.node.Start(t, kubetest.Program{
+	// Detached: the plugin serves the later steps too, until this
+	// function restarts it or the cluster stops.
+	d.running[s.node.Name] = s.node.StartDetached(t, kubetest.Program{
 		Name: "gpu-kubelet-plugin-" + p.slug,
 		Args: []string{d.plugin,
 			"--node-name", s.node.Name, "--namespace", s.ds.Namespace,
@@ -573,6 +603,7 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 		}
 		return nil
 	})
+	s.c.Wait(t, s.node.Name+": the kubelet registered the plugin", 2*time.Minute, registered(1))
 	return devices
 }
 
@@ -656,12 +687,14 @@ func (f *fleet) testDRA(t *testing.T) {
 		require.Contains(t, reason, "cannot allocate all claims")
 		f.figure("the claim for %d GPUs: %s", most+1, reason)
 	})
+	f.writeObjects(t, "")
 }
 
 // requirePCIeRoots requires every device to be a GPU of p at its bus id,
 // with the pcieRoot of its root complex in p.
 func (f *fleet) requirePCIeRoots(t *testing.T, s *suite, p fleetProfile, devices []resourcev1.Device) {
 	t.Helper()
+	require.Len(t, devices, len(p.m.GPUs()), "%s's devices: one per GPU of %s", s.node.Name, p.name)
 	byAddress := map[string]profile.Device{}
 	for _, g := range p.m.GPUs() {
 		byAddress[g.Address.String()] = g
@@ -764,12 +797,22 @@ func (f *fleet) testReprofile(t *testing.T) {
 	labels := f.labelNode(t, first, to)
 	f.figure("after the re-profile: %s %s=%s %s=%s", first.node.Name, labelProduct, labels[labelProduct], labelCount, labels[labelCount])
 	t.Run("slices", func(t *testing.T) {
-		f.rows.Expect(t, "`helm upgrade`: the DRA driver restarted", first.node.Name, to.name+"'s GPUs and pcieRoots")
+		f.rows.Expect(t, "`helm upgrade`: the DRA driver restarted", first.node.Name, to.name+"'s GPUs and pcieRoots; every other node's slices as they were")
 		if f.dra == nil {
 			f.rows.NotRun(t, programs.NotRun("the DRA driver's slices after the re-profile", programs.GPUKubeletPlugin))
 			return
 		}
 		f.requirePCIeRoots(t, first, to, f.dra.publish(t, first, to, true))
+		// The other nodes' slices stay: the first's restart touched none.
+		for i, s := range f.nodes[1:] {
+			list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + fleetDriver + ",spec.nodeName=" + s.node.Name})
+			require.NoError(t, err)
+			var devices []resourcev1.Device
+			for _, sl := range list.Items {
+				devices = append(devices, sl.Spec.Devices...)
+			}
+			f.requirePCIeRoots(t, s, f.profiles[i+1], devices)
+		}
 	})
 }
 
@@ -796,17 +839,20 @@ func (f *fleet) testUninstall(t *testing.T) {
 	}
 }
 
-// writeObjects writes what the suite judged: the Nodes, the slices and the
-// claims, as the API server returns them.
-func (f *fleet) writeObjects(t *testing.T) {
+// writeObjects writes what the suite judged, as the API server returns
+// them, into the objects' directory (or its subdirectory sub): the Nodes,
+// the slices and the claims.
+func (f *fleet) writeObjects(t *testing.T, sub string) {
 	ctx := context.Background()
+	dir := filepath.Join(f.objects, sub)
+	require.NoError(t, os.MkdirAll(dir, 0o755))
 	nodes, err := f.c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	kubetest.WriteObject(t, f.objects, "nodes.json", nodes)
+	kubetest.WriteObject(t, dir, "nodes.json", nodes)
 	slicesList, err := f.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	kubetest.WriteObject(t, f.objects, "resourceslices.json", slicesList)
+	kubetest.WriteObject(t, dir, "resourceslices.json", slicesList)
 	claims, err := f.c.Client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	kubetest.WriteObject(t, f.objects, "resourceclaims.json", claims)
+	kubetest.WriteObject(t, dir, "resourceclaims.json", claims)
 }
