@@ -133,7 +133,8 @@ func (c *Cluster) logf(format string, args ...any) {
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	programs.SkipShort(t)
-	overlaytest.RequireRoot(t, "runc", "nsenter", "ip")
+	overlaytest.RequireRoot(t, "runc", "nsenter")
+	overlaytest.RequireProgram(t, "ip", "iproute2")
 	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
 	began := time.Now()
 	c := &Cluster{progress: opts.Progress, workers: opts.Workers, apiAddress: apiServerAddress}
