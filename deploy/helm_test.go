@@ -1,10 +1,8 @@
 package deploy_test
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
-	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -17,8 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
@@ -88,48 +84,17 @@ func rawDaemonSetNamespace(t *testing.T) string {
 	return podtest.DecodeManifests(t, "kubernetes").DaemonSets[0].Namespace
 }
 
-// chartObjects are the objects helm template printed: those the raw
-// manifests have, decoded as podtest decodes them, and the chart's RBAC.
-type chartObjects struct {
-	podtest.Manifests
-	ServiceAccounts     []corev1.ServiceAccount
-	ClusterRoles        []rbacv1.ClusterRole
-	ClusterRoleBindings []rbacv1.ClusterRoleBinding
-}
+// chartObjects are the objects helm template printed, decoded strictly
+// as podtest decodes the raw manifests: a field the API does not know
+// fails the test.
+type chartObjects struct{ podtest.Manifests }
 
-// decodeChart decodes each document of helm template's output strictly:
-// a field the API does not know fails the test.
+// decodeChart decodes helm template's output.
 func decodeChart(t *testing.T, out string) *chartObjects {
 	t.Helper()
 	objs := &chartObjects{}
-	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(out)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		require.NoError(t, err)
-		var tm metav1.TypeMeta
-		require.NoError(t, yaml.Unmarshal(doc, &tm))
-		switch tm.APIVersion + " " + tm.Kind {
-		case " ": // a template that rendered nothing but comments
-		case "v1 ServiceAccount":
-			objs.ServiceAccounts = append(objs.ServiceAccounts, decodeStrict[corev1.ServiceAccount](t, doc))
-		case "rbac.authorization.k8s.io/v1 ClusterRole":
-			objs.ClusterRoles = append(objs.ClusterRoles, decodeStrict[rbacv1.ClusterRole](t, doc))
-		case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
-			objs.ClusterRoleBindings = append(objs.ClusterRoleBindings, decodeStrict[rbacv1.ClusterRoleBinding](t, doc))
-		default:
-			require.NoError(t, objs.Decode(doc))
-		}
-	}
-}
-
-func decodeStrict[T any](t *testing.T, doc []byte) T {
-	t.Helper()
-	var obj T
-	require.NoError(t, yaml.UnmarshalStrict(doc, &obj))
-	return obj
+	require.NoError(t, objs.DecodeAll(strings.NewReader(out)))
+	return objs
 }
 
 // hasRBAC says whether the chart rendered any of its RBAC objects.

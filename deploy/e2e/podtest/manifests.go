@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -22,10 +23,13 @@ import (
 // decoded strictly into its k8s.io/api type: an unknown or misspelt field
 // fails the decode, as the API server's strict field validation does.
 type Manifests struct {
-	Namespaces []corev1.Namespace
-	DaemonSets []appsv1.DaemonSet
-	ConfigMaps []corev1.ConfigMap
-	Pods       []corev1.Pod
+	Namespaces          []corev1.Namespace
+	DaemonSets          []appsv1.DaemonSet
+	ConfigMaps          []corev1.ConfigMap
+	Pods                []corev1.Pod
+	ServiceAccounts     []corev1.ServiceAccount
+	ClusterRoles        []rbacv1.ClusterRole
+	ClusterRoleBindings []rbacv1.ClusterRoleBinding
 }
 
 // DecodeManifests decodes every document of every *.yaml file in dir.
@@ -38,21 +42,28 @@ func DecodeManifests(t testing.TB, dir string) *Manifests {
 	for _, f := range files {
 		fh, err := os.Open(f)
 		require.NoError(t, err)
-		r := utilyaml.NewYAMLReader(bufio.NewReader(fh))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			require.NoError(t, err, f)
-			if strings.TrimSpace(string(doc)) == "" {
-				continue
-			}
-			require.NoError(t, m.Decode(doc), f)
-		}
+		require.NoError(t, m.DecodeAll(fh), f)
 		require.NoError(t, fh.Close())
 	}
 	return m
+}
+
+// DecodeAll decodes every document of a YAML stream (a file, or what helm
+// template prints), skipping those that hold nothing but comments.
+func (m *Manifests) DecodeAll(r io.Reader) error {
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := m.Decode(doc); err != nil {
+			return err
+		}
+	}
 }
 
 // Decode decodes one document by its apiVersion and kind.
@@ -62,6 +73,8 @@ func (m *Manifests) Decode(doc []byte) error {
 		return err
 	}
 	switch tm.APIVersion + " " + tm.Kind {
+	case " ": // nothing but comments, or blank
+		return nil
 	case "v1 Namespace":
 		return decodeInto(doc, &m.Namespaces)
 	case "apps/v1 DaemonSet":
@@ -70,6 +83,12 @@ func (m *Manifests) Decode(doc []byte) error {
 		return decodeInto(doc, &m.ConfigMaps)
 	case "v1 Pod":
 		return decodeInto(doc, &m.Pods)
+	case "v1 ServiceAccount":
+		return decodeInto(doc, &m.ServiceAccounts)
+	case "rbac.authorization.k8s.io/v1 ClusterRole":
+		return decodeInto(doc, &m.ClusterRoles)
+	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
+		return decodeInto(doc, &m.ClusterRoleBindings)
 	}
 	return errors.New("unexpected object " + tm.APIVersion + " " + tm.Kind)
 }
