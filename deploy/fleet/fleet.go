@@ -27,11 +27,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"gopkg.in/yaml.v3"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
@@ -103,22 +101,7 @@ func (e *NoMatchError) Error() string {
 
 // Load reads and parses the map in file.
 func Load(file string) (*Map, error) {
-	// O_NONBLOCK: a FIFO named as the map must not hang the sync; the
-	// regular-file check below refuses it.
-	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, &Error{File: file, Err: err}
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, &Error{File: file, Err: err}
-	}
-	if !info.Mode().IsRegular() {
-		return nil, &Error{File: file, Err: fmt.Errorf("not a regular file (%s)", info.Mode())}
-	}
-	// One byte past the limit tells an oversized file from one at it.
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	data, err := profile.ReadRegularFile(file, MaxSize)
 	if err != nil {
 		return nil, &Error{File: file, Err: err}
 	}

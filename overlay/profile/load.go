@@ -20,27 +20,33 @@ const MaxSize = 4 << 20
 
 // LoadFile reads and decodes a profile file.
 func LoadFile(path string) (*Profile, error) {
-	// O_NONBLOCK: a FIFO named as the profile must not hang the render;
-	// the regular-file check below refuses it.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, &Error{Source: path, Err: err}
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, &Error{Source: path, Err: err}
-	}
-	if !info.Mode().IsRegular() {
-		return nil, &Error{Source: path, Err: fmt.Errorf("not a regular file (%s)", info.Mode())}
-	}
-	// Read one byte past the limit so that an oversized file is told apart
-	// from one exactly at the limit, without reading the rest of it.
-	data, err := io.ReadAll(io.LimitReader(f, MaxSize+1))
+	data, err := ReadRegularFile(path, MaxSize)
 	if err != nil {
 		return nil, &Error{Source: path, Err: err}
 	}
 	return Parse(path, data)
+}
+
+// ReadRegularFile reads a regular file of at most limit bytes, and one
+// byte more of a larger one: enough for the caller's size check to tell an
+// oversized file from one exactly at the limit, without reading the rest.
+// Files a ConfigMap or a user names (a profile, a fleet map) come through
+// it. O_NONBLOCK: a FIFO named so must not hang the caller; the
+// regular-file check refuses it.
+func ReadRegularFile(path string, limit int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file (%s)", info.Mode())
+	}
+	return io.ReadAll(io.LimitReader(f, limit+1))
 }
 
 // Parse decodes profile YAML. source names it in errors.

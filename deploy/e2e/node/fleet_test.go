@@ -169,11 +169,7 @@ func TestFleet(t *testing.T) {
 		Env: []string{"NODE_NAME=" + f.c.Nodes[0].Name, "POD_NAMESPACE=" + fleetNamespace(t, f.repo)}})
 	t.Logf("%d workers and programs ready in %s", len(f.c.Nodes), time.Since(began).Round(time.Second))
 
-	steps := []struct {
-		name string
-		run  func(*testing.T)
-		next bool
-	}{
+	runSteps(t, []step{
 		{"helm install with a fleet map", f.testInstall, false},
 		{"the unlabelled workers, without our tree", f.testWithoutTree, true},
 		{"labelling the other workers serves them", f.testLabel, false},
@@ -182,14 +178,7 @@ func TestFleet(t *testing.T) {
 		{"the DRA driver on each node", f.testDRA, true},
 		{"helm upgrade re-profiles one node", f.testReprofile, true},
 		{"helm uninstall", f.testUninstall, true},
-	}
-	failed := false
-	for _, step := range steps {
-		failed = !t.Run(step.name, step.run) || failed
-		if failed && !step.next {
-			break
-		}
-	}
+	})
 	f.writeObjects(t, "reprofiled")
 	f.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {

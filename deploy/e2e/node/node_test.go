@@ -184,11 +184,7 @@ func TestNode(t *testing.T) {
 	// Every step needs the DaemonSet applied; a failure after that stops
 	// nothing, so a sabotaged run reaches every step and shows each
 	// served row red, beside the rows that must stay green.
-	steps := []struct {
-		name string
-		run  func(*testing.T)
-		next bool // the next step runs even if this one (or one before) failed
-	}{
+	runSteps(t, []step{
 		{"the DaemonSet, applied, is Ready and renders", func(t *testing.T) { s.testApply(t, daemonSetFile) }, false},
 		{"GFD labels the Node", s.testGFD, true},
 		{"nfd-worker labels the Node", s.testNFDWorker, true},
@@ -196,20 +192,31 @@ func TestNode(t *testing.T) {
 		{"E2E_PROFILES through the ConfigMap", s.testExtraProfiles, true},
 		{"a bad profile makes the pod not Ready", s.testBadProfile, true},
 		{"deleting the DaemonSet", s.testDelete, false},
-	}
-	failed := false
-	for _, step := range steps {
-		failed = !t.Run(step.name, step.run) || failed
-		if failed && !step.next {
-			break
-		}
-	}
+	})
 	s.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {
 		s.rows.Expect(t, "after the suite", "nothing on the host (sysctls, kubelet directories, cgroups, processes, mounts)")
 		require.Empty(t, s.c.Leftovers())
 	})
 	s.report(t)
+}
+
+// step is one step of a suite, run as a subtest.
+type step struct {
+	name string
+	run  func(*testing.T)
+	next bool // the next step runs even if this one (or one before) failed
+}
+
+// runSteps runs the steps in order, until one fails whose next is false.
+func runSteps(t *testing.T, steps []step) {
+	failed := false
+	for _, step := range steps {
+		failed = !t.Run(step.name, step.run) || failed
+		if failed && !step.next {
+			return
+		}
+	}
 }
 
 // nodePath is where the test finds a path of the suite's node.
