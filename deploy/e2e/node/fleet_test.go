@@ -578,7 +578,13 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 		Served: &overlaytest.Served{Root: root},
 	})
 	var devices []resourcev1.Device
+	proc := d.running[s.node.Name]
 	s.c.Wait(t, fmt.Sprintf("%s: ResourceSlices with %d GPUs", s.node.Name, len(p.m.GPUs())), 2*time.Minute, func() error {
+		select {
+		case <-proc.Exited():
+			t.Fatalf("%s: the kubelet plugin exited:\n%s", s.node.Name, proc.LogTail())
+		default:
+		}
 		list, err := slicesAPI.List(ctx, selector)
 		if err != nil {
 			return err
