@@ -354,7 +354,7 @@ func (f *fleet) testWithoutTree(t *testing.T) {
 		p := f.profiles[i]
 		t.Run(s.node.Name, func(t *testing.T) {
 			if served {
-				f.rows.Expect(t, "GFD and nfd-worker, served", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine`, `pci-10de.present`", gfdProduct(p), len(p.m.GPUs())))
+				f.rows.Expect(t, "GFD and nfd-worker, served", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine`, `pci-10de.present` (%s)", gfdProduct(p), len(p.m.GPUs()), s.nvml.Name()))
 				f.labelNode(t, s, p)
 				return
 			}
@@ -441,7 +441,7 @@ func (f *fleet) testLabels(t *testing.T) {
 	for i, s := range f.nodes {
 		p := f.profiles[i]
 		t.Run(s.node.Name, func(t *testing.T) {
-			f.rows.Expect(t, "each Node's labels (GFD, nfd-worker, served)", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine` %s, `pci-10de.present`", gfdProduct(p), len(p.m.GPUs()), machineLabel(t, p.m)))
+			f.rows.Expect(t, "each Node's labels (GFD, nfd-worker, served)", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine` %s, `pci-10de.present` (%s)", gfdProduct(p), len(p.m.GPUs()), machineLabel(t, p.m), s.nvml.Name()))
 			if i > 0 {
 				f.labelNode(t, s, p)
 			}
