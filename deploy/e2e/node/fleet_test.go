@@ -556,7 +556,7 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 		s.c.Wait(t, s.node.Name+": the kubelet unregistered the plugin", 2*time.Minute, registered(0))
 	}
 	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
-	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + fleetDriver + ",spec.nodeName=" + s.node.Name}
+	selector := metav1.ListOptions{FieldSelector: draSlicesOf(s.node.Name)}
 	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
 	root := ""
 	if served {
@@ -585,21 +585,35 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 			t.Fatalf("%s: the kubelet plugin exited:\n%s", s.node.Name, proc.LogTail())
 		default:
 		}
-		list, err := slicesAPI.List(ctx, selector)
-		if err != nil {
+		var err error
+		if devices, err = s.draDevices(ctx); err != nil {
 			return err
 		}
-		devices = nil
-		for _, sl := range list.Items {
-			devices = append(devices, sl.Spec.Devices...)
-		}
 		if len(devices) != len(p.m.GPUs()) {
-			return fmt.Errorf("%d devices in %d slices, want %d", len(devices), len(list.Items), len(p.m.GPUs()))
+			return fmt.Errorf("%d devices in the node's slices, want %d", len(devices), len(p.m.GPUs()))
 		}
 		return nil
 	})
 	s.c.Wait(t, s.node.Name+": the kubelet registered the plugin", 2*time.Minute, registered(1))
 	return devices
+}
+
+// draDevices are the devices of the DRA driver's slices of s's node.
+func (s *suite) draDevices(ctx context.Context) ([]resourcev1.Device, error) {
+	list, err := s.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: draSlicesOf(s.node.Name)})
+	if err != nil {
+		return nil, err
+	}
+	var devices []resourcev1.Device
+	for _, sl := range list.Items {
+		devices = append(devices, sl.Spec.Devices...)
+	}
+	return devices, nil
+}
+
+// draSlicesOf selects the DRA driver's slices of one node.
+func draSlicesOf(node string) string {
+	return "spec.driver=" + fleetDriver + ",spec.nodeName=" + node
 }
 
 // stringAttr is a device's string attribute.
@@ -800,12 +814,8 @@ func (f *fleet) testReprofile(t *testing.T) {
 		f.requirePCIeRoots(t, first, to, f.dra.publish(t, first, to, true))
 		// The other nodes' slices stay: the first's restart touched none.
 		for i, s := range f.nodes[1:] {
-			list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + fleetDriver + ",spec.nodeName=" + s.node.Name})
+			devices, err := s.draDevices(context.Background())
 			require.NoError(t, err)
-			var devices []resourcev1.Device
-			for _, sl := range list.Items {
-				devices = append(devices, sl.Spec.Devices...)
-			}
 			f.requirePCIeRoots(t, s, f.profiles[i+1], devices)
 		}
 	})
