@@ -780,13 +780,7 @@ func (f *fleet) testReprofile(t *testing.T) {
 	require.NoError(t, err)
 	upgraded := time.Now()
 	f.helmRun(t, "upgrade", fleetRelease, filepath.Join(f.repo, chartDir), "--namespace", first.ds.Namespace, "--values", f.values(t, to))
-	first.c.Wait(t, first.node.Name+": "+to.name+"'s tree", podtest.ConfigMapUpdateWait, func() error {
-		m, err := writer.ReadMarker(os.DirFS(first.nodePath(first.root)))
-		if err != nil || m.Digest == old.Digest {
-			return fmt.Errorf("marker %+v (%v)", m, err)
-		}
-		return nil
-	})
+	first.waitNewTree(t, first.node.Name+": "+to.name+"'s tree", old)
 	took := time.Since(upgraded)
 	first.c.Wait(t, first.node.Name+": the DaemonSet's pod Ready", time.Minute, func() error { return first.daemonSetPodReady(t) })
 	first.requireTree(t, to)

@@ -805,13 +805,7 @@ func (s *suite) testExtraProfiles(t *testing.T) {
 			old, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
 			require.NoError(t, err)
 			s.updateProfile(t, string(data))
-			s.c.Wait(t, "serve's render of "+p.Name, podtest.ConfigMapUpdateWait, func() error {
-				m, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
-				if err != nil || m.Digest == old.Digest {
-					return fmt.Errorf("marker %+v (%v)", m, err)
-				}
-				return nil
-			})
+			s.waitNewTree(t, "serve's render of "+p.Name, old)
 			require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the tree has %s's GPUs, as ghw lists them", p.Name)
 			name := strings.ToLower(slug(p.Name))
 			s.c.RunPod(t, s.gfdPod(t, "gfd-"+name, true))
@@ -819,6 +813,19 @@ func (s *suite) testExtraProfiles(t *testing.T) {
 			s.waitLabels(t, p.Name+"'s labels", wantLabels(labels))
 		})
 	}
+}
+
+// waitNewTree waits, as long as a ConfigMap's update takes to reach a pod,
+// until the node's tree is complete with another plan than old's.
+func (s *suite) waitNewTree(t *testing.T, what string, old writer.Marker) {
+	t.Helper()
+	s.c.Wait(t, what, podtest.ConfigMapUpdateWait, func() error {
+		m, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
+		if err != nil || m.Digest == old.Digest {
+			return fmt.Errorf("marker %+v (%v)", m, err)
+		}
+		return nil
+	})
 }
 
 // startReader runs a pod on the suite's node that scans the served links
