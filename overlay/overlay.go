@@ -55,6 +55,11 @@ type Options struct {
 	Strict bool
 	Warn   func(error)
 	Writer writer.Options
+	// Writable plans the tree the writable mode serves (plan.Options.Writable),
+	// listing the host's own drivers beside the mock ones.
+	Writable bool
+	// Runtime is the state writes gave the functions (plan.Runtime).
+	Runtime plan.Runtime
 }
 
 // ProfileSource returns the profile a render with these options uses: the
@@ -126,6 +131,11 @@ func Plan(opts Options) (*plan.Plan, error) {
 		po.HostDevices = devs
 	default:
 		return nil, fmt.Errorf("host devices %q: want none or merge", opts.HostDevices)
+	}
+	if opts.Writable {
+		po.Writable, po.Runtime = true, opts.Runtime
+		// A host without a PCI bus (a test sysfs) has no drivers to list.
+		po.HostDrivers, _ = plan.ReadHostDrivers(sysfs)
 	}
 	p, err := plan.New(m, po)
 	if err != nil {

@@ -33,20 +33,25 @@ type HCA struct {
 	Device    uint16 // 0x1021
 	LinkGen   int    // the generation the adapter trains to in an x16 slot
 	LinkWidth int
+	// VFDevice is its SR-IOV virtual functions' device id, as pci.ids
+	// lists them: ConnectX-5 0x1018, ConnectX-5 Ex 0x101a, ConnectX-6
+	// 0x101c, and from ConnectX-6 Dx on one "ConnectX Family mlx5Gen
+	// Virtual Function" 0x101e.
+	VFDevice uint16
 }
 
 // HCAs lists the ConnectX generations nvml-mock profiles name, with the
 // PCIe link each trains to.
 func HCAs() []HCA {
 	return []HCA{
-		{Type: "MT4119", Name: "ConnectX-5", Device: 4119, LinkGen: 3, LinkWidth: 16},
-		{Type: "MT4121", Name: "ConnectX-5 Ex", Device: 4121, LinkGen: 4, LinkWidth: 16},
-		{Type: "MT4123", Name: "ConnectX-6", Device: 4123, LinkGen: 4, LinkWidth: 16},
-		{Type: "MT4125", Name: "ConnectX-6 Dx", Device: 4125, LinkGen: 4, LinkWidth: 16},
-		{Type: "MT4127", Name: "ConnectX-6 Lx", Device: 4127, LinkGen: 4, LinkWidth: 8},
-		{Type: "MT4129", Name: "ConnectX-7", Device: 4129, LinkGen: 5, LinkWidth: 16},
-		{Type: "MT4131", Name: "ConnectX-8", Device: 4131, LinkGen: 6, LinkWidth: 16},
-		{Type: "MT4133", Name: "ConnectX-9", Device: 4133, LinkGen: 6, LinkWidth: 16},
+		{Type: "MT4119", Name: "ConnectX-5", Device: 4119, LinkGen: 3, LinkWidth: 16, VFDevice: 0x1018},
+		{Type: "MT4121", Name: "ConnectX-5 Ex", Device: 4121, LinkGen: 4, LinkWidth: 16, VFDevice: 0x101a},
+		{Type: "MT4123", Name: "ConnectX-6", Device: 4123, LinkGen: 4, LinkWidth: 16, VFDevice: 0x101c},
+		{Type: "MT4125", Name: "ConnectX-6 Dx", Device: 4125, LinkGen: 4, LinkWidth: 16, VFDevice: 0x101e},
+		{Type: "MT4127", Name: "ConnectX-6 Lx", Device: 4127, LinkGen: 4, LinkWidth: 8, VFDevice: 0x101e},
+		{Type: "MT4129", Name: "ConnectX-7", Device: 4129, LinkGen: 5, LinkWidth: 16, VFDevice: 0x101e},
+		{Type: "MT4131", Name: "ConnectX-8", Device: 4131, LinkGen: 6, LinkWidth: 16, VFDevice: 0x101e},
+		{Type: "MT4133", Name: "ConnectX-9", Device: 4133, LinkGen: 6, LinkWidth: 16, VFDevice: 0x101e},
 	}
 }
 

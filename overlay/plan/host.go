@@ -212,3 +212,19 @@ func hostBusRanges(host []HostDevice) []BusRange {
 	}
 	return out
 }
+
+// ReadHostDrivers lists the node's own PCI drivers: the directories of
+// bus/pci/drivers in its sysfs.
+func ReadHostDrivers(sys fs.FS) ([]string, error) {
+	ents, err := fs.ReadDir(sys, "bus/pci/drivers")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}

@@ -105,6 +105,9 @@ type Plan struct {
 	ContainerRoot string
 	HostDevices   []HostDevice // listed beside the mock devices, in kernel form
 	Entries       []Entry
+	// Functions is what each function shows, by address: a writable tree
+	// judges writes by it.
+	Functions map[pciaddr.Address]*Function
 }
 
 // Options shape a plan.
@@ -117,6 +120,16 @@ type Options struct {
 	HostDevices []HostDevice
 	// HostSysfs is where HostDevices live on the host; default /sys.
 	HostSysfs string
+	// Writable plans the tree a writable mode serves: every mock driver's
+	// directory with its bind and unbind files, the bus's drivers_probe,
+	// links to HostDrivers, and driver links that also resolve at
+	// /sys/bus/pci/drivers. The zero value plans the rendered tree.
+	Writable bool
+	// HostDrivers are the node's own PCI drivers, which a writable tree
+	// lists beside the mock ones.
+	HostDrivers []string
+	// Runtime is the state writes gave the functions; nil is the profile's.
+	Runtime Runtime
 }
 
 // New plans the overlay for a machine.
@@ -143,11 +156,17 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	}
 	fillBridgeLinks(t)
 	assignBARs(t)
+	// Virtual functions come after the BARs: the kernel sizes a physical
+	// function's VF BARs at boot, so enabling them moves no one else's.
+	if err := addVFs(t, m, opts.Runtime); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
+	}
 	b := newBuilder(opts, t)
+	b.machine = m
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries()}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
@@ -158,7 +177,7 @@ func ValidateContainerRoot(p string) error {
 	}
 	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
 	switch first {
-	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile):
+	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile), HostSysDir:
 		return bad("must not start at /" + first + ", which the overlay or the kernel uses")
 	}
 	return nil
@@ -194,6 +213,7 @@ func fillBridgeLinks(t *Tree) {
 // builder collects entries in phases, each in a deterministic order.
 type builder struct {
 	opts    Options
+	machine *profile.Machine
 	tree    *Tree
 	dirs    map[string]bool
 	shadows map[string]bool // host-device shadow links already planned
@@ -202,7 +222,9 @@ type builder struct {
 	inTree  []Entry         // symlinks inside the device tree
 	bridges []Entry         // links-directory entries of bridges and host devices
 	ends    []Entry         // links-directory entries of endpoints
-	vfio    int             // vfio-pci devices planned so far: the next vfio-dev/vfioN
+	vfio    int             // the profile's vfio-pci devices so far: the next vfio-dev/vfioN
+	// functions is what each function shows, for Plan.Functions.
+	functions map[pciaddr.Address]*Function
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,
@@ -217,10 +239,11 @@ const (
 func newBuilder(opts Options, t *Tree) *builder {
 	n := len(t.Nodes())
 	return &builder{
-		opts:    opts,
-		tree:    t,
-		dirs:    make(map[string]bool, 4*n),
-		shadows: map[string]bool{},
+		opts:      opts,
+		tree:      t,
+		dirs:      make(map[string]bool, 4*n),
+		shadows:   map[string]bool{},
+		functions: make(map[pciaddr.Address]*Function, n),
 		// files is the front of the final entry list: room for every
 		// phase, so that entries() appends the small ones in place.
 		files:   make([]Entry, 0, (filesPerNode+inTreePerNode+2)*n+2*len(opts.HostDevices)+16),
@@ -250,9 +273,11 @@ func (b *builder) dir(p string) {
 	b.files = append(b.files, Entry{Path: p, Kind: Dir, Mode: 0o755})
 }
 
-func (b *builder) file(p string, data []byte) {
+func (b *builder) file(p string, data []byte) { b.fileMode(p, data, 0o644) }
+
+func (b *builder) fileMode(p string, data []byte, mode fs.FileMode) {
 	b.dir(path.Dir(p))
-	b.files = append(b.files, Entry{Path: p, Kind: File, Mode: 0o644, Data: data})
+	b.files = append(b.files, Entry{Path: p, Kind: File, Mode: mode, Data: data})
 }
 
 // contentChunk is how much file content builder.store packs into one
@@ -315,17 +340,28 @@ func (b *builder) build(m *profile.Machine) error {
 	for _, rc := range b.tree.RootComplexes {
 		b.dir("sys/devices/" + rc.ID.String())
 	}
+	bridges := false
 	for _, n := range b.tree.Nodes() {
 		b.node(n, multi[devKey(n.Address)])
+		bridges = bridges || n.Role.IsBridge()
+	}
+	if b.opts.Writable {
+		b.writableFiles(bridges)
 	}
 	return b.hostDevices()
 }
 
 func devKey(a pciaddr.Address) [3]uint16 { return [3]uint16{a.Domain, uint16(a.Bus), uint16(a.Device)} }
 
+// multiFunctionDevices are the devices with more than one function. A
+// virtual function does not count: the physical function's header is what
+// the hardware made it, whatever VFs are enabled.
 func multiFunctionDevices(t *Tree) map[[3]uint16]bool {
 	count := map[[3]uint16]int{}
 	for _, n := range t.Nodes() {
+		if n.PhysFn != nil {
+			continue
+		}
 		count[devKey(n.Address)]++
 	}
 	multi := map[[3]uint16]bool{}
@@ -345,7 +381,8 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.dir(dir)
 	id := n.Identity
 	irq := 24 + n.ordinal%200
-	driver := driverOf(n)
+	st := b.state(n)
+	driver := st.Driver
 	cpus := b.opts.Host.cpusOf(n.NUMANode)
 	b.hex(dir, "vendor", uint64(id.Vendor), 4)
 	b.hex(dir, "device", uint64(id.Device), 4)
@@ -380,20 +417,32 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	// A GPU bound for passthrough is as the GPU Operator's vfio-manager
 	// leaves it: driver_override set, and the vfio-dev/vfioN entry the
 	// kernel adds for the device's iommufd character device.
-	override := "(null)"
 	if driver == profile.DriverVFIO {
-		override = driver
-		b.vfioDev(dir)
+		b.vfioDev(dir, st.VFIODev)
 	}
-	b.text(dir, "driver_override", override+"\n")
+	b.text(dir, "driver_override", cmp.Or(st.Override, "(null)")+"\n")
+	b.sriovFiles(n, dir, st.NumVFs)
 	b.inTree = append(b.inTree, link(dir+"/subsystem", upToSys(dir)+"bus/pci"))
 	if driver != "" {
-		ddir := "sys/bus/pci/drivers/" + driver
+		ddir := DriversDir + "/" + driver
 		b.dir(ddir)
 		b.inTree = append(b.inTree,
 			link(dir+"/driver", upToSys(dir)+"bus/pci/drivers/"+driver),
-			link(ddir+"/"+bdf, upToSys(ddir)+n.SysPath()))
+			link(ddir+"/"+bdf, b.driverLinkTarget(ddir, n)))
 	}
+	f := &Function{
+		Address: n.Address, Dir: dir, Native: nativeDriver(n),
+		ID:     fmt.Sprintf("%04x:%04x", n.Identity.Vendor, n.Identity.Device),
+		Driver: driver, Override: st.Override, VFIODev: -1,
+		TotalVFs: n.TotalVFs, NumVFs: st.NumVFs, VFs: n.vfAddresses,
+	}
+	if driver == profile.DriverVFIO {
+		f.VFIODev = st.VFIODev
+	}
+	if n.PhysFn != nil {
+		f.PhysFn = &n.PhysFn.Address
+	}
+	b.functions[n.Address] = f
 	group := strconv.Itoa(n.ordinal)
 	gdir := "sys/kernel/iommu_groups/" + group
 	b.text(gdir, "type", "DMA\n")
@@ -410,16 +459,32 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
 }
 
+// state is the writable state n shows: the runtime's where it names n,
+// else the profile's. The profile's vfio-pci devices are numbered in plan
+// order, each keeping its number whatever writes do to the others.
+func (b *builder) state(n *Node) FunctionState {
+	profileDriver := driverOf(n)
+	st := FunctionState{Driver: profileDriver}
+	if profileDriver == profile.DriverVFIO {
+		// As the GPU Operator's vfio-manager leaves it: bound through
+		// driver_override.
+		st.Override, st.VFIODev = profileDriver, b.vfio
+		b.vfio++
+	}
+	if rt, ok := b.opts.Runtime[n.Address]; ok {
+		return rt
+	}
+	return st
+}
+
 // vfioDev adds the sysfs.VFIODevDir entry of a vfio-pci device at dir,
-// numbered in plan order; dev and uevent carry its number, as in
-// /sys/class/vfio-dev.
-func (b *builder) vfioDev(dir string) {
-	name := sysfs.VFIODevName(b.vfio)
+// the n-th; dev and uevent carry its number, as in /sys/class/vfio-dev.
+func (b *builder) vfioDev(dir string, n int) {
+	name := sysfs.VFIODevName(n)
 	vdir := dir + "/" + sysfs.VFIODevDir + "/" + name
 	b.dir(vdir)
-	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", sysfs.VFIODevMajor, b.vfio))
-	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", sysfs.VFIODevMajor, b.vfio, name))
-	b.vfio++
+	b.text(vdir, "dev", fmt.Sprintf("%d:%d\n", sysfs.VFIODevMajor, n))
+	b.text(vdir, "uevent", fmt.Sprintf("MAJOR=%d\nMINOR=%d\nDEVNAME=vfio/devices/%s\n", sysfs.VFIODevMajor, n, name))
 }
 
 // EscapedTarget is the plain form: out of sysfs and into the overlay at the

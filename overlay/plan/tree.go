@@ -52,10 +52,17 @@ type Node struct {
 	// Anchor is the bridge at depth sysfs.LinksDepth (below sys/) an
 	// endpoint's link starts from.
 	Anchor *Node
+	// TotalVFs is an SR-IOV physical function's sriov_totalvfs, VFs its
+	// enabled virtual functions; PhysFn is a virtual function's parent.
+	TotalVFs int
+	VFs      []*Node
+	PhysFn   *Node
 	// Filled in by the planner once the tree is fixed.
 	sysPath string // devices/pciDDDD:BB/.../BDF, relative to sys/
 	ordinal int    // position in depth-first order
 	bars    []bar
+	// vfAddresses are where all TotalVFs virtual functions would sit.
+	vfAddresses []pciaddr.Address
 }
 
 // SysPath is the node's directory relative to the overlay's sys/.

@@ -17,6 +17,10 @@ type HCASpec struct {
 	Class     uint32 // ClassInfiniBand or ClassEthernet, from the link layer
 	PerGPU    int    // 1..MaxHCAsPerGPU
 	Link      Link   // the adapter's own link
+	// TotalVFs is each physical function's sriov_totalvfs; VFDevice is
+	// their virtual functions' device id.
+	TotalVFs int
+	VFDevice uint16
 }
 
 // Link layers, spelt as nvml-mock's profiles and the kernel's
@@ -28,6 +32,11 @@ const (
 
 // MaxHCAsPerGPU bounds hcas_per_gpu: real boards carry one or two.
 const MaxHCAsPerGPU = 8
+
+// MaxTotalVFs bounds sriov_totalvfs: a ConnectX physical function offers
+// at most 127 virtual functions (its firmware's NUM_OF_VFS), and the
+// virtual functions' routing IDs must fit the function's bus.
+const MaxTotalVFs = 127
 
 // maxProductName bounds system.product_name: GFD labels it as
 // nvidia.com/gpu.machine, and a label value holds at most 63 characters.
@@ -77,7 +86,14 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 	}
 	spec := &HCASpec{
 		Type: h.Type, Name: h.Name, Device: h.Device, PerGPU: per,
-		Link: Link{MaxGen: h.LinkGen, CurrentGen: h.LinkGen, MaxWidth: h.LinkWidth, CurrentWidth: h.LinkWidth},
+		Link:     Link{MaxGen: h.LinkGen, CurrentGen: h.LinkGen, MaxWidth: h.LinkWidth, CurrentWidth: h.LinkWidth},
+		VFDevice: h.VFDevice,
+	}
+	if ib.SRIOVTotalVFs != nil {
+		spec.TotalVFs = *ib.SRIOVTotalVFs
+		if spec.TotalVFs < 0 || spec.TotalVFs > MaxTotalVFs {
+			return nil, n.fail("infiniband.sriov_totalvfs", fmt.Sprint(spec.TotalVFs), "want 0..%d", MaxTotalVFs)
+		}
 	}
 	switch strings.ToLower(strings.TrimSpace(ib.LinkLayer)) {
 	case "", "infiniband", "ib":
@@ -118,6 +134,9 @@ func (n *normalizer) productName(gpus []Device) (string, string, error) {
 func (m *Machine) effectiveExtras(p *Profile) {
 	if s := m.HCAs; s != nil {
 		p.InfiniBand = &InfiniBand{Enabled: true, HCAType: s.Type, LinkLayer: s.LinkLayer, HCAsPerGPU: ptr(s.PerGPU)}
+		if s.TotalVFs > 0 {
+			p.InfiniBand.SRIOVTotalVFs = ptr(s.TotalVFs)
+		}
 	}
 	// A board's machine follows from the devices written back.
 	if m.ProductNameFrom == ProductNameFromProfile {

@@ -33,7 +33,7 @@ func TestSharedProfilesInfiniBand(t *testing.T) {
 				return
 			}
 			require.Equal(t, &HCASpec{Type: w.typ, Name: w.name, Device: w.device, LinkLayer: LinkLayerInfiniBand, Class: ClassInfiniBand, PerGPU: 1,
-				Link: m.HCAs.Link}, m.HCAs)
+				Link: m.HCAs.Link, VFDevice: m.HCAs.VFDevice}, m.HCAs)
 			// The effective profile carries the block, and reads back the same.
 			again, err := Normalize("effective", m.Effective(), Options{})
 			require.NoError(t, err)
@@ -53,11 +53,15 @@ func TestInfiniBandBlock(t *testing.T) {
 		{"disabled", "infiniband:\n  enabled: false\n  hca_type: MT9999\n", nil, ""},
 		{"absent", "", nil, ""},
 		{"defaults: the board's paired HCA, InfiniBand, one per GPU", "infiniband: {enabled: true}\n",
-			&HCASpec{Type: "MT4129", Name: "ConnectX-7", Device: 0x1021, LinkLayer: "InfiniBand", Class: 0x020700, PerGPU: 1, Link: Link{5, 5, 16, 16}}, ""},
+			&HCASpec{Type: "MT4129", Name: "ConnectX-7", Device: 0x1021, LinkLayer: "InfiniBand", Class: 0x020700, PerGPU: 1, Link: Link{5, 5, 16, 16}, VFDevice: 0x101e}, ""},
 		{"ConnectX-6 Dx in Ethernet mode, two per GPU", "infiniband: {enabled: true, hca_type: mt4125, link_layer: ethernet, hcas_per_gpu: 2}\n",
-			&HCASpec{Type: "MT4125", Name: "ConnectX-6 Dx", Device: 0x101d, LinkLayer: "Ethernet", Class: 0x020000, PerGPU: 2, Link: Link{4, 4, 16, 16}}, ""},
+			&HCASpec{Type: "MT4125", Name: "ConnectX-6 Dx", Device: 0x101d, LinkLayer: "Ethernet", Class: 0x020000, PerGPU: 2, Link: Link{4, 4, 16, 16}, VFDevice: 0x101e}, ""},
 		{"nvml-mock's other keys, unquoted", "infiniband: {enabled: true, hw_rev: 0x0, rate_gbps: 400, fw_version: 28.39.2048, guid_prefix: a088c2:0300:ab}\n",
-			&HCASpec{Type: "MT4129", Name: "ConnectX-7", Device: 0x1021, LinkLayer: "InfiniBand", Class: 0x020700, PerGPU: 1, Link: Link{5, 5, 16, 16}}, ""},
+			&HCASpec{Type: "MT4129", Name: "ConnectX-7", Device: 0x1021, LinkLayer: "InfiniBand", Class: 0x020700, PerGPU: 1, Link: Link{5, 5, 16, 16}, VFDevice: 0x101e}, ""},
+		{"virtual functions (this tool's extension)", "infiniband: {enabled: true, hca_type: MT4123, sriov_totalvfs: 8}\n",
+			&HCASpec{Type: "MT4123", Name: "ConnectX-6", Device: 0x101b, LinkLayer: "InfiniBand", Class: 0x020700, PerGPU: 1, Link: Link{4, 4, 16, 16}, TotalVFs: 8, VFDevice: 0x101c}, ""},
+		{"too many virtual functions", "infiniband: {enabled: true, sriov_totalvfs: 128}\n", nil,
+			`profile p.yaml: infiniband.sriov_totalvfs: value "128": want 0..127`},
 		{"zero HCAs per GPU", "infiniband: {enabled: true, hcas_per_gpu: 0}\n", nil, ""},
 		{"unknown type", "infiniband: {enabled: true, hca_type: MT9999}\n", nil,
 			`profile p.yaml: infiniband.hca_type: value "MT9999": unknown HCA type: want one of MT4119 (ConnectX-5)`},

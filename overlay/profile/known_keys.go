@@ -314,6 +314,7 @@ const extensionKeys = `
 device_defaults.pci.class
 device_defaults.pci.driver
 nvlink.switches[].device_id
+infiniband.sriov_totalvfs
 nvlink.switches[].driver
 pcie_topology.hierarchy
 system.product_name

@@ -111,10 +111,14 @@ type RootComplexConfig struct {
 // GPU. Only enabled, hca_type, link_layer and hcas_per_gpu shape PCI sysfs;
 // the rest are listed so that they count as known keys, and are ignored.
 type InfiniBand struct {
-	Enabled          bool   `yaml:"enabled,omitempty" json:"enabled,omitempty,omitzero"`
-	HCAType          string `yaml:"hca_type,omitempty" json:"hca_type,omitempty,omitzero"`
-	LinkLayer        string `yaml:"link_layer,omitempty" json:"link_layer,omitempty,omitzero"`
-	HCAsPerGPU       *int   `yaml:"hcas_per_gpu,omitempty" json:"hcas_per_gpu,omitempty,omitzero"`
+	Enabled    bool   `yaml:"enabled,omitempty" json:"enabled,omitempty,omitzero"`
+	HCAType    string `yaml:"hca_type,omitempty" json:"hca_type,omitempty,omitzero"`
+	LinkLayer  string `yaml:"link_layer,omitempty" json:"link_layer,omitempty,omitzero"`
+	HCAsPerGPU *int   `yaml:"hcas_per_gpu,omitempty" json:"hcas_per_gpu,omitempty,omitzero"`
+	// SRIOVTotalVFs is this tool's extension: the virtual functions each
+	// HCA's physical function can have (its sriov_totalvfs). A writable
+	// tree creates them on a write to sriov_numvfs; 0 or unset, none.
+	SRIOVTotalVFs    *int   `yaml:"sriov_totalvfs,omitempty" json:"sriov_totalvfs,omitempty,omitzero"`
 	FWVersion        string `yaml:"fw_version,omitempty" json:"-"`
 	HWRev            string `yaml:"hw_rev,omitempty" json:"-"`
 	BoardID          string `yaml:"board_id,omitempty" json:"-"`

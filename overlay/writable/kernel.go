@@ -1,0 +1,320 @@
+// Package writable gives a rendered tree the kernel's answers to writes:
+// driver_override, a driver's bind and unbind, the bus's drivers_probe and
+// a physical function's sriov_numvfs act as drivers/base and drivers/pci
+// make them act, with the kernel's errno for every refusal.
+//
+// A write never edits the tree. It moves the runtime state (plan.Runtime)
+// from one value to the next (Apply, a pure function of the plan and the
+// state), and the tree is planned and written again from the profile and
+// that state, through the same planner and writer a render uses. So a
+// restart, a re-render and a write cannot disagree about what the tree
+// shows; the state file is the only thing a write adds.
+package writable
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// AttrKind is which writable attribute a write goes to.
+type AttrKind int
+
+const (
+	DriverOverride AttrKind = iota + 1 // <device>/driver_override
+	SRIOVNumVFs                        // <device>/sriov_numvfs
+	Bind                               // drivers/<driver>/bind
+	Unbind                             // drivers/<driver>/unbind
+	DriversProbe                       // bus/pci/drivers_probe
+)
+
+// Attr is a writable attribute of a planned tree.
+type Attr struct {
+	Kind     AttrKind
+	Function pciaddr.Address // the device's, for DriverOverride and SRIOVNumVFs
+	Driver   string          // the driver's, for Bind and Unbind
+}
+
+// maxOverride is the longest driver_override the kernel takes: it refuses
+// a write of a page less one (driver_set_override, drivers/base/driver.c).
+const maxOverride = 4096 - 1
+
+// Classify says which writable attribute rel (a path relative to the tree's
+// root, as the FUSE server sees it after the kernel followed every link) is,
+// if any: only the attributes of the planned functions and of the mock
+// drivers are, so no write can name the node's own devices or drivers.
+func Classify(p *plan.Plan, rel string) (Attr, bool) {
+	if rel == plan.DriversProbe {
+		return Attr{Kind: DriversProbe}, true
+	}
+	dir, name := splitLast(rel)
+	if drivers, driver := splitLast(dir); drivers == plan.DriversDir && slices.Contains(plan.MockDrivers(), driver) {
+		switch name {
+		case "bind":
+			return Attr{Kind: Bind, Driver: driver}, true
+		case "unbind":
+			return Attr{Kind: Unbind, Driver: driver}, true
+		}
+		return Attr{}, false
+	}
+	_, bdf := splitLast(dir)
+	a, err := pciaddr.Parse(bdf)
+	if err != nil {
+		return Attr{}, false
+	}
+	f, ok := p.Functions[a]
+	if !ok || f.Dir != dir {
+		return Attr{}, false
+	}
+	switch {
+	case name == "driver_override":
+		return Attr{Kind: DriverOverride, Function: a}, true
+	case name == "sriov_numvfs" && f.TotalVFs > 0:
+		return Attr{Kind: SRIOVNumVFs, Function: a}, true
+	}
+	return Attr{}, false
+}
+
+func splitLast(p string) (string, string) {
+	i := strings.LastIndexByte(p, '/')
+	if i < 0 {
+		return "", p
+	}
+	return p[:i], p[i+1:]
+}
+
+// Apply is the kernel's answer to one write(2) of data to a: the state the
+// tree moves to, or the errno the writer gets (and the state unchanged).
+// rt is never modified.
+func Apply(p *plan.Plan, rt plan.Runtime, a Attr, data []byte) (plan.Runtime, syscall.Errno) {
+	next := State{plan: p, rt: clone(rt)}
+	var errno syscall.Errno
+	switch a.Kind {
+	case DriverOverride:
+		errno = next.setOverride(a.Function, data)
+	case SRIOVNumVFs:
+		errno = next.setNumVFs(a.Function, data)
+	case Bind:
+		errno = next.bind(a.Driver, data)
+	case Unbind:
+		errno = next.unbind(a.Driver, data)
+	case DriversProbe:
+		errno = next.probe(data)
+	default:
+		errno = syscall.EINVAL
+	}
+	if errno != 0 {
+		return rt, errno
+	}
+	return next.rt, 0
+}
+
+// State is a runtime state being moved by one write, with the plan that
+// shows the state before it.
+type State struct {
+	plan *plan.Plan
+	rt   plan.Runtime
+}
+
+func clone(rt plan.Runtime) plan.Runtime {
+	out := make(plan.Runtime, len(rt))
+	for a, s := range rt {
+		out[a] = s
+	}
+	return out
+}
+
+// current is what function a shows now.
+func (s *State) current(a pciaddr.Address) plan.FunctionState {
+	if st, ok := s.rt[a]; ok {
+		return st
+	}
+	f := s.plan.Functions[a]
+	st := plan.FunctionState{Driver: f.Driver, Override: f.Override, NumVFs: f.NumVFs}
+	if f.VFIODev >= 0 {
+		st.VFIODev = f.VFIODev
+	}
+	return st
+}
+
+// lookup finds the function a bind, unbind or drivers_probe names: the
+// kernel compares the written name with each device's name, a trailing
+// newline ignored (sysfs_streq), and answers ENODEV for no match.
+func (s *State) lookup(data []byte) (*plan.Function, syscall.Errno) {
+	name := string(bytes.TrimSuffix(data, []byte("\n")))
+	a, err := pciaddr.Parse(name)
+	if err != nil || a.String() != name {
+		return nil, syscall.ENODEV
+	}
+	f, ok := s.plan.Functions[a]
+	if !ok {
+		return nil, syscall.ENODEV
+	}
+	return f, 0
+}
+
+// setOverride is driver_set_override: the text up to the first newline,
+// empty clearing it.
+func (s *State) setOverride(a pciaddr.Address, data []byte) syscall.Errno {
+	if len(data) >= maxOverride {
+		return syscall.EINVAL
+	}
+	v, _, _ := bytes.Cut(data, []byte("\n"))
+	st := s.current(a)
+	st.Override = string(v)
+	s.rt[a] = st
+	return 0
+}
+
+// matches is pci_bus_match: a driver_override matches only the driver it
+// names; without one, a driver matches the functions its id table claims
+// (vfio-pci's is empty: it binds through driver_override alone).
+func matches(f *plan.Function, st plan.FunctionState, driver string) bool {
+	if st.Override != "" {
+		return st.Override == driver
+	}
+	return f.Native == driver
+}
+
+// bind is bind_store: ENODEV for a name no function has or a driver that
+// does not match it, EBUSY for a function already bound.
+func (s *State) bind(driver string, data []byte) syscall.Errno {
+	f, errno := s.lookup(data)
+	if errno != 0 {
+		return errno
+	}
+	st := s.current(f.Address)
+	if !matches(f, st, driver) {
+		return syscall.ENODEV
+	}
+	if st.Driver != "" {
+		return syscall.EBUSY
+	}
+	s.attach(f.Address, st, driver)
+	return 0
+}
+
+func (s *State) attach(a pciaddr.Address, st plan.FunctionState, driver string) {
+	st.Driver, st.VFIODev = driver, 0
+	if driver == profile.DriverVFIO {
+		st.VFIODev = s.freeVFIODev()
+	}
+	s.rt[a] = st
+}
+
+// freeVFIODev is the lowest vfio device number no bound function holds:
+// the kernel allocates them from an IDA.
+func (s *State) freeVFIODev() int {
+	used := map[int]bool{}
+	for a := range s.plan.Functions {
+		if st := s.current(a); st.Driver == profile.DriverVFIO {
+			used[st.VFIODev] = true
+		}
+	}
+	n := 0
+	for used[n] {
+		n++
+	}
+	return n
+}
+
+// unbind is unbind_store: ENODEV unless the function is bound to this
+// driver. A physical function's driver disables its virtual functions as
+// it goes (mlx5's remove does), so they vanish with their state.
+func (s *State) unbind(driver string, data []byte) syscall.Errno {
+	f, errno := s.lookup(data)
+	if errno != 0 {
+		return errno
+	}
+	st := s.current(f.Address)
+	if st.Driver != driver {
+		return syscall.ENODEV
+	}
+	st.Driver, st.VFIODev = "", 0
+	s.disableVFs(f, &st)
+	s.rt[f.Address] = st
+	return 0
+}
+
+func (s *State) disableVFs(f *plan.Function, st *plan.FunctionState) {
+	for _, vf := range f.VFs[:st.NumVFs] {
+		delete(s.rt, vf)
+	}
+	st.NumVFs = 0
+}
+
+// probe is drivers_probe_store: ENODEV for an unknown name; an unbound
+// function is bound to its driver_override's driver, or to the driver
+// that claims it, when that driver is there; anything else succeeds and
+// changes nothing, as the kernel's device_attach does.
+func (s *State) probe(data []byte) syscall.Errno {
+	f, errno := s.lookup(data)
+	if errno != 0 {
+		return errno
+	}
+	st := s.current(f.Address)
+	if st.Driver != "" {
+		return 0
+	}
+	driver := cmp.Or(st.Override, f.Native)
+	if slices.Contains(plan.MockDrivers(), driver) || driver == "pcieport" {
+		s.attach(f.Address, st, driver)
+	}
+	return 0
+}
+
+// setNumVFs is sriov_numvfs_store: EINVAL for what kstrtou16 refuses,
+// ERANGE above sriov_totalvfs, ENOENT with no driver bound, EBUSY for N
+// to M without 0 between; 0 disables them all, and equal is a no-op.
+func (s *State) setNumVFs(a pciaddr.Address, data []byte) syscall.Errno {
+	f := s.plan.Functions[a]
+	n, ok := kstrtou16(data)
+	if !ok {
+		return syscall.EINVAL
+	}
+	if int(n) > f.TotalVFs {
+		return syscall.ERANGE
+	}
+	st := s.current(a)
+	switch {
+	case int(n) == st.NumVFs:
+		return 0
+	case st.Driver == "":
+		return syscall.ENOENT
+	case n == 0:
+		s.disableVFs(f, &st)
+	case st.NumVFs > 0:
+		return syscall.EBUSY
+	default:
+		st.NumVFs = int(n)
+	}
+	s.rt[a] = st
+	return 0
+}
+
+// kstrtou16 parses as the kernel's kstrtou16 with base 0 does: an optional
+// "+", then hex after "0x", octal after "0", else decimal, then at most one
+// newline. strconv's base 0 also takes "0b", "0o" and underscores, which
+// the kernel refuses.
+func kstrtou16(data []byte) (uint64, bool) {
+	s := strings.TrimPrefix(strings.TrimSuffix(string(data), "\n"), "+")
+	base := 10
+	switch {
+	case len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X"):
+		s, base = s[2:], 16
+	case len(s) > 1 && s[0] == '0':
+		s, base = s[1:], 8
+	}
+	if s == "" || s[0] == '+' || s[0] == '-' || strings.Contains(s, "_") {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, base, 16)
+	return n, err == nil
+}

@@ -1,0 +1,279 @@
+package writable
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
+)
+
+// The profiles the tests write to: SR-IOV HCAs beside nvidia GPUs, and a
+// passthrough node whose profile binds three GPUs to vfio-pci.
+const (
+	sriovProfile = "../../testdata/profiles/sriov.yaml"
+	vfioProfile  = "../../testdata/profiles/vfio-passthrough.yaml"
+)
+
+// tree is a writable tree on disk, without FUSE: writes go to the
+// controller as the FUSE server hands them over.
+type tree struct {
+	t    *testing.T
+	root string
+	c    *Controller
+}
+
+func render(t *testing.T, root, prof string) *tree {
+	t.Helper()
+	c, err := Open(root, "")
+	require.NoError(t, err)
+	_, _, _, err = c.Render(renderOptions(root, prof))
+	require.NoError(t, err)
+	return &tree{t: t, root: root, c: c}
+}
+
+func renderOptions(root, prof string) overlay.Options {
+	return overlay.Options{Root: root, Profile: prof, HostSysfs: "/nonexistent", Writer: writer.Options{SkipSync: true}}
+}
+
+func newTree(t *testing.T, prof string) *tree { return render(t, t.TempDir(), prof) }
+
+// write writes data to a path as a writer names it: the kernel resolves
+// every link before the FUSE server sees the path, so this does too.
+func (tr *tree) write(p, data string) syscall.Errno {
+	tr.t.Helper()
+	rel := tr.resolve(p)
+	_, errno := tr.c.Write(rel, []byte(data))
+	return errno
+}
+
+// resolve follows p's links inside the tree, as the kernel would for a
+// writer, and returns the path relative to the root.
+func (tr *tree) resolve(p string) string {
+	tr.t.Helper()
+	dir, err := filepath.EvalSymlinks(filepath.Join(tr.root, filepath.Dir(p)))
+	require.NoError(tr.t, err)
+	root, err := filepath.EvalSymlinks(tr.root)
+	require.NoError(tr.t, err)
+	rel, err := filepath.Rel(root, filepath.Join(dir, filepath.Base(p)))
+	require.NoError(tr.t, err)
+	return filepath.ToSlash(rel)
+}
+
+func (tr *tree) read(p string) string {
+	tr.t.Helper()
+	b, err := os.ReadFile(filepath.Join(tr.root, p))
+	require.NoError(tr.t, err)
+	return string(b)
+}
+
+// driver is the name of a device's driver link's target, "" with none.
+func (tr *tree) driver(bdf string) string {
+	tr.t.Helper()
+	target, err := os.Readlink(filepath.Join(tr.root, "sys/bus/pci/devices", bdf, "driver"))
+	if os.IsNotExist(err) {
+		return ""
+	}
+	require.NoError(tr.t, err)
+	return filepath.Base(target)
+}
+
+func (tr *tree) exists(p string) bool {
+	_, err := os.Lstat(filepath.Join(tr.root, p))
+	return err == nil
+}
+
+const gpu = "0000:18:00.0"
+
+func dev(bdf, attr string) string { return "sys/bus/pci/devices/" + bdf + "/" + attr }
+func drv(d, attr string) string   { return "sys/bus/pci/drivers/" + d + "/" + attr }
+
+// TestBindToVFIOAndBack walks a GPU from nvidia to vfio-pci and back the
+// way go-nvlib's nvpassthrough does, with every refusal the kernel gives
+// on the way.
+func TestBindToVFIOAndBack(t *testing.T) {
+	tr := newTree(t, sriovProfile)
+	require.Equal(t, "nvidia", tr.driver(gpu))
+	require.Equal(t, "(null)\n", tr.read(dev(gpu, "driver_override")))
+	require.True(t, tr.exists(drv("vfio-pci", "bind")), "vfio-pci is listed with no device bound")
+
+	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "bind"), gpu), "vfio-pci's id table is empty: no override, no match")
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "vfio-pci\n"))
+	require.Equal(t, "vfio-pci\n", tr.read(dev(gpu, "driver_override")))
+	require.Equal(t, "nvidia", tr.driver(gpu), "an override alone changes no binding")
+	require.Equal(t, syscall.EBUSY, tr.write(drv("vfio-pci", "bind"), gpu), "bound to nvidia still")
+	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "unbind"), gpu), "not bound to vfio-pci")
+
+	// nvpassthrough's Unbind writes to the device's driver/unbind.
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver/unbind"), gpu+"\n"))
+	require.Equal(t, "", tr.driver(gpu))
+	require.False(t, tr.exists(drv("nvidia", gpu)))
+	require.NotContains(t, tr.read(dev(gpu, "uevent")), "DRIVER=")
+	require.Equal(t, syscall.ENODEV, tr.write(drv("nvidia", "bind"), gpu), "the override names vfio-pci")
+
+	require.Equal(t, syscall.Errno(0), tr.write(drv("vfio-pci", "bind"), gpu))
+	require.Equal(t, "vfio-pci", tr.driver(gpu))
+	require.True(t, tr.exists(drv("vfio-pci", gpu)))
+	require.Equal(t, "511:0\n", tr.read(dev(gpu, "vfio-dev/vfio0/dev")))
+	require.Contains(t, tr.read(dev(gpu, "uevent")), "DRIVER=vfio-pci\n")
+	require.Equal(t, syscall.EBUSY, tr.write(drv("vfio-pci", "bind"), gpu))
+	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "bind"), "0000:99:00.0"), "no such device")
+	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "bind"), "18:00.0"), "names are compared whole")
+
+	// And back, as nvpassthrough's BindToDriver("nvidia") does.
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "\n"))
+	require.Equal(t, "(null)\n", tr.read(dev(gpu, "driver_override")))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver/unbind"), gpu))
+	require.False(t, tr.exists(dev(gpu, "vfio-dev")))
+	require.Equal(t, syscall.Errno(0), tr.write("sys/bus/pci/drivers_probe", gpu))
+	require.Equal(t, "nvidia", tr.driver(gpu))
+	require.Equal(t, syscall.Errno(0), tr.write("sys/bus/pci/drivers_probe", gpu), "a bound device: nothing to do")
+	require.Equal(t, syscall.ENODEV, tr.write("sys/bus/pci/drivers_probe", "0000:99:00.0"))
+}
+
+// TestNotWritable: a write to anything but a writable attribute is refused
+// as sysfs refuses a read-only attribute.
+func TestNotWritable(t *testing.T) {
+	tr := newTree(t, sriovProfile)
+	for _, p := range []string{dev(gpu, "vendor"), dev(gpu, "config"), "effective-profile.json", drv("nvidia", "new_id"),
+		dev("0000:16:00.0", "sriov_numvfs"), dev(gpu, "sriov_numvfs"), "sys/bus/pci/drivers/virtio-pci/bind", "../x"} {
+		_, errno := tr.c.Write(p, []byte("1"))
+		require.Equal(t, syscall.EACCES, errno, p)
+	}
+}
+
+// TestVFIONumbers: a device bound to vfio-pci takes the lowest vfio number
+// free, and the others keep theirs.
+func TestVFIONumbers(t *testing.T) {
+	tr := newTree(t, vfioProfile)
+	number := func(bdf string) string {
+		ents, err := os.ReadDir(filepath.Join(tr.root, dev(bdf, "vfio-dev")))
+		if os.IsNotExist(err) {
+			return ""
+		}
+		require.NoError(t, err)
+		return ents[0].Name()
+	}
+	require.Equal(t, []string{"vfio0", "vfio1", "vfio2", ""}, []string{number("0000:18:00.0"), number("0000:2a:00.0"), number("0000:ba:00.0"), number("0000:db:00.0")})
+	require.Equal(t, syscall.Errno(0), tr.write(dev("0000:2a:00.0", "driver/unbind"), "0000:2a:00.0"))
+	require.Equal(t, syscall.Errno(0), tr.write(dev("0000:db:00.0", "driver_override"), "vfio-pci"))
+	require.Equal(t, syscall.Errno(0), tr.write(dev("0000:db:00.0", "driver/unbind"), "0000:db:00.0"))
+	require.Equal(t, syscall.Errno(0), tr.write("sys/bus/pci/drivers_probe", "0000:db:00.0"))
+	require.Equal(t, []string{"vfio0", "", "vfio2", "vfio1"}, []string{number("0000:18:00.0"), number("0000:2a:00.0"), number("0000:ba:00.0"), number("0000:db:00.0")})
+}
+
+const pf = "0000:19:00.0"
+
+// TestSRIOV: virtual functions come and go by sriov_numvfs, with the
+// kernel's refusals.
+func TestSRIOV(t *testing.T) {
+	tr := newTree(t, sriovProfile)
+	require.Equal(t, "8\n", tr.read(dev(pf, "sriov_totalvfs")))
+	require.Equal(t, "0\n", tr.read(dev(pf, "sriov_numvfs")))
+
+	for data, want := range map[string]syscall.Errno{"9": syscall.ERANGE, "abc": syscall.EINVAL, "-1": syscall.EINVAL, "0b1": syscall.EINVAL, "1_0": syscall.EINVAL, "": syscall.EINVAL, "0": 0} {
+		require.Equal(t, want, tr.write(dev(pf, "sriov_numvfs"), data), "%q", data)
+	}
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "4\n"))
+	require.Equal(t, "4\n", tr.read(dev(pf, "sriov_numvfs")))
+	for i, vf := range []string{"0000:19:00.1", "0000:19:00.2", "0000:19:00.3", "0000:19:00.4"} {
+		target, err := os.Readlink(filepath.Join(tr.root, dev(pf, "virtfn"+string(rune('0'+i)))))
+		require.NoError(t, err)
+		require.Equal(t, "../"+vf, target)
+		require.Equal(t, "0x101e\n", tr.read(dev(vf, "device")))
+		require.Equal(t, "mlx5_core", tr.driver(vf), "sriov_drivers_autoprobe binds VFs")
+		phys, err := filepath.EvalSymlinks(filepath.Join(tr.root, dev(vf, "physfn")))
+		require.NoError(t, err)
+		require.Equal(t, pf, filepath.Base(phys))
+	}
+	require.False(t, tr.exists(dev("0000:19:00.5", "vendor")))
+	require.Equal(t, syscall.EBUSY, tr.write(dev(pf, "sriov_numvfs"), "2"), "N to M without 0")
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "0x4"), "the same number: nothing to do")
+
+	// A VF goes to vfio-pci, as KubeVirt's SR-IOV passthrough wants it.
+	vf := "0000:19:00.2"
+	require.Equal(t, syscall.Errno(0), tr.write(dev(vf, "driver_override"), "vfio-pci"))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(vf, "driver/unbind"), vf))
+	require.Equal(t, syscall.Errno(0), tr.write(drv("vfio-pci", "bind"), vf))
+	require.Equal(t, "vfio-pci", tr.driver(vf))
+
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "0"))
+	require.False(t, tr.exists(dev("0000:19:00.1", "vendor")))
+	require.False(t, tr.exists(dev(pf, "virtfn0")))
+	require.Empty(t, tr.c.Runtime()[mustParse(t, vf)], "a removed VF's state goes with it")
+
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "driver/unbind"), pf))
+	require.Equal(t, syscall.ENOENT, tr.write(dev(pf, "sriov_numvfs"), "2"), "no driver bound")
+}
+
+// TestUnbindDisablesVFs: unbinding a physical function's driver removes
+// its virtual functions, as mlx5's remove does.
+func TestUnbindDisablesVFs(t *testing.T) {
+	tr := newTree(t, sriovProfile)
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "2"))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "driver/unbind"), pf))
+	require.Equal(t, "0\n", tr.read(dev(pf, "sriov_numvfs")))
+	require.False(t, tr.exists(dev("0000:19:00.1", "vendor")))
+}
+
+// TestStatePersists: writes survive a restart and a re-render that keeps
+// the device; a profile without the device drops its state.
+func TestStatePersists(t *testing.T) {
+	root := t.TempDir()
+	tr := render(t, root, sriovProfile)
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "vfio-pci"))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver/unbind"), gpu))
+	require.Equal(t, syscall.Errno(0), tr.write(drv("vfio-pci", "bind"), gpu))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "3"))
+
+	again := render(t, root, sriovProfile) // a restart
+	require.Equal(t, "vfio-pci", again.driver(gpu))
+	require.Equal(t, "3\n", again.read(dev(pf, "sriov_numvfs")))
+	require.True(t, again.exists(dev("0000:19:00.3", "vendor")))
+	require.Contains(t, again.read(StateFile), `"driver": "vfio-pci"`)
+
+	// A profile that keeps the GPU but not the HCAs.
+	noHCAs := filepath.Join(t.TempDir(), "p.yaml")
+	data, err := os.ReadFile(sriovProfile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(noHCAs, []byte(strings.Replace(string(data), "enabled: true", "enabled: false", 1)), 0o644))
+	_, _, changed, err := again.c.Render(renderOptions(root, noHCAs))
+	require.NoError(t, err)
+	require.NotEmpty(t, changed)
+	require.Equal(t, "vfio-pci", again.driver(gpu))
+	require.False(t, again.exists(dev(pf, "vendor")))
+	require.NotContains(t, again.read(StateFile), pf)
+
+	// A profile with another GPU at the address drops the GPU's state.
+	other := filepath.Join(t.TempDir(), "q.yaml")
+	require.NoError(t, os.WriteFile(other, []byte(strings.Replace(string(data), "0x233010DE", "0x20B010DE", 1)), 0o644))
+	_, _, _, err = again.c.Render(renderOptions(root, other))
+	require.NoError(t, err)
+	require.Equal(t, "nvidia", again.driver(gpu))
+}
+
+// TestBadStateFile: a state file that does not parse is one line naming it.
+func TestBadStateFile(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, writer.StateDir), 0o755))
+	file := filepath.Join(root, StateFile)
+	for _, bad := range []string{`{"functions": {"zz": {}}}`, `{"functions": {"0000:18:00.0": {"sriov_numvfs": -1}}}`, `{"x": 1}`, `[`} {
+		require.NoError(t, os.WriteFile(file, []byte(bad), 0o644))
+		_, err := Open(root, "")
+		require.ErrorContains(t, err, "writable state "+file)
+		require.NotContains(t, err.Error(), "\n")
+	}
+}
+
+func mustParse(t *testing.T, s string) pciaddr.Address {
+	t.Helper()
+	a, err := pciaddr.Parse(s)
+	require.NoError(t, err)
+	return a
+}
