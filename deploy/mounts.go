@@ -61,6 +61,42 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 	return out, nil
 }
 
+// WritableMounts is the mount set of the writable mode (serve --writable),
+// where root is the FUSE view of the tree: Mounts, with the overlay root
+// writable so that writes reach the FUSE server (it refuses every write but
+// the kernel's writable attributes), and three more, since binding names
+// paths outside /sys/bus/pci/devices: the tree's drivers directory at
+// /sys/bus/pci/drivers and its drivers_probe at /sys/bus/pci/drivers_probe,
+// both writable; and the node's own /sys/bus/pci/drivers and /sys/devices
+// (from hostSysfs, default /sys), read-only under the container root's
+// plan.HostSysDir, where the tree's links to the node's own drivers lead.
+// The rest of /sys stays the kernel's. With the node's kernel release,
+// the tree's plan.ModulesAlias stands in for its modules.alias, which
+// go-nvlib reads to bind a GPU to vfio-pci.
+func WritableMounts(root, containerRoot string, alsoAt []string, hostSysfs, release string) ([]Mount, error) {
+	out, err := Mounts(root, containerRoot, alsoAt)
+	if err != nil {
+		return nil, err
+	}
+	containerRoot = cmp.Or(containerRoot, plan.DefaultContainerRoot)
+	hostSysfs = cmp.Or(hostSysfs, plan.DefaultHostSysfs)
+	rw := []string{"rw", "nosuid", "nodev", "bind"}
+	out[0].Options = rw
+	host := path.Join(containerRoot, plan.HostSysDir)
+	if release != "" {
+		if strings.ContainsAny(release, "/\n") || release == "." || release == ".." {
+			return nil, fmt.Errorf("kernel release %q: not a directory name of /lib/modules", release)
+		}
+		out = append(out, Mount{Source: path.Join(root, plan.ModulesAlias), Destination: path.Join("/lib/modules", release, "modules.alias"), Options: mountOptions()})
+	}
+	return append(out,
+		Mount{Source: path.Join(root, plan.DriversDir), Destination: path.Join(sysfs.Mount, "bus/pci/drivers"), Options: rw},
+		Mount{Source: path.Join(root, plan.DriversProbe), Destination: path.Join(sysfs.Mount, "bus/pci/drivers_probe"), Options: rw},
+		Mount{Source: path.Join(hostSysfs, "bus/pci/drivers"), Destination: path.Join(host, "bus/pci/drivers"), Options: mountOptions()},
+		Mount{Source: path.Join(hostSysfs, "devices"), Destination: path.Join(host, "devices"), Options: mountOptions()},
+	), nil
+}
+
 // TargetError refuses an extra place to mount the links directory at. It
 // names the target and not where it came from: the caller adds that (the
 // command line's --also-at).

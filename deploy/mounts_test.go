@@ -109,3 +109,27 @@ func TestTargetErrorNamesTheTarget(t *testing.T) {
 		require.NotContains(t, err.Error(), "--", "a library error names no flag")
 	}
 }
+
+// TestWritableMounts: the writable mode's mounts are the read-only set's,
+// the overlay root writable, plus the drivers directory, drivers_probe and
+// the node's own drivers and devices for the links to them.
+func TestWritableMounts(t *testing.T) {
+	ro := []string{"ro", "nosuid", "nodev", "bind"}
+	rw := []string{"rw", "nosuid", "nodev", "bind"}
+	got, err := WritableMounts("/var/lib/nvml-mock", "", []string{"/host-sys/bus/pci/devices"}, "", "6.18.0")
+	require.NoError(t, err)
+	require.Equal(t, []Mount{
+		{Source: "/var/lib/nvml-mock", Destination: "/opt/nvml-mock", Options: rw},
+		{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: ro},
+		{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/host-sys/bus/pci/devices", Options: ro},
+		{Source: "/var/lib/nvml-mock/lib/modules.alias", Destination: "/lib/modules/6.18.0/modules.alias", Options: ro},
+		{Source: "/var/lib/nvml-mock/sys/bus/pci/drivers", Destination: "/sys/bus/pci/drivers", Options: rw},
+		{Source: "/var/lib/nvml-mock/sys/bus/pci/drivers_probe", Destination: "/sys/bus/pci/drivers_probe", Options: rw},
+		{Source: "/sys/bus/pci/drivers", Destination: "/opt/nvml-mock/host-sys/bus/pci/drivers", Options: ro},
+		{Source: "/sys/devices", Destination: "/opt/nvml-mock/host-sys/devices", Options: ro},
+	}, got)
+	_, err = WritableMounts("/var/lib/nvml-mock", "", []string{"/x"}, "", "")
+	require.ErrorContains(t, err, `links target "/x"`)
+	_, err = WritableMounts("/var/lib/nvml-mock", "", nil, "", "../x")
+	require.ErrorContains(t, err, `kernel release "../x"`)
+}

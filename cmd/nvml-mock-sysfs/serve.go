@@ -29,10 +29,21 @@ pod's service account, which then needs get, list and watch on nodes;
 they are read only for a node the map does not name, so serve with a map
 without label rules never talks to the API server.
 
+With --writable, serve renders the tree at --writable-tree (default
+`+serve.DefaultWritableTree+`, in memory on most hosts) and serves it at --root
+through FUSE, answering writes to driver_override, sriov_numvfs, a mock
+driver's bind and unbind and drivers_probe as the kernel does, before the
+write returns; every other write fails. Writes are kept in
+--root's .nvml-mock-sysfs/writable.json and survive a restart and a
+re-render that keeps the device. The CDI spec adds /sys/bus/pci/drivers,
+/sys/bus/pci/drivers_probe and, read-only, the node's own drivers and
+devices. It needs root and /dev/fuse; stopping serve unmounts the view, and
+containers started on it must restart.
+
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
 	var fleetFile, nodeName, kubeconfig string
@@ -48,6 +59,8 @@ func runServe(e *env, args []string) int {
 	flags.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
 	flags.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
 	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
+	flags.BoolVar(&o.Writable, "writable", false, "serve --root through FUSE, answering writes to driver_override, bind, unbind, drivers_probe and sriov_numvfs as the kernel does")
+	flags.StringVar(&o.WritableTree, "writable-tree", serve.DefaultWritableTree, "with --writable, where to render the tree the view serves")
 	var logFormat string
 	var logLevel slog.Level
 	flags.StringVar(&logFormat, "log-format", "text", "text or json")
@@ -73,6 +86,9 @@ func runServe(e *env, args []string) int {
 	}
 	if sa.output == "" && sa.mergeInto == "" {
 		return usageError(e, "serve", "give --output FILE, --merge-into FILE, or both")
+	}
+	if given["writable-tree"] && !o.Writable {
+		return usageError(e, "serve", "--writable-tree applies to --writable")
 	}
 	if code, ok := sa.check(e, "serve"); !ok {
 		return code

@@ -97,6 +97,13 @@ type Options struct {
 	NodeLabels NodeLabels
 	// AlsoAt are extra targets of the links directory (cdi --also-at).
 	AlsoAt []string
+	// Writable serves the tree through a FUSE view at Render.Root that
+	// answers writes as the kernel does (package writable): the tree is
+	// rendered at WritableTree (default DefaultWritableTree), the state
+	// writes leave is kept in Render.Root, and the spec carries
+	// deploy.WritableMounts. Stopping the server unmounts the view.
+	Writable     bool
+	WritableTree string
 	// Output is the standalone spec to write, of Kind (default
 	// deploy.DefaultKind); MergeInto an existing spec to merge into. At
 	// least one of them; both is fine.
@@ -161,6 +168,9 @@ type Server struct {
 	// chosenDir is the directory of the profile file the fleet map chose
 	// last, for the watch to follow; empty for a built-in or no map.
 	chosenDir string
+	// writable is the writable mode's view, from its first render on; only
+	// the loop touches it.
+	writable *writableView
 }
 
 // New checks the options and fills in the defaults.
@@ -185,6 +195,9 @@ func New(o Options) (*Server, error) {
 	// The mount set depends on the flags alone: work it out, and refuse
 	// bad flags, once.
 	mounts, err := deploy.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
+	if o.Writable {
+		mounts, err = deploy.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease())
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -261,12 +274,19 @@ func (s *Server) Run(ctx context.Context) error {
 	stopped := time.Now()
 	select {
 	case <-done:
+		s.closeWritable()
 	case <-time.After(s.opts.StopTimeout):
+		// The writable view dies with the process; the next start
+		// detaches it.
 		s.log.Warn("stopping with a render in flight; the next start finishes it", "waited", s.opts.StopTimeout.String())
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = hs.Shutdown(shutdown)
+	if s.opts.Writable {
+		s.log.Info("stopped; the writable view is unmounted, the state and the spec stay in place", "root", s.opts.Render.Root, "took", time.Since(stopped).String())
+		return nil
+	}
 	s.log.Info("stopped; the tree and the spec stay in place", "root", s.opts.Render.Root, "took", time.Since(stopped).String())
 	return nil
 }
@@ -372,7 +392,10 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 	ro.Warn = func(err error) { unknown = append(unknown, err) }
 	var p *plan.Plan
 	var st writer.Stats
-	if err == nil {
+	switch {
+	case err == nil && s.opts.Writable:
+		p, st, err = s.renderWritable(ro)
+	case err == nil:
 		p, st, err = overlay.Render(ro)
 	}
 	specWrites := 0

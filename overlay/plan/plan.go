@@ -177,7 +177,7 @@ func ValidateContainerRoot(p string) error {
 	}
 	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
 	switch first {
-	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile), HostSysDir:
+	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile), HostSysDir, path.Dir(ModulesAlias):
 		return bad("must not start at /" + first + ", which the overlay or the kernel uses")
 	}
 	return nil

@@ -75,6 +75,12 @@ const (
 	// and HostSysDir/devices), so that the node's drivers, linked from
 	// DriversDir, resolve as the kernel's do.
 	HostSysDir = "host-sys"
+	// ModulesAlias stands in for the node's
+	// /lib/modules/<release>/modules.alias, which go-nvlib's
+	// FindBestVFIOVariant reads before it binds a GPU to vfio-pci and fails
+	// without: a node of mock GPUs has no vfio_pci variant drivers for
+	// them, so it lists none, and every GPU binds to vfio-pci.
+	ModulesAlias = "lib/modules.alias"
 )
 
 // driverControlFiles are a driver directory's files: the kernel's,
@@ -225,6 +231,7 @@ func (b *builder) writableFiles(bridges bool) {
 		}
 	}
 	b.fileMode(DriversProbe, nil, 0o200)
+	b.text("lib", "modules.alias", "# nvml-mock-sysfs: a stand-in for the node's modules.alias. It lists no\n# vfio_pci variant driver, so go-nvlib binds every GPU to vfio-pci.\n")
 	b.text("sys/bus/pci", "drivers_autoprobe", "1\n")
 	b.dir(HostSysDir + "/bus/pci/drivers")
 	b.dir(HostSysDir + "/devices")

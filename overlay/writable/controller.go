@@ -37,8 +37,8 @@ type Controller struct {
 	mu    chan struct{} // a lock held across a render; see lock
 	state string        // the state file
 	opts  overlay.Options
-	rt   plan.Runtime
-	plan *plan.Plan
+	rt    plan.Runtime
+	plan  *plan.Plan
 	// fresh is true until the first render, which compares the tree on disk
 	// byte for byte: writes do not sync the tree (the state file is what
 	// must survive), so a tree left by a crash is checked, not trusted.
