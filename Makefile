@@ -39,7 +39,7 @@ programs: ## build the end-to-end suites' programs from the Go module proxy
 # The tiers. The suites are packages: the end-to-end wing is deploy/e2e,
 # whose consumer and containerd suites are e2e, whose Kubernetes suites
 # (one cluster at a time: kubetest holds a lock) are e2e-k8s.
-E2E_PKGS := ./deploy/e2e/consumermatrix ./deploy/e2e/containerdtest ./cmd/nvml-mock-sysfs
+E2E_PKGS := ./deploy/e2e/consumermatrix ./deploy/e2e/containerdtest ./deploy/e2e/writable ./cmd/nvml-mock-sysfs
 K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deploy/e2e/passthrough
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites

@@ -293,33 +293,11 @@ func (c *checker) gpuByBusID(lib nvpci.Interface, d profile.Device) {
 // has its iommufd device (vfio-dev/vfioN); an nvidia one has none.
 func (c *checker) gpuDriver(g *nvpci.NvidiaPCIDevice, d profile.Device) {
 	bdf := d.Address.String()
-	var p []string
-	if g.Driver != d.Driver {
-		p = append(p, fmt.Sprintf("driver %q, want %q", g.Driver, d.Driver))
-	}
-	if g.IommuGroup < 0 {
-		p = append(p, "no IOMMU group")
-	}
-	for _, o := range c.bus.devs {
-		if o.Address != g.Address && o.IommuGroup == g.IommuGroup {
-			p = append(p, fmt.Sprintf("IOMMU group %d shared with %s", g.IommuGroup, o.Address))
-		}
-	}
-	switch {
-	case d.Driver == profile.DriverVFIO && !sysfs.IsVFIODevName(g.IommuFD):
-		p = append(p, fmt.Sprintf("iommufd device %q, want %s/%s", g.IommuFD, sysfs.VFIODevDir, sysfs.VFIODevName(0)))
-	case d.Driver != profile.DriverVFIO && g.IommuFD != "":
-		p = append(p, fmt.Sprintf("iommufd device %q on a GPU not bound to vfio-pci", g.IommuFD))
-	}
-	if len(p) > 0 {
+	if p, summary := c.driverProblems(g, d); len(p) > 0 {
 		c.add(GPUDriver, bdf, false, "%s", strings.Join(p, ", "))
-		return
+	} else {
+		c.add(GPUDriver, bdf, true, "%s", summary)
 	}
-	fd := ""
-	if g.IommuFD != "" {
-		fd = ", iommufd " + g.IommuFD
-	}
-	c.add(GPUDriver, bdf, true, "%s, IOMMU group %d alone%s", g.Driver, g.IommuGroup, fd)
 }
 
 // warnings reports what go-nvlib logged. A real GPU node bound to nvidia

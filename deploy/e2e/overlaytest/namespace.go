@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -87,6 +89,17 @@ type Served struct {
 	HostSysAt []string
 	// Env is added to the environment of what runs inside.
 	Env []string
+	// Spec, when set, replaces Root's mounts with a CDI spec's, applied in
+	// order as runc applies them: a bind mount each, remounted read-only
+	// where its options say ro. A target that does not exist is created in
+	// an in-memory layer (overlayfs) over its nearest existing directory,
+	// as runc creates it in the container's own root, so nothing reaches
+	// the host's disk.
+	Spec []*specs.Mount
+	// Enter, when set, is a process whose mount namespace the private one
+	// is made from: a daemon's that mounted what Spec's sources are (serve
+	// --writable's FUSE view, in a namespace of its own).
+	Enter int
 }
 
 // Bind is a read-only bind mount of a host path; Target is created if
@@ -140,6 +153,9 @@ func (s Served) mounts() string {
 		lines = append(lines, "mkdir -p "+q(dir))
 		bindRO("/sys", dir)
 	}
+	if len(s.Spec) > 0 {
+		return strings.Join(append(lines, specMounts(s.Spec)), "\n") + "\n"
+	}
 	if s.Root == "" {
 		return strings.Join(lines, "\n") + "\n"
 	}
@@ -162,6 +178,32 @@ func (s Served) mounts() string {
 		bindRO(filepath.Join(s.Root, plan.LinksDir), target)
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// specMounts is the shell that applies a CDI spec's mounts. Its layers'
+// upper and work directories live in a private tmpfs on /dev/shm.
+func specMounts(ms []*specs.Mount) string {
+	q := shellQuote
+	lines := []string{
+		"mount -t tmpfs -o mode=0755 tmpfs /dev/shm",
+		"layers=0",
+		// layer gives directory $1 an in-memory writable layer.
+		`layer() { layers=$((layers+1)); u=/dev/shm/layer$layers; mkdir -p $u/upper $u/work; mount -t overlay overlay -o "lowerdir=$1,upperdir=$u/upper,workdir=$u/work" "$1"; }`,
+		// ensure makes target $1 (a file when $2 is f) in a layer over
+		// its nearest existing ancestor.
+		`ensure() { [ -e "$1" ] && return 0; a=$(dirname "$1"); while [ ! -e "$a" ]; do a=$(dirname "$a"); done; a=$(readlink -f "$a"); [ "$a" != / ] || { echo "no layer over / for $1" >&2; exit 1; }; layer "$a"; mkdir -p "$(dirname "$1")"; if [ "$2" = f ]; then : >"$1"; else mkdir "$1"; fi; }`,
+	}
+	for _, m := range ms {
+		// Asked in the namespace: a source may exist only there (the
+		// FUSE view of an entered one).
+		src, dst := q(m.HostPath), q(m.ContainerPath)
+		lines = append(lines, `if [ -f `+src+` ]; then ensure `+dst+` f; else ensure `+dst+` d; fi`,
+			"mount --bind "+src+" "+dst)
+		if slices.Contains(m.Options, "ro") {
+			lines = append(lines, "mount -o remount,bind,ro "+dst)
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // linksTargets is LinksAt or its default.
@@ -252,8 +294,12 @@ func (s Served) underHostSys(path string) bool {
 // mount namespace after Script. The caller starts it; a long-running one
 // (a daemon) is killed by its PID like any other child.
 func (s Served) Command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command("unshare", append([]string{"--mount", "--propagation", "private",
-		"sh", "-c", s.Script(), "sh", name}, args...)...)
+	argv := append([]string{"unshare", "--mount", "--propagation", "private",
+		"sh", "-c", s.Script(), "sh", name}, args...)
+	if s.Enter != 0 {
+		argv = append([]string{"nsenter", "--target", strconv.Itoa(s.Enter), "--mount", "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), s.Env...)
 	return cmd
 }
