@@ -21,6 +21,7 @@
 package plan
 
 import (
+	"bytes"
 	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
@@ -85,6 +86,18 @@ type FileSource struct {
 	Path        string
 	Size        int64
 	Fingerprint string // changes whenever the content does
+}
+
+// Equal reports whether two entries are the same path with the same kind,
+// mode, content and link text.
+func (e Entry) Equal(o Entry) bool {
+	if e.Path != o.Path || e.Kind != o.Kind || e.Mode != o.Mode || e.Target != o.Target || !bytes.Equal(e.Data, o.Data) {
+		return false
+	}
+	if e.Source == nil || o.Source == nil {
+		return e.Source == o.Source
+	}
+	return e.Source.Fingerprint == o.Source.Fingerprint
 }
 
 // Len is the size of a file entry's content.

@@ -107,10 +107,11 @@ func (c *Controller) Render(opts overlay.Options) (*plan.Plan, writer.Stats, []s
 		}
 		c.rt = rt
 	}
+	wo := opts.Writer
 	if c.fresh {
-		opts.Writer.CompareContent = true
+		wo.CompareContent = true
 	}
-	st, err := writer.Apply(opts.Root, p, opts.Writer)
+	st, err := writer.Apply(opts.Root, p, wo)
 	if err != nil {
 		return p, st, nil, fmt.Errorf("render into %s: %w", opts.Root, err)
 	}
@@ -202,8 +203,9 @@ func (c *Controller) Write(rel string, data []byte) ([]string, syscall.Errno) {
 		return nil, syscall.EIO
 	}
 	// Not synced: the state file is, and the first render after a start
-	// compares the tree with the plan byte for byte.
-	opts.Writer.SkipSync = true
+	// compares the tree with the plan byte for byte. The tree holds the
+	// plan before this write, so only what differs from it is read.
+	opts.Writer.SkipSync, opts.Writer.Holds = true, c.plan
 	if _, err := writer.Apply(opts.Root, p, opts.Writer); err != nil {
 		return nil, syscall.EIO
 	}
@@ -238,7 +240,7 @@ func Changed(old, new *plan.Plan) []string {
 		e := &new.Entries[i]
 		o, ok := was[e.Path]
 		delete(was, e.Path)
-		if !ok || !sameEntry(o, e) {
+		if !ok || !o.Equal(*e) {
 			out = append(out, e.Path)
 		}
 	}
@@ -246,16 +248,6 @@ func Changed(old, new *plan.Plan) []string {
 		out = append(out, p)
 	}
 	return out
-}
-
-func sameEntry(a, b *plan.Entry) bool {
-	if a.Kind != b.Kind || a.Mode != b.Mode || a.Target != b.Target || !bytes.Equal(a.Data, b.Data) {
-		return false
-	}
-	if a.Source == nil || b.Source == nil {
-		return a.Source == b.Source
-	}
-	return a.Source.Fingerprint == b.Source.Fingerprint
 }
 
 // stateFile is the state file's form: the runtime state by address.

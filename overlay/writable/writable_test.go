@@ -24,12 +24,12 @@ const (
 // tree is a writable tree on disk, without FUSE: writes go to the
 // controller as the FUSE server hands them over.
 type tree struct {
-	t    *testing.T
+	t    testing.TB
 	root string
 	c    *Controller
 }
 
-func render(t *testing.T, root, prof string) *tree {
+func render(t testing.TB, root, prof string) *tree {
 	t.Helper()
 	c, err := Open(root, "")
 	require.NoError(t, err)

@@ -55,6 +55,13 @@ type Options struct {
 	// under a busy build can take seconds, so tests that do not test
 	// durability set it; the product never does.
 	SkipSync bool
+	// Holds is the plan the root holds, when the caller knows it (it
+	// rendered it): if the root's completion marker vouches for that very
+	// plan, an entry equal to its own is taken as unchanged without
+	// reading the disk, and only the others are compared. The writable
+	// mode renders after each write so, where reading every file of a
+	// large tree took most of a bind's time.
+	Holds *plan.Plan
 }
 
 // readerGrace is how long a settle step (order.go) waits for readers'
@@ -209,10 +216,17 @@ func (w *apply) run(opts Options) error {
 	if err != nil {
 		return err
 	}
-	marker := Marker{Digest: w.plan.Digest(), Entries: len(w.plan.Entries), GPUs: len(w.plan.Machine.GPUs()), ContainerRoot: w.plan.ContainerRoot}
+	marker := markerOf(w.plan)
 	oldMarker, _ := w.d.readFile(MarkerFile, 4096)
 	complete := bytes.Equal(oldMarker, marker.bytes())
-	d, err := w.diff(owned, opts.CompareContent || !complete)
+	var holds map[string]*plan.Entry
+	if h := opts.Holds; h != nil && !opts.CompareContent && bytes.Equal(oldMarker, markerOf(h).bytes()) {
+		holds = make(map[string]*plan.Entry, len(h.Entries))
+		for i := range h.Entries {
+			holds[h.Entries[i].Path] = &h.Entries[i]
+		}
+	}
+	d, err := w.diff(owned, opts.CompareContent || !complete, holds)
 	if err != nil {
 		return err
 	}
@@ -250,7 +264,7 @@ func (w *apply) readOwned(force bool) (map[string]ownedEntry, error) {
 
 // diff compares the plan with the disk. Without deep, files are compared
 // by size and mode only (see compare).
-func (w *apply) diff(owned map[string]ownedEntry, deep bool) (diff, error) {
+func (w *apply) diff(owned map[string]ownedEntry, deep bool, holds map[string]*plan.Entry) (diff, error) {
 	d := diff{planned: make(map[string]plan.EntryKind, len(w.plan.Entries))}
 	for _, e := range w.plan.Entries {
 		d.planned[e.Path] = e.Kind
@@ -264,6 +278,10 @@ func (w *apply) diff(owned map[string]ownedEntry, deep bool) (diff, error) {
 		if replaced[path.Dir(e.Path)] {
 			d.changes = append(d.changes, change{entry: e})
 			replaced[e.Path] = e.Kind == plan.Dir
+			continue
+		}
+		if h, ok := holds[e.Path]; ok && h.Equal(e) {
+			w.unchanged(e)
 			continue
 		}
 		c, differs, err := w.compare(e, deep, owned)
@@ -436,7 +454,7 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 		if target != e.Target {
 			return c, true, nil
 		}
-		w.stats.LinksUnchanged++
+		w.unchanged(e)
 		return c, false, nil
 	}
 	if st.Size != e.Len() || st.Mode&0o7777 != uint32(e.Mode.Perm()) || st.Nlink != 1 {
@@ -457,9 +475,19 @@ func (w *apply) compare(e plan.Entry, deep bool, owned map[string]ownedEntry) (c
 			return c, true, nil
 		}
 	}
-	w.stats.FilesUnchanged++
-	w.stats.BytesUnchanged += e.Len()
+	w.unchanged(e)
 	return c, false, nil
+}
+
+// unchanged counts an entry left as it is.
+func (w *apply) unchanged(e plan.Entry) {
+	switch e.Kind {
+	case plan.Symlink:
+		w.stats.LinksUnchanged++
+	case plan.File:
+		w.stats.FilesUnchanged++
+		w.stats.BytesUnchanged += e.Len()
+	}
 }
 
 // prune removes a stale entry; a directory that still holds foreign files
@@ -576,6 +604,11 @@ func describeMode(mode uint32) string {
 		return k.String()
 	}
 	return fmt.Sprintf("special file (mode %#o)", mode&unix.S_IFMT)
+}
+
+// markerOf is the completion marker that vouches for p.
+func markerOf(p *plan.Plan) Marker {
+	return Marker{Digest: p.Digest(), Entries: len(p.Entries), GPUs: len(p.Machine.GPUs()), ContainerRoot: p.ContainerRoot}
 }
 
 // Marker is the completion marker's content.

@@ -259,3 +259,34 @@ func sumData(p *plan.Plan) int64 {
 	}
 	return n
 }
+
+// TestHoldsSkipsWhatTheHeldPlanVouchesFor: with the plan the root holds,
+// vouched for by its marker, only the entries that differ from it are
+// compared; a held plan the marker does not vouch for is ignored, and the
+// whole tree is compared as without one.
+func TestHoldsSkipsWhatTheHeldPlanVouchesFor(t *testing.T) {
+	t.Parallel()
+	root := filepath.Join(t.TempDir(), "overlay")
+	held := planOf(t, "hgx-h100", nil)
+	apply(t, root, held)
+	// A file changed behind the writer's back, keeping its size: only a
+	// byte-for-byte comparison finds it.
+	vendor := filepath.Join(root, "sys/devices/pci0000:50/0000:50:01.0/0000:51:00.0/0000:52:00.0/0000:53:00.0/vendor")
+	require.NoError(t, os.WriteFile(vendor, []byte("0xffff\n"), 0o644))
+	next := planOf(t, "hgx-h100", func(p *profile.Profile) { p.Devices[3].PCI.SubsystemID = profile.Pack(0x10de, 0x1234) })
+
+	st, err := writer.Apply(root, next, writer.Options{SkipSync: true, Holds: held})
+	require.NoError(t, err)
+	require.Equal(t, 5, st.FilesWritten, "the changed GPU's four files and the effective profile")
+	got, err := os.ReadFile(vendor)
+	require.NoError(t, err)
+	require.Equal(t, "0xffff\n", string(got), "trusted: the held plan vouched for it")
+
+	// The marker now vouches for next, not held: held is ignored.
+	st, err = writer.Apply(root, planOf(t, "hgx-h100", nil), writer.Options{SkipSync: true, Holds: held})
+	require.NoError(t, err)
+	got, err = os.ReadFile(vendor)
+	require.NoError(t, err)
+	require.Equal(t, "0x10de\n", string(got), "compared, and mended")
+	require.Equal(t, 6, st.FilesWritten)
+}

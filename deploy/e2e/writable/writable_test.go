@@ -81,6 +81,12 @@ func runChild(mode string, args []string) int {
 		report = compat.SRIOV(m, n)
 	case compatChild:
 		report = compat.Run(m, compat.KernelSysfs)
+	case nvpciChild, readChild, bindLoopChild:
+		n, err := strconv.Atoi(args[2])
+		if err != nil {
+			return fail(err)
+		}
+		return timeChild(mode, m, n)
 	default:
 		return fail(fmt.Errorf("unknown child mode %q", mode))
 	}
@@ -102,9 +108,9 @@ type server struct {
 	log        *os.File
 }
 
-// start runs serve --writable until its spec is written, which it writes
-// once the view is mounted.
-func start(t *testing.T, root, tree string) *server {
+// start runs serve --writable with a profile until its spec is written,
+// which it writes once the view is mounted.
+func start(t testing.TB, prof, root, tree string) *server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &server{root: root, tree: tree, spec: filepath.Join(dir, "spec.json")}
@@ -113,7 +119,7 @@ func start(t *testing.T, root, tree string) *server {
 	require.NoError(t, err)
 	s.cmd = exec.Command("unshare", "--mount", "--propagation", "private",
 		binaries.Binary(t), "serve", "--writable", "--writable-tree", tree,
-		"--profile", filepath.Join(overlaytest.Repo(t), sriovProfile), "--root", root,
+		"--profile", prof, "--root", root,
 		"--output", s.spec, "--listen", "127.0.0.1:0", "--no-watch")
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	require.NoError(t, s.cmd.Start())
@@ -133,7 +139,7 @@ func start(t *testing.T, root, tree string) *server {
 
 // served is a container of the server's spec: its mounts, from inside the
 // server's namespace.
-func (s *server) served(t *testing.T) overlaytest.Served {
+func (s *server) served(t testing.TB) overlaytest.Served {
 	t.Helper()
 	spec, err := deploy.ReadSpec(s.spec)
 	require.NoError(t, err)
@@ -143,7 +149,7 @@ func (s *server) served(t *testing.T) overlaytest.Served {
 
 // stop ends the server with SIGTERM, as the kubelet does; it unmounts its
 // view. Stopping twice is a no-op.
-func (s *server) stop(t *testing.T) {
+func (s *server) stop(t testing.TB) {
 	if s.cmd.ProcessState != nil {
 		return
 	}
@@ -156,7 +162,7 @@ func (s *server) stop(t *testing.T) {
 }
 
 // report runs a child in served and returns its report.
-func report(t *testing.T, served overlaytest.Served, mode string, args ...string) *compat.Report {
+func report(t testing.TB, served overlaytest.Served, mode string, args ...string) *compat.Report {
 	t.Helper()
 	cmd := served.Reexec(t, mode, append([]string{"--", "x"}, args...)...)
 	var stderr strings.Builder
@@ -195,7 +201,7 @@ func requireOK(t *testing.T, r *compat.Report, what string) {
 
 func machine(t *testing.T) *profile.Machine {
 	t.Helper()
-	p, err := profile.LoadFile(filepath.Join(overlaytest.Repo(t), sriovProfile))
+	p, err := profile.LoadFile(repoProfile(t))
 	require.NoError(t, err)
 	m, err := profile.Normalize(sriovProfile, p, profile.Options{})
 	require.NoError(t, err)
@@ -212,7 +218,7 @@ func TestPassthrough(t *testing.T) {
 	requireFUSE(t)
 	m := machine(t)
 	root, tree := filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree")
-	srv := start(t, root, tree)
+	srv := start(t, repoProfile(t), root, tree)
 	served := srv.served(t)
 
 	requireDrivers := func(served overlaytest.Served, driver, when string) {
@@ -231,7 +237,7 @@ func TestPassthrough(t *testing.T) {
 	// A restart keeps the binding: the state is in the root, the tree is
 	// rendered from it again.
 	srv.stop(t)
-	srv = start(t, root, tree)
+	srv = start(t, repoProfile(t), root, tree)
 	served = srv.served(t)
 	requireDrivers(served, profile.DriverVFIO, "after a restart of serve")
 
@@ -265,7 +271,7 @@ func TestSRIOV(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
 	requireFUSE(t)
 	m := machine(t)
-	srv := start(t, filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
+	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	served := srv.served(t)
 
 	vfs := func(served overlaytest.Served) map[string]programs.GHWDevice {
@@ -301,9 +307,9 @@ func TestSRIOV(t *testing.T) {
 func TestReadersSeeTheSame(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
 	requireFUSE(t)
-	srv := start(t, filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
+	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	w := report(t, srv.served(t), compatChild)
-	r := report(t, overlaytest.Served{Root: renderReadOnly(t)}, compatChild)
+	r := report(t, overlaytest.Served{Root: renderReadOnly(t, repoProfile(t))}, compatChild)
 	requireOK(t, w, "writable view")
 	require.Equal(t, r.Results, w.Results, "the same rows, read-only tree and writable view")
 }
@@ -313,7 +319,7 @@ func TestReadersSeeTheSame(t *testing.T) {
 // them so that nvpassthrough gets as far as its first write.
 func readOnly(t *testing.T, writable overlaytest.Served) overlaytest.Served {
 	t.Helper()
-	ms, err := deploy.Mounts(renderReadOnly(t), "", nil)
+	ms, err := deploy.Mounts(renderReadOnly(t, repoProfile(t)), "", nil)
 	require.NoError(t, err)
 	spec, err := deploy.NewSpec(deploy.DefaultKind, ms, nil)
 	require.NoError(t, err)
@@ -328,17 +334,20 @@ func readOnly(t *testing.T, writable overlaytest.Served) overlaytest.Served {
 	return overlaytest.Served{Spec: mounts}
 }
 
-// renderReadOnly renders the profile as the default mode does.
-func renderReadOnly(t *testing.T) string {
+// repoProfile is the tests' profile file.
+func repoProfile(t testing.TB) string { return filepath.Join(overlaytest.Repo(t), sriovProfile) }
+
+// renderReadOnly renders a profile as the default mode does.
+func renderReadOnly(t testing.TB, prof string) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "ro")
-	out, err := exec.Command(binaries.Binary(t), "render", "--root", root, "--profile", filepath.Join(overlaytest.Repo(t), sriovProfile)).CombinedOutput()
+	out, err := exec.Command(binaries.Binary(t), "render", "--root", root, "--profile", prof).CombinedOutput()
 	require.NoError(t, err, "render: %s", out)
 	return root
 }
 
 // requireFUSE stops the test (Missing) without /dev/fuse.
-func requireFUSE(t *testing.T) {
+func requireFUSE(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		overlaytest.Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
