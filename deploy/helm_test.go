@@ -31,6 +31,7 @@ const (
 	chartDir              = "helm/nvml-mock-sysfs"
 	chartFleetValues      = chartDir + "/ci/fleet-values.yaml"
 	chartStandaloneValues = chartDir + "/ci/standalone-values.yaml"
+	chartWritableValues   = chartDir + "/ci/writable-values.yaml"
 )
 
 // helmOnlyLabels are the labels the chart puts on its objects for Helm's
@@ -110,7 +111,7 @@ func TestHelmLint(t *testing.T) {
 	version, err := h.run("version", "--template", "{{.Version}}")
 	require.NoError(t, err)
 	require.Equal(t, programs.HelmVersion, version)
-	for _, values := range []string{"", chartFleetValues, chartStandaloneValues} {
+	for _, values := range []string{"", chartFleetValues, chartStandaloneValues, chartWritableValues} {
 		args := []string{"lint", "--strict", "--quiet", chartDir}
 		if values != "" {
 			args = append(args, "--values", values)
@@ -152,6 +153,29 @@ func TestHelmDefaultsRenderTheRawDaemonSet(t *testing.T) {
 	// comparison.
 	changed := h.template(t, "--set", "listenPort=9090").DaemonSets[0]
 	require.NotEqual(t, raw, withoutHelmLabels(changed))
+}
+
+// TestHelmWritable: writable.enabled runs serve --writable with what it
+// needs (privileged, /dev/fuse, the overlay's mounts propagating to the
+// node, the tree in memory) and nothing else changes.
+func TestHelmWritable(t *testing.T) {
+	h := newHelm(t)
+	plain := h.template(t).DaemonSets[0]
+	ds := h.template(t, "--values", chartWritableValues).DaemonSets[0]
+	c := ds.Spec.Template.Spec.Containers[0]
+	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
+	require.True(t, *c.SecurityContext.Privileged)
+	require.Equal(t, corev1.MountPropagationBidirectional, *c.VolumeMounts[0].MountPropagation)
+	vols := map[string]corev1.Volume{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		vols[v.Name] = v
+	}
+	require.Equal(t, corev1.StorageMediumMemory, vols["tree"].EmptyDir.Medium)
+	require.Equal(t, "/dev/fuse", vols["fuse"].HostPath.Path)
+	require.Equal(t, corev1.HostPathCharDev, *vols["fuse"].HostPath.Type)
+	// Negative control: the default DaemonSet is none of that.
+	require.Nil(t, plain.Spec.Template.Spec.Containers[0].SecurityContext.Privileged)
+	require.NotContains(t, plain.Spec.Template.Spec.Containers[0].Args, "--writable")
 }
 
 func marshalYAML(t *testing.T, obj any) string {
