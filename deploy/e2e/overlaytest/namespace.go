@@ -193,12 +193,21 @@ func specMounts(ms []*specs.Mount) string {
 		// its nearest existing ancestor.
 		`ensure() { [ -e "$1" ] && return 0; a=$(dirname "$1"); while [ ! -e "$a" ]; do a=$(dirname "$a"); done; a=$(readlink -f "$a"); [ "$a" != / ] || { echo "no layer over / for $1" >&2; exit 1; }; layer "$a"; mkdir -p "$(dirname "$1")"; if [ "$2" = f ]; then : >"$1"; else mkdir "$1"; fi; }`,
 	}
-	for _, m := range ms {
+	// Every source is taken before any target is mounted, as runc takes
+	// them from the runtime's namespace: a later source below an earlier
+	// target (the node's /sys/bus/pci/drivers, below the tree's drivers
+	// mounted over it) must be the node's, not the mount.
+	for i, m := range ms {
 		// Asked in the namespace: a source may exist only there (the
 		// FUSE view of an entered one).
-		src, dst := q(m.HostPath), q(m.ContainerPath)
-		lines = append(lines, `if [ -f `+src+` ]; then ensure `+dst+` f; else ensure `+dst+` d; fi`,
-			"mount --bind "+src+" "+dst)
+		src, staged := q(m.HostPath), "/dev/shm/source"+strconv.Itoa(i)
+		lines = append(lines, `if [ -f `+src+` ]; then : >`+staged+`; else mkdir `+staged+`; fi`,
+			"mount --bind "+src+" "+staged)
+	}
+	for i, m := range ms {
+		staged, dst := "/dev/shm/source"+strconv.Itoa(i), q(m.ContainerPath)
+		lines = append(lines, `if [ -f `+staged+` ]; then ensure `+dst+` f; else ensure `+dst+` d; fi`,
+			"mount --bind "+staged+" "+dst)
 		if slices.Contains(m.Options, "ro") {
 			lines = append(lines, "mount -o remount,bind,ro "+dst)
 		}

@@ -7,6 +7,7 @@
 package writable_test
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -87,6 +88,12 @@ func runChild(mode string, args []string) int {
 			return fail(err)
 		}
 		return timeChild(mode, m, n)
+	case raceChild:
+		n, err := strconv.Atoi(args[2])
+		if err != nil {
+			return fail(err)
+		}
+		return race(m, n)
 	default:
 		return fail(fmt.Errorf("unknown child mode %q", mode))
 	}
@@ -103,6 +110,7 @@ const sriovProfile = "testdata/profiles/sriov.yaml"
 // FUSE view never reaches the host.
 type server struct {
 	cmd        *exec.Cmd
+	ns         int // the process whose mount namespace it serves in; 0 its own
 	root, tree string
 	spec       string
 	log        *os.File
@@ -110,17 +118,26 @@ type server struct {
 
 // start runs serve --writable with a profile until its spec is written,
 // which it writes once the view is mounted.
-func start(t testing.TB, prof, root, tree string) *server {
+func start(t testing.TB, prof, root, tree string) *server { return startIn(t, 0, prof, root, tree) }
+
+// startIn is start in the mount namespace of process ns (0: one of its own).
+func startIn(t testing.TB, ns int, prof, root, tree string) *server {
 	t.Helper()
 	dir := t.TempDir()
 	s := &server{root: root, tree: tree, spec: filepath.Join(dir, "spec.json")}
 	var err error
 	s.log, err = os.Create(filepath.Join(dir, "serve.log"))
 	require.NoError(t, err)
-	s.cmd = exec.Command("unshare", "--mount", "--propagation", "private",
-		binaries.Binary(t), "serve", "--writable", "--writable-tree", tree,
+	argv := []string{binaries.Binary(t), "serve", "--writable", "--writable-tree", tree,
 		"--profile", prof, "--root", root,
-		"--output", s.spec, "--listen", "127.0.0.1:0", "--no-watch")
+		"--output", s.spec, "--listen", "127.0.0.1:0", "--no-watch"}
+	if ns == 0 {
+		argv = append([]string{"unshare", "--mount", "--propagation", "private"}, argv...)
+	} else {
+		// In a namespace that outlives the server, as the node's does.
+		argv = append([]string{"nsenter", "--target", strconv.Itoa(ns), "--mount", "--"}, argv...)
+	}
+	s.cmd, s.ns = exec.Command(argv[0], argv[1:]...), ns
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	require.NoError(t, s.cmd.Start())
 	t.Cleanup(func() { s.stop(t) })
@@ -144,7 +161,7 @@ func (s *server) served(t testing.TB) overlaytest.Served {
 	spec, err := deploy.ReadSpec(s.spec)
 	require.NoError(t, err)
 	require.Len(t, spec.Devices, 1)
-	return overlaytest.Served{Spec: spec.Devices[0].ContainerEdits.Mounts, Enter: s.cmd.Process.Pid}
+	return overlaytest.Served{Spec: spec.Devices[0].ContainerEdits.Mounts, Enter: cmp.Or(s.ns, s.cmd.Process.Pid)}
 }
 
 // stop ends the server with SIGTERM, as the kubelet does; it unmounts its
