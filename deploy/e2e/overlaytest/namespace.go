@@ -92,9 +92,9 @@ type Served struct {
 	// Spec, when set, replaces Root's mounts with a CDI spec's, applied in
 	// order as runc applies them: a bind mount each, remounted read-only
 	// where its options say ro. A target that does not exist is created in
-	// an in-memory layer (overlayfs) over its nearest existing directory,
-	// as runc creates it in the container's own root, so nothing reaches
-	// the host's disk.
+	// an in-memory layer (overlayfs) over its top-level directory, as runc
+	// creates it in the container's own root, so nothing reaches the
+	// host's disk.
 	Spec []*specs.Mount
 	// Enter, when set, is a process whose mount namespace the private one
 	// is made from: a daemon's that mounted what Spec's sources are (serve
@@ -187,11 +187,14 @@ func specMounts(ms []*specs.Mount) string {
 	lines := []string{
 		"mount -t tmpfs -o mode=0755 tmpfs /dev/shm",
 		"layers=0",
-		// layer gives directory $1 an in-memory writable layer.
-		`layer() { layers=$((layers+1)); u=/dev/shm/layer$layers; mkdir -p $u/upper $u/work; mount -t overlay overlay -o "lowerdir=$1,upperdir=$u/upper,workdir=$u/work" "$1"; }`,
-		// ensure makes target $1 (a file when $2 is f) in a layer over
-		// its nearest existing ancestor.
-		`ensure() { [ -e "$1" ] && return 0; a=$(dirname "$1"); while [ ! -e "$a" ]; do a=$(dirname "$a"); done; a=$(readlink -f "$a"); [ "$a" != / ] || { echo "no layer over / for $1" >&2; exit 1; }; layer "$a"; mkdir -p "$(dirname "$1")"; if [ "$2" = f ]; then : >"$1"; else mkdir "$1"; fi; }`,
+		// layer gives top-level directory $1 an in-memory writable layer,
+		// once: a layer over a directory below another would be hidden by
+		// the other's, made later.
+		`layered=" "`,
+		`layer() { case "$layered" in *" $1 "*) return 0;; esac; layered="$layered$1 "; layers=$((layers+1)); u=/dev/shm/layer$layers; mkdir -p $u/upper $u/work; mount -t overlay overlay -o "lowerdir=$1,upperdir=$u/upper,workdir=$u/work" "$1"; }`,
+		// ensure makes target $1 (a file when $2 is f) in the layer of the
+		// top-level directory its nearest existing ancestor lies in.
+		`ensure() { [ -e "$1" ] && return 0; a=$(dirname "$1"); while [ ! -e "$a" ]; do a=$(dirname "$a"); done; top=/$(readlink -f "$a" | cut -d/ -f2); [ "$top" != / ] || { echo "no layer over / for $1" >&2; exit 1; }; layer "$top"; mkdir -p "$(dirname "$1")"; if [ "$2" = f ]; then : >"$1"; else mkdir "$1"; fi; }`,
 	}
 	// Every source is taken before any target is mounted, as runc takes
 	// them from the runtime's namespace: a later source below an earlier
