@@ -39,11 +39,15 @@ func resourceFile(n *Node) string {
 	return sb.String()
 }
 
+// DriverPCIePort is the driver of every bridge: the kernel's PCIe port
+// service driver.
+const DriverPCIePort = "pcieport"
+
 // driverOf names the driver a real node binds each function to.
 func driverOf(n *Node) string {
 	switch n.Role {
 	case RootPort, SwitchUp, SwitchDown:
-		return "pcieport"
+		return DriverPCIePort
 	case Endpoint:
 		switch n.Device.Kind {
 		case profile.NVSwitch:

@@ -58,9 +58,18 @@ type Function struct {
 
 // MockDrivers are the drivers a writable tree always lists, bound to
 // devices or not, since binding names a driver's directory: the GPU's own
-// and vfio-pci, the NVSwitch's, and the HCA's.
+// and vfio-pci, the NVSwitch's, and the HCA's. DriverPCIePort is listed
+// too where the tree has bridges; IsMockDriver says whether a driver is
+// one of them all.
 func MockDrivers() []string {
 	return []string{profile.DriverNVIDIA, profile.DriverVFIO, profile.DriverNVSwitch, profile.DriverMLX5}
+}
+
+// IsMockDriver reports whether driver is one of the tree's own drivers,
+// whose bind and unbind a writable tree answers: the mock drivers and the
+// bridges' DriverPCIePort, never a driver of the node.
+func IsMockDriver(driver string) bool {
+	return slices.Contains(MockDrivers(), driver) || driver == DriverPCIePort
 }
 
 // Paths of a writable tree.
@@ -221,7 +230,7 @@ func (b *builder) vfDevice() uint16 {
 func (b *builder) writableFiles(bridges bool) {
 	drivers := MockDrivers()
 	if bridges {
-		drivers = append(drivers, "pcieport")
+		drivers = append(drivers, DriverPCIePort)
 	}
 	for _, d := range drivers {
 		dir := DriversDir + "/" + d

@@ -14,7 +14,6 @@ package writable
 import (
 	"bytes"
 	"cmp"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -55,7 +54,7 @@ func Classify(p *plan.Plan, rel string) (Attr, bool) {
 		return Attr{Kind: DriversProbe}, true
 	}
 	dir, name := splitLast(rel)
-	if drivers, driver := splitLast(dir); drivers == plan.DriversDir && slices.Contains(plan.MockDrivers(), driver) {
+	if drivers, driver := splitLast(dir); drivers == plan.DriversDir && plan.IsMockDriver(driver) {
 		switch name {
 		case "bind":
 			return Attr{Kind: Bind, Driver: driver}, true
@@ -264,7 +263,7 @@ func (s *State) probe(data []byte) syscall.Errno {
 		return 0
 	}
 	driver := cmp.Or(st.Override, f.Native)
-	if slices.Contains(plan.MockDrivers(), driver) || driver == "pcieport" {
+	if plan.IsMockDriver(driver) {
 		s.attach(f.Address, st, driver)
 	}
 	return 0

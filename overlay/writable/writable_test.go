@@ -277,3 +277,15 @@ func mustParse(t *testing.T, s string) pciaddr.Address {
 	require.NoError(t, err)
 	return a
 }
+
+// TestBridge: a bridge leaves pcieport and comes back by drivers_probe, as
+// the kernel lets it.
+func TestBridge(t *testing.T) {
+	tr := newTree(t, sriovProfile)
+	const bridge = "0000:16:00.0"
+	require.Equal(t, "pcieport", tr.driver(bridge))
+	require.Equal(t, syscall.Errno(0), tr.write(drv("pcieport", "unbind"), bridge))
+	require.Equal(t, "", tr.driver(bridge))
+	require.Equal(t, syscall.Errno(0), tr.write("sys/bus/pci/drivers_probe", bridge))
+	require.Equal(t, "pcieport", tr.driver(bridge))
+}
