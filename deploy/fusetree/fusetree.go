@@ -401,9 +401,25 @@ func (s *Server) Invalidate(changed []string) {
 	s.invalidate(changed)
 }
 
-// Unmount unmounts the tree and returns once the last request is answered.
-// It fails, leaving the mount served, while a process has a file under it
-// open or its working directory in it.
+// HeldElsewhereError is Unmount's answer when the tree is unmounted here
+// but a copy of the mount lives on elsewhere (a container's bind mount of
+// it, in a mount namespace of its own): the connection, and every request
+// it could still carry, ends when this process closes /dev/fuse, that is
+// when it exits; those mounts then fail with ENOTCONN.
+type HeldElsewhereError struct{ MountPoint string }
+
+func (e *HeldElsewhereError) Error() string {
+	return fmt.Sprintf("fusetree: %s is unmounted here, but other mount namespaces still hold the view; it ends when this process exits", e.MountPoint)
+}
+
+// heldWait is how long Unmount waits for the last request once the mount
+// point is unmounted: a view no one else holds ends at once.
+const heldWait = 2 * time.Second
+
+// Unmount unmounts the tree and returns once the last request is answered,
+// or with a *HeldElsewhereError after heldWait. It fails, leaving the
+// mount served, while a process has a file under it open or its working
+// directory in it.
 func (s *Server) Unmount() error {
 	s.unmountMu.Lock()
 	defer s.unmountMu.Unlock()
@@ -412,11 +428,20 @@ func (s *Server) Unmount() error {
 		return nil
 	default:
 	}
-	if err := s.fuse.Unmount(); err != nil {
-		return fmt.Errorf("fusetree: unmount %s: %w", s.mountPoint, err)
+	// go-fuse's Unmount returns only when the connection ends, which a
+	// copy of the mount elsewhere postpones for as long as it lives.
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.fuse.Unmount() }()
+	select {
+	case err := <-unmounted:
+		if err != nil {
+			return fmt.Errorf("fusetree: unmount %s: %w", s.mountPoint, err)
+		}
+		<-s.done
+		return nil
+	case <-time.After(heldWait):
+		return &HeldElsewhereError{MountPoint: s.mountPoint}
 	}
-	<-s.done
-	return nil
 }
 
 // Wait returns when the tree is unmounted, by Unmount or otherwise.

@@ -797,3 +797,40 @@ func TestMountErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestUnmountHeldElsewhere: a copy of the mount (as a container's bind
+// mount is) keeps the connection after the mount point is unmounted;
+// Unmount says so within its wait instead of waiting for ever, and the
+// view ends once the copy goes.
+func TestUnmountHeldElsewhere(t *testing.T) {
+	requireFUSE(t)
+	backing, mp, copyAt := t.TempDir(), t.TempDir(), t.TempDir()
+	smallTree(t, backing)
+	srv, err := Mount(Options{Backing: backing, MountPoint: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount(mp, copyAt, "", syscall.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err = srv.Unmount()
+	var held *HeldElsewhereError
+	if !errors.As(err, &held) {
+		t.Fatalf("Unmount with a copy held elsewhere: %v, want a *HeldElsewhereError", err)
+	}
+	if took := time.Since(start); took > 3*heldWait {
+		t.Errorf("Unmount took %v", took)
+	}
+	if fuse, _ := IsFUSEMount(mp); fuse {
+		t.Error("still mounted at the mount point")
+	}
+	if err := syscall.Unmount(copyAt, 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the view did not end once its last copy went")
+	}
+}

@@ -3,8 +3,8 @@ package serve
 import (
 	"cmp"
 	"errors"
-	"io/fs"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 
@@ -93,7 +93,11 @@ func (s *Server) closeWritable() {
 		return
 	}
 	if w.fuse != nil {
-		if err := w.fuse.Unmount(); err != nil {
+		var held *fusetree.HeldElsewhereError
+		switch err := w.fuse.Unmount(); {
+		case errors.As(err, &held):
+			s.log.Info("containers still hold the writable view; their mounts fail once serve exits", "root", s.opts.Render.Root)
+		case err != nil:
 			s.log.Error("unmounting the writable view", "root", s.opts.Render.Root, "err", err)
 		}
 	}

@@ -86,9 +86,11 @@ const (
 	HostSysDir = "host-sys"
 	// ModulesAlias stands in for the node's
 	// /lib/modules/<release>/modules.alias, which go-nvlib's
-	// FindBestVFIOVariant reads before it binds a GPU to vfio-pci and fails
-	// without: a node of mock GPUs has no vfio_pci variant drivers for
-	// them, so it lists none, and every GPU binds to vfio-pci.
+	// FindBestVFIOVariant and the NVIDIA DRA driver read before they bind a
+	// GPU to vfio-pci, and fail without. It holds the line every kernel
+	// with vfio-pci has (its match-all entry for driver_override, since
+	// Linux 5.16), so the module is named vfio_pci as on a real node; a
+	// node of mock GPUs has no vfio_pci variant driver for them.
 	ModulesAlias = "lib/modules.alias"
 )
 
@@ -240,7 +242,7 @@ func (b *builder) writableFiles(bridges bool) {
 		}
 	}
 	b.fileMode(DriversProbe, nil, 0o200)
-	b.text("lib", "modules.alias", "# nvml-mock-sysfs: a stand-in for the node's modules.alias. It lists no\n# vfio_pci variant driver, so go-nvlib binds every GPU to vfio-pci.\n")
+	b.text("lib", "modules.alias", "# nvml-mock-sysfs: a stand-in for the node's modules.alias. It lists what a\n# kernel with vfio-pci lists, vfio_pci's driver_override match-all line, and\n# no variant driver: go-nvlib binds every GPU to vfio-pci.\nalias vfio_pci:v*d*sv*sd*bc*sc*i* vfio_pci\n")
 	b.text("sys/bus/pci", "drivers_autoprobe", "1\n")
 	b.dir(HostSysDir + "/bus/pci/drivers")
 	b.dir(HostSysDir + "/devices")
