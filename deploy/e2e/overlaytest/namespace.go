@@ -180,18 +180,24 @@ func (s Served) mounts() string {
 	return strings.Join(lines, "\n") + "\n"
 }
 
-// specMounts is the shell that applies a CDI spec's mounts. Its layers'
-// upper and work directories live in a private tmpfs on /dev/shm.
+// specStaging is where specMounts stages sources and keeps its layers'
+// upper and work directories, in a tmpfs of the namespace's own. No
+// source of a spec may lie below it.
+const specStaging = "/mnt"
+
+// specMounts is the shell that applies a CDI spec's mounts.
 func specMounts(ms []*specs.Mount) string {
 	q := shellQuote
 	lines := []string{
-		"mount -t tmpfs -o mode=0755 tmpfs /dev/shm",
+		// The staging tmpfs goes on /mnt, which Debian leaves empty: not on
+		// /dev/shm or /tmp, where sources lie (a test's TMPDIR).
+		"mount -t tmpfs -o mode=0755 tmpfs " + specStaging,
 		"layers=0",
 		// layer gives top-level directory $1 an in-memory writable layer,
 		// once: a layer over a directory below another would be hidden by
 		// the other's, made later.
 		`layered=" "`,
-		`layer() { case "$layered" in *" $1 "*) return 0;; esac; layered="$layered$1 "; layers=$((layers+1)); u=/dev/shm/layer$layers; mkdir -p $u/upper $u/work; mount -t overlay overlay -o "lowerdir=$1,upperdir=$u/upper,workdir=$u/work" "$1"; }`,
+		`layer() { case "$layered" in *" $1 "*) return 0;; esac; layered="$layered$1 "; layers=$((layers+1)); u=` + specStaging + `/layer$layers; mkdir -p $u/upper $u/work; mount -t overlay overlay -o "lowerdir=$1,upperdir=$u/upper,workdir=$u/work" "$1"; }`,
 		// ensure makes target $1 (a file when $2 is f) in the layer of the
 		// top-level directory its nearest existing ancestor lies in.
 		`ensure() { [ -e "$1" ] && return 0; a=$(dirname "$1"); while [ ! -e "$a" ]; do a=$(dirname "$a"); done; top=/$(readlink -f "$a" | cut -d/ -f2); [ "$top" != / ] || { echo "no layer over / for $1" >&2; exit 1; }; layer "$top"; mkdir -p "$(dirname "$1")"; if [ "$2" = f ]; then : >"$1"; else mkdir "$1"; fi; }`,
@@ -203,14 +209,19 @@ func specMounts(ms []*specs.Mount) string {
 	for i, m := range ms {
 		// Asked in the namespace: a source may exist only there (the
 		// FUSE view of an entered one).
-		src, staged := q(m.HostPath), "/dev/shm/source"+strconv.Itoa(i)
+		src, staged := q(m.HostPath), specStaging+"/source"+strconv.Itoa(i)
 		lines = append(lines, `if [ -f `+src+` ]; then : >`+staged+`; else mkdir `+staged+`; fi`,
 			"mount --bind "+src+" "+staged)
 	}
+	// Every target is made before any is mounted: a layer made later over
+	// a directory with mounts below it would hide them.
 	for i, m := range ms {
-		staged, dst := "/dev/shm/source"+strconv.Itoa(i), q(m.ContainerPath)
-		lines = append(lines, `if [ -f `+staged+` ]; then ensure `+dst+` f; else ensure `+dst+` d; fi`,
-			"mount --bind "+staged+" "+dst)
+		staged, dst := specStaging+"/source"+strconv.Itoa(i), q(m.ContainerPath)
+		lines = append(lines, `if [ -f `+staged+` ]; then ensure `+dst+` f; else ensure `+dst+` d; fi`)
+	}
+	for i, m := range ms {
+		staged, dst := specStaging+"/source"+strconv.Itoa(i), q(m.ContainerPath)
+		lines = append(lines, "mount --bind "+staged+" "+dst)
 		if slices.Contains(m.Options, "ro") {
 			lines = append(lines, "mount -o remount,bind,ro "+dst)
 		}
