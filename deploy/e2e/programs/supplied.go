@@ -35,11 +35,14 @@ const (
 	DeviceInjector = "device-injector"
 	// Dranet is the DRA driver for network devices.
 	Dranet = "dranet"
+	// DRADriverSRIOV is k8snetworkplumbingwg's DRA driver for SR-IOV
+	// virtual functions, its kubelet plugin.
+	DRADriverSRIOV = "dra-driver-sriov"
 )
 
 // SuppliedNames are every program a suite may take from SuppliedEnv.
 func SuppliedNames() []string {
-	return []string{MockNVML, NvmlMockNRI, RenderPCISysfs, GPUKubeletPlugin, KubevirtGPUDevicePlugin, DeviceInjector, Dranet}
+	return []string{MockNVML, NvmlMockNRI, RenderPCISysfs, GPUKubeletPlugin, KubevirtGPUDevicePlugin, DeviceInjector, Dranet, DRADriverSRIOV}
 }
 
 // NotRunPrefix starts the line a suite logs for each row it could not run
