@@ -191,6 +191,7 @@ func specMounts(ms []*specs.Mount) string {
 	lines := []string{
 		// The staging tmpfs goes on /mnt, which Debian leaves empty: not on
 		// /dev/shm or /tmp, where sources lie (a test's TMPDIR).
+		`[ -d ` + specStaging + ` ] || { echo "no ` + specStaging + ` to stage a spec's mounts on" >&2; exit 1; }`,
 		"mount -t tmpfs -o mode=0755 tmpfs " + specStaging,
 		"layers=0",
 		// layer gives top-level directory $1 an in-memory writable layer,
