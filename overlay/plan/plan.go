@@ -190,7 +190,7 @@ func ValidateContainerRoot(p string) error {
 	}
 	first := strings.Split(strings.TrimPrefix(p, "/"), "/")[0]
 	switch first {
-	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile), HostSysDir, path.Dir(ModulesAlias):
+	case "sys", "proc", "dev", "bin", "." + "staging", ProfileFile, path.Dir(ProductNameFile), HostSysDir:
 		return bad("must not start at /" + first + ", which the overlay or the kernel uses")
 	}
 	return nil

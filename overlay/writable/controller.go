@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"sync"
 	"syscall"
 
 	"github.com/google/renameio/v2"
@@ -34,8 +35,8 @@ const maxStateFile = 4 << 20
 // the plan showing both. It serialises writes and re-renders, so every
 // write sees the tree the one before it left.
 type Controller struct {
-	mu    chan struct{} // a lock held across a render; see lock
-	state string        // the state file
+	mu    sync.Mutex // held across a write or a render
+	state string     // the state file
 	opts  overlay.Options
 	rt    plan.Runtime
 	plan  *plan.Plan
@@ -55,25 +56,22 @@ func Open(root, stateFile string) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{mu: make(chan struct{}, 1), state: stateFile, rt: rt, fresh: true}
+	c := &Controller{state: stateFile, rt: rt, fresh: true}
 	c.opts.Root = root
 	return c, nil
 }
 
-func (c *Controller) lock()   { c.mu <- struct{}{} }
-func (c *Controller) unlock() { <-c.mu }
-
 // Plan is the plan the tree shows now; nil before the first render.
 func (c *Controller) Plan() *plan.Plan {
-	c.lock()
-	defer c.unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.plan
 }
 
 // Runtime is a copy of the state writes left.
 func (c *Controller) Runtime() plan.Runtime {
-	c.lock()
-	defer c.unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return clone(c.rt)
 }
 
@@ -83,8 +81,8 @@ func (c *Controller) Runtime() plan.Runtime {
 // address, with its vendor and device) is dropped, and so is a virtual
 // function whose physical function no longer enables it.
 func (c *Controller) Render(opts overlay.Options) (*plan.Plan, writer.Stats, []string, error) {
-	c.lock()
-	defer c.unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if opts.Root != c.opts.Root {
 		return nil, writer.Stats{}, nil, fmt.Errorf("render into %s: the writable tree is %s", opts.Root, c.opts.Root)
 	}
@@ -160,8 +158,8 @@ func indexOf(as []pciaddr.Address, a pciaddr.Address) int {
 
 // Writable reports whether rel is a writable attribute of the tree.
 func (c *Controller) Writable(rel string) bool {
-	c.lock()
-	defer c.unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.plan == nil {
 		return false
 	}
@@ -176,8 +174,8 @@ func (c *Controller) Writable(rel string) bool {
 // attribute; EIO a state or tree that cannot be written, which leaves the
 // state as it was.
 func (c *Controller) Write(rel string, data []byte) ([]string, syscall.Errno) {
-	c.lock()
-	defer c.unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.plan == nil {
 		return nil, syscall.EACCES
 	}

@@ -580,26 +580,7 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 func (s *suite) unpublish(t *testing.T, stop func()) {
 	t.Helper()
 	stop()
-	// The next plugin has the same endpoint: the kubelet must have let
-	// go of this one first, or its late unregistration removes the next.
-	s.c.Wait(t, "the kubelet unregistered the plugin", slicesTimeout, func() error {
-		if n, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || n != 0 {
-			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driverName, err)
-		}
-		return nil
-	})
-	ctx := context.Background()
-	slicesAPI := s.c.Client.ResourceV1().ResourceSlices()
-	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
-	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector), "delete the driver's ResourceSlices")
-	s.c.Wait(t, "the driver's ResourceSlices deleted", slicesTimeout, func() error {
-		list, err := slicesAPI.List(ctx, selector)
-		if err == nil && len(list.Items) > 0 {
-			err = fmt.Errorf("%d slices left", len(list.Items))
-		}
-		return err
-	})
-	require.NoError(t, os.RemoveAll(filepath.Join(s.c.KubeletRootDir, "plugins", driverName)))
+	s.c.Unpublish(t, driverName, slicesTimeout)
 }
 
 // devicesOf lists the devices of slices.

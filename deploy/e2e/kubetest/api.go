@@ -3,6 +3,8 @@ package kubetest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,4 +63,35 @@ func (c *Cluster) waitPod(namespace, name string, timeout time.Duration, done fu
 	}
 	c.logf("%s ready in %s", what, r.took.Round(time.Millisecond))
 	return pod, nil
+}
+
+// Unpublish clears what a stopped DRA kubelet plugin of driver left, so
+// that the next plugin of that name starts clean: it waits for the
+// kubelet to unregister it (the next one has the same endpoint, and a late
+// unregistration would remove it), deletes the driver's ResourceSlices and
+// waits for them to go, and removes the plugin's state directory.
+func (c *Cluster) Unpublish(t testing.TB, driver string, timeout time.Duration) {
+	t.Helper()
+	c.Wait(t, "the kubelet unregistered the plugin", timeout, func() error {
+		if n, err := c.Nodes[0].Registrations(context.Background(), driver); err != nil || n != 0 {
+			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driver, err)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	slices := c.Client.ResourceV1().ResourceSlices()
+	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driver}
+	if err := slices.DeleteCollection(ctx, metav1.DeleteOptions{}, selector); err != nil {
+		t.Fatalf("delete the ResourceSlices of %s: %v", driver, err)
+	}
+	c.Wait(t, "the driver's ResourceSlices deleted", timeout, func() error {
+		list, err := slices.List(ctx, selector)
+		if err == nil && len(list.Items) > 0 {
+			err = fmt.Errorf("%d slices left", len(list.Items))
+		}
+		return err
+	})
+	if err := os.RemoveAll(filepath.Join(c.KubeletRootDir, "plugins", driver)); err != nil {
+		t.Fatal(err)
+	}
 }

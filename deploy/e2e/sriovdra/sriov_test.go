@@ -416,26 +416,7 @@ func (s *suite) runPlugin(t *testing.T, name string, standIn bool) ([]resourcev1
 func (s *suite) stopPlugin(t *testing.T, proc *kubetest.Process) {
 	t.Helper()
 	proc.Stop(t)
-	// The next plugin has the same endpoint: the kubelet must have let
-	// go of this one first.
-	s.c.Wait(t, "the kubelet unregistered the plugin", waitTimeout, func() error {
-		if n, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || n != 0 {
-			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driverName, err)
-		}
-		return nil
-	})
-	ctx := context.Background()
-	api := s.c.Client.ResourceV1().ResourceSlices()
-	selector := metav1.ListOptions{FieldSelector: "spec.driver=" + driverName}
-	require.NoError(t, api.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
-	s.c.Wait(t, "the driver's ResourceSlices deleted", waitTimeout, func() error {
-		list, err := api.List(ctx, selector)
-		if err == nil && len(list.Items) > 0 {
-			err = fmt.Errorf("%d slices left", len(list.Items))
-		}
-		return err
-	})
-	require.NoError(t, os.RemoveAll(filepath.Join(s.c.KubeletRootDir, "plugins", driverName)))
+	s.c.Unpublish(t, driverName, waitTimeout)
 }
 
 // standIn is the shell that gives each PF a netdev directory, net/ibN (the
