@@ -36,7 +36,7 @@ type writableView struct {
 	fuse   *fusetree.Server
 }
 
-// render renders ro through the controller into the tree, mounting the
+// renderWritable renders ro through the controller into the tree, mounting the
 // view over ro.Root at the first render and dropping the kernel's caches
 // of what each later one changed.
 func (s *Server) renderWritable(ro overlay.Options) (*plan.Plan, writer.Stats, error) {
@@ -58,12 +58,13 @@ func (s *Server) renderWritable(ro overlay.Options) (*plan.Plan, writer.Stats, e
 			return nil, writer.Stats{}, fmt.Errorf("served root %s: %w", root, err)
 		}
 		state := fmt.Sprintf("/proc/self/fd/%d/%s", fd.Fd(), writable.StateFile)
-		ctrl, err := writable.Open(cmp.Or(s.opts.WritableTree, DefaultWritableTree), state)
+		tree := cmp.Or(s.opts.WritableTree, DefaultWritableTree)
+		ctrl, err := writable.Open(tree, state)
 		if err != nil {
 			fd.Close()
 			return nil, writer.Stats{}, fmt.Errorf("served root %s: %w", root, err)
 		}
-		w = &writableView{tree: cmp.Or(s.opts.WritableTree, DefaultWritableTree), rootFD: fd, ctrl: ctrl}
+		w = &writableView{tree: tree, rootFD: fd, ctrl: ctrl}
 		s.writable = w
 	}
 	ro.Root = w.tree
