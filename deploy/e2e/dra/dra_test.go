@@ -547,28 +547,9 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 		Served: &overlaytest.Served{Root: root},
 	})
 	t.Cleanup(func() { proc.Stop(t) })
-	var devices []resourcev1.Device
-	s.c.Wait(t, fmt.Sprintf("%s: ResourceSlices with %d GPUs (driver served %s)", x.Name, len(x.gpus), what), slicesTimeout, func() error {
-		select {
-		case <-proc.Exited():
-			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
-		default:
-		}
-		list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
-		if err != nil {
-			return err
-		}
-		devices = devicesOf(list.Items)
+	devices := s.waitPublished(t, proc, fmt.Sprintf("%s: ResourceSlices with %d GPUs (driver served %s)", x.Name, len(x.gpus), what), func(devices []resourcev1.Device) error {
 		if len(devices) != len(x.gpus) {
-			return fmt.Errorf("%d devices in %d slices, want %d", len(devices), len(list.Items), len(x.gpus))
-		}
-		return nil
-	})
-	// Publishing is the plugin's own doing; NodePrepareResources needs
-	// the kubelet to have registered it too.
-	s.c.Wait(t, "the kubelet registered the plugin", slicesTimeout, func() error {
-		if n, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || n != 1 {
-			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", n, driverName, err)
+			return fmt.Errorf("%d devices, want %d", len(devices), len(x.gpus))
 		}
 		return nil
 	})
@@ -581,6 +562,52 @@ func (s *suite) unpublish(t *testing.T, stop func()) {
 	t.Helper()
 	stop()
 	s.c.Unpublish(t, driverName, slicesTimeout)
+}
+
+// waitPublished waits until the ResourceSlices of the plugin proc hold
+// devices that want accepts, failing at once if it exits, then until the
+// kubelet registered it: publishing is the plugin's own doing, and
+// NodePrepareResources needs the registration too. It returns the devices.
+func (s *suite) waitPublished(t *testing.T, proc *kubetest.Process, what string, want func([]resourcev1.Device) error) []resourcev1.Device {
+	t.Helper()
+	var devices []resourcev1.Device
+	s.c.Wait(t, what, slicesTimeout, func() error {
+		select {
+		case <-proc.Exited():
+			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
+		default:
+		}
+		list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
+		if err != nil {
+			return err
+		}
+		devices = devicesOf(list.Items)
+		if err := want(devices); err != nil {
+			return fmt.Errorf("%d slices: %w", len(list.Items), err)
+		}
+		return nil
+	})
+	s.waitRegistered(t, proc, 1)
+	return devices
+}
+
+// waitRegistered waits until the kubelet holds n registrations of the
+// driver, failing at once if the plugin proc (when not nil) exits.
+func (s *suite) waitRegistered(t *testing.T, proc *kubetest.Process, n int) {
+	t.Helper()
+	s.c.Wait(t, fmt.Sprintf("the kubelet holds %d registrations of the plugin", n), slicesTimeout, func() error {
+		if proc != nil {
+			select {
+			case <-proc.Exited():
+				t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
+			default:
+			}
+		}
+		if got, err := s.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || got != n {
+			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", got, driverName, err)
+		}
+		return nil
+	})
 }
 
 // devicesOf lists the devices of slices.

@@ -127,9 +127,7 @@ func TestVFIOPassthrough(t *testing.T) {
 		}
 		found[name] = path
 	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		overlaytest.Missing(t, "no /dev/fuse: serve --writable serves its view through FUSE (%v)", err)
-	}
+	overlaytest.RequireFUSE(t)
 	// The driver waits for a GPU to be free with the node's fuser (chroot
 	// into its host root): without one it retries for a minute and fails.
 	overlaytest.RequireProgram(t, "fuser", "psmisc")
@@ -444,18 +442,7 @@ func (p *passthrough) exitsAtStart(t *testing.T, mounts []*specs.Mount) (string,
 func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([]resourcev1.Device, func()) {
 	t.Helper()
 	proc := p.c.Start(t, kubetest.Program{Name: "gpu-kubelet-plugin-" + what, Args: p.args(), Env: p.env(), Served: &overlaytest.Served{Spec: mounts}})
-	var devices []resourcev1.Device
-	p.c.Wait(t, fmt.Sprintf("ResourceSlices with a gpu and a vfio device per GPU (plugin served %s)", what), slicesTimeout, func() error {
-		select {
-		case <-proc.Exited():
-			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
-		default:
-		}
-		list, err := p.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
-		if err != nil {
-			return err
-		}
-		devices = devicesOf(list.Items)
+	devices := p.waitPublished(t, proc, fmt.Sprintf("ResourceSlices with a gpu and a vfio device per GPU (plugin served %s)", what), func(devices []resourcev1.Device) error {
 		types := map[string]int{}
 		for _, d := range devices {
 			kind, _ := stringAttribute(d, "type")
@@ -466,27 +453,7 @@ func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([
 		}
 		return nil
 	})
-	p.waitRegistered(t, proc, 1)
 	return devices, func() { proc.Stop(t) }
-}
-
-// waitRegistered waits until the kubelet holds n registrations of the
-// driver.
-func (p *passthrough) waitRegistered(t *testing.T, proc *kubetest.Process, n int) {
-	t.Helper()
-	p.c.Wait(t, fmt.Sprintf("the kubelet holds %d registrations of the plugin", n), slicesTimeout, func() error {
-		if proc != nil {
-			select {
-			case <-proc.Exited():
-				t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
-			default:
-			}
-		}
-		if got, err := p.c.Nodes[0].Registrations(context.Background(), driverName); err != nil || got != n {
-			return fmt.Errorf("the kubelet holds %d registrations of %s (%v)", got, driverName, err)
-		}
-		return nil
-	})
 }
 
 // judgePublished requires a vfio device per GPU, each at its GPU's
