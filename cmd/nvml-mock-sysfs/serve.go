@@ -30,7 +30,7 @@ they are read only for a node the map does not name, so serve with a map
 without label rules never talks to the API server.
 
 With --writable, serve renders the tree at --writable-tree (default
-`+serve.DefaultWritableTree+`, in memory on most hosts) and serves it at --root
+` + serve.DefaultWritableTree + `, in memory on most hosts) and serves it at --root
 through FUSE, answering writes to driver_override, sriov_numvfs, a mock
 driver's bind and unbind and drivers_probe as the kernel does, before the
 write returns; every other write fails. Writes are kept in

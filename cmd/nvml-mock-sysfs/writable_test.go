@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fusetree"
 )
 
@@ -42,9 +43,7 @@ func (x *e2e) shellRootfs() (string, []string) {
 // writes.
 func TestPodmanWritable(t *testing.T) {
 	x := newE2E(t)
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
-	}
+	overlaytest.RequireFUSE(t)
 	root := filepath.Join(t.TempDir(), "root")
 	spec, kind := x.specFile("pcisysfs")
 	serve := exec.Command(x.bin, "serve", "--writable", "--writable-tree", filepath.Join(t.TempDir(), "tree"),
@@ -69,14 +68,7 @@ func TestPodmanWritable(t *testing.T) {
 	}
 	device := kind + "=" + deploy.DeviceName
 	const gpu = "0000:18:00.0"
-	bind := fmt.Sprintf(`set -e
-cat /sys/bus/pci/devices/%[1]s/driver_override
-echo vfio-pci > /sys/bus/pci/devices/%[1]s/driver_override
-echo %[1]s > /sys/bus/pci/devices/%[1]s/driver/unbind
-echo %[1]s > /sys/bus/pci/drivers/vfio-pci/bind
-basename "$(readlink /sys/bus/pci/devices/%[1]s/driver)"
-ls /sys/bus/pci/devices/%[1]s/vfio-dev
-`, gpu)
+	bind := "set -e\n" + overlaytest.VFIOBindScript(gpu)
 	dir, extra := x.shellRootfs()
 	code, stdout, stderr := x.podman(device, dir, extra, "/bin/sh", "-c", bind)
 	require.Equal(t, 0, code, "in a container of the writable spec: %s%s\nserve: %s", stdout, stderr, log.String())

@@ -95,9 +95,7 @@ type helmWritable struct {
 func TestHelmWritable(t *testing.T) {
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t, "nsenter")
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		overlaytest.Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
-	}
+	overlaytest.RequireFUSE(t)
 	began := time.Now()
 	repo := overlaytest.Repo(t)
 	w := &helmWritable{suite: &suite{repo: repo, root: fleetRoot, spec: fleetSpec}, ns: fleetNamespace(t, repo)}
@@ -299,19 +297,6 @@ func mountTo(mounts []*specs.Mount, containerPath string) *specs.Mount {
 	return nil
 }
 
-// bindScript binds a GPU to vfio-pci as nvpassthrough does, by plain
-// writes (its override, its unbind, vfio-pci's bind), and prints what it
-// read before and after: "(null)", the driver, its vfio-dev entry.
-func bindScript(gpu string) string {
-	return fmt.Sprintf(`cat /sys/bus/pci/devices/%[1]s/driver_override
-echo vfio-pci > /sys/bus/pci/devices/%[1]s/driver_override
-echo %[1]s > /sys/bus/pci/devices/%[1]s/driver/unbind
-echo %[1]s > /sys/bus/pci/drivers/vfio-pci/bind
-basename "$(readlink /sys/bus/pci/devices/%[1]s/driver)"
-ls /sys/bus/pci/devices/%[1]s/vfio-dev
-`, gpu)
-}
-
 // writerPod is a pod on the node given our CDI device by the
 // device-injector's annotation, running command in writerImage.
 func (w *helmWritable) writerPod(name string, command ...string) *corev1.Pod {
@@ -368,12 +353,12 @@ func (w *helmWritable) testDefault(t *testing.T) {
 
 	gpu := w.gpus[0]
 	if w.injector {
-		done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", bindScript(gpu)))
+		done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(gpu)))
 		require.Equal(t, corev1.PodFailed, done.Status.Phase, "a write took on the read-only tree; log:\n%s", log)
 		require.Contains(t, log, erofsText)
 		w.figure("default install, a pod with the device: %q", errorLine(log))
 	}
-	stdout, stderr, err := w.served(t).Shell(bindScript(gpu))
+	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(gpu))
 	require.Error(t, err, "a write took on the read-only tree: %s", stdout)
 	require.Contains(t, stderr, erofsText)
 	w.figure("default install, a served namespace of the spec: %q", errorLine(stderr))
@@ -503,16 +488,16 @@ func (w *helmWritable) testBind(t *testing.T) {
 	first, second := w.gpus[0], w.gpus[1]
 	if w.injector {
 		began := time.Now()
-		log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", bindScript(first)))
+		log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(first)))
 		require.Equal(t, "(null)\nvfio-pci\nvfio0\n", log, "the pod's writes and reads of %s", first)
 		w.figure("a pod given the device binds %s: %q, in %s", first, log, time.Since(began).Round(time.Millisecond))
 	} else {
-		stdout, stderr, err := w.served(t).Shell(bindScript(first))
+		stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(first))
 		require.NoError(t, err, stderr)
 		require.Equal(t, "(null)\nvfio-pci\nvfio0\n", stdout)
 		w.figure("a served namespace of the spec binds %s: %q", first, stdout)
 	}
-	stdout, stderr, err := w.served(t).Shell(bindScript(second))
+	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(second))
 	require.NoError(t, err, "a served namespace of the spec: %s", stderr)
 	require.Equal(t, "(null)\nvfio-pci\nvfio1\n", stdout, "the served namespace's writes and reads of %s", second)
 	w.figure("a served namespace of the spec binds %s: %q", second, stdout)

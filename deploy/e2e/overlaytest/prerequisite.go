@@ -24,3 +24,12 @@ func Missing(t testing.TB, format string, args ...any) {
 	}
 	t.Skip(why)
 }
+
+// RequireFUSE stops t (Missing) on a machine without /dev/fuse, which the
+// writable mode (serve --writable) serves its view through.
+func RequireFUSE(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
+	}
+}

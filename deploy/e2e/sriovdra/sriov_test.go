@@ -135,9 +135,7 @@ func TestSRIOVDRA(t *testing.T) {
 		kubetest.AppendMatrix(t, title+rs.Table("check", "result"))
 		return
 	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		overlaytest.Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
-	}
+	overlaytest.RequireFUSE(t)
 	// The plugin lists devices with ghw, whose PCI database must be there.
 	if _, err := os.Stat(programs.HostPCIIDs); err != nil {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", programs.HostPCIIDs, err)

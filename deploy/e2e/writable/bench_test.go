@@ -83,7 +83,7 @@ func timed(b *testing.B, served overlaytest.Served, mode string) {
 // the same profile: the writable mode's cost to readers is the ratio.
 func BenchmarkReaders(b *testing.B) {
 	overlaytest.RequireRoot(b, "nsenter")
-	requireFUSE(b)
+	overlaytest.RequireFUSE(b)
 	for _, mode := range []string{nvpciChild, readChild} {
 		b.Run(mode+"/read-only", func(b *testing.B) {
 			timed(b, overlaytest.Served{Root: renderReadOnly(b, benchProfile)}, mode)
@@ -100,7 +100,7 @@ func BenchmarkReaders(b *testing.B) {
 // from the writer's call to its return, the tree already changed.
 func BenchmarkBind(b *testing.B) {
 	overlaytest.RequireRoot(b, "nsenter")
-	requireFUSE(b)
+	overlaytest.RequireFUSE(b)
 	srv := start(b, benchProfile, filepath.Join(b.TempDir(), "root"), memDir(b))
 	timed(b, srv.served(b), bindLoopChild)
 }

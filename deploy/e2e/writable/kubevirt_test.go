@@ -26,7 +26,7 @@ var kubevirtRegisters = regexp.MustCompile(`Registering device: ID=(\S+),`)
 // vfio-pci by writes.
 func TestKubevirtListsABoundGPU(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter", "timeout")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	const row = "kubevirt-gpu-device-plugin lists the GPUs bound to vfio-pci by writes"
 	plugin, ok := programs.NeedSupplied(t, programs.KubevirtGPUDevicePlugin)
 	if !ok {

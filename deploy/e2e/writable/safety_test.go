@@ -61,7 +61,7 @@ func race(m *profile.Machine, n int) int {
 // the same.
 func TestConcurrentWriters(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	m := machine(t)
 	root := filepath.Join(t.TempDir(), "root")
 	srv := start(t, repoProfile(t), root, filepath.Join(t.TempDir(), "tree"))
@@ -113,7 +113,7 @@ func TestConcurrentWriters(t *testing.T) {
 // and serves the tree it describes.
 func TestKilledMidWrite(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	m := machine(t)
 	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "infinity")
 	require.NoError(t, holder.Start())
@@ -152,7 +152,7 @@ func TestKilledMidWrite(t *testing.T) {
 // devices are no function of the tree.
 func TestNodeOwnUntouched(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	drivers, err := os.ReadDir("/sys/bus/pci/drivers")
 	require.NoError(t, err)
 	devices, err := os.ReadDir("/sys/bus/pci/devices")

@@ -232,7 +232,7 @@ func machine(t *testing.T) *profile.Machine {
 // tree fail.
 func TestPassthrough(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	m := machine(t)
 	root, tree := filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree")
 	srv := start(t, repoProfile(t), root, tree)
@@ -286,7 +286,7 @@ func TestPassthrough(t *testing.T) {
 // tree refuses the write.
 func TestSRIOV(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	m := machine(t)
 	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	served := srv.served(t)
@@ -323,7 +323,7 @@ func TestSRIOV(t *testing.T) {
 // view what it finds in the read-only tree: compat's every row, the same.
 func TestReadersSeeTheSame(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	w := report(t, srv.served(t), compatChild)
 	r := report(t, overlaytest.Served{Root: renderReadOnly(t, repoProfile(t))}, compatChild)
@@ -332,8 +332,9 @@ func TestReadersSeeTheSame(t *testing.T) {
 }
 
 // readOnly is the negative control: the default mode's tree and its spec's
-// read-only mounts, with the writable spec's stand-in modules.alias beside
-// them so that nvpassthrough gets as far as its first write.
+// read-only mounts, and an empty modules.alias where the writable spec
+// mounts its stand-in (whose source, the view, only serve's namespace
+// has), so that nvpassthrough gets as far as it can.
 func readOnly(t *testing.T, writable overlaytest.Served) overlaytest.Served {
 	t.Helper()
 	ms, err := deploy.Mounts(renderReadOnly(t, repoProfile(t)), "", nil)
@@ -361,12 +362,4 @@ func renderReadOnly(t testing.TB, prof string) string {
 	out, err := exec.Command(binaries.Binary(t), "render", "--root", root, "--profile", prof).CombinedOutput()
 	require.NoError(t, err, "render: %s", out)
 	return root
-}
-
-// requireFUSE stops the test (Missing) without /dev/fuse.
-func requireFUSE(t testing.TB) {
-	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		overlaytest.Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
-	}
 }
