@@ -129,13 +129,9 @@ func (c *checker) deviceAttributes() {
 	for _, d := range c.m.Devices {
 		bdf := d.Address.String()
 		want := d.RootComplex.String()
-		attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bdf, c.attrMods()...)
-		switch {
-		case err != nil:
-			c.add(PCIeRoot, bdf, false, "%v", err)
-		case attr.Value.StringValue == nil || *attr.Value.StringValue != want:
-			c.add(PCIeRoot, bdf, false, "got %s, want %s", describe(attr), want)
-		default:
+		if p := c.pcieRoot(bdf, want); p != "" {
+			c.add(PCIeRoot, bdf, false, "%s", p)
+		} else {
 			c.add(PCIeRoot, bdf, true, "%s", want)
 		}
 		for _, form := range []deviceattribute.AttributeForm{deviceattribute.ScalarAttribute, deviceattribute.ListAttribute} {
@@ -147,6 +143,19 @@ func (c *checker) deviceAttributes() {
 			c.numa(name, bdf, d.NUMANode, attr, err)
 		}
 	}
+}
+
+// pcieRoot is what is wrong with the pcieRoot deviceattribute gives bdf,
+// against want: its error, or the root it gives; "" when it is want.
+func (c *checker) pcieRoot(bdf, want string) string {
+	attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bdf, c.attrMods()...)
+	switch {
+	case err != nil:
+		return err.Error()
+	case attr.Value.StringValue == nil || *attr.Value.StringValue != want:
+		return fmt.Sprintf("got %s, want %s", describe(attr), want)
+	}
+	return ""
 }
 
 func (c *checker) numa(name, bdf string, want int, attr deviceattribute.DeviceAttribute, err error) {

@@ -35,7 +35,7 @@ func (c *checker) hcas() {
 	if c.m.HCAs == nil {
 		return
 	}
-	t, err := plan.BuildTree(c.m, plan.BuildOptions{Reserved: c.hostDevices()})
+	t, err := c.hcaTree()
 	if err != nil {
 		c.add(HCAPCIeRoot, "*", false, "plan the HCAs: %v", err)
 		return
@@ -125,6 +125,12 @@ func (c *checker) networkControllers(lib nvpci.Interface, want map[string]*plan.
 		return
 	}
 	c.add(NetworkControllers, "*", true, "exactly the %d Ethernet-mode HCAs (link_layer %s)", len(ethernet), c.m.HCAs.LinkLayer)
+}
+
+// hcaTree plans the machine's tree as the render placed it, around the
+// host's own devices the tree lists: where the HCAs are.
+func (c *checker) hcaTree() (*plan.Tree, error) {
+	return plan.BuildTree(c.m, plan.BuildOptions{Reserved: c.hostDevices()})
 }
 
 // hostDevices lists the entries of the links directory that carry the

@@ -11,7 +11,6 @@ import (
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvpassthrough"
 	"github.com/NVIDIA/go-nvlib/pkg/nvpci"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -107,12 +106,8 @@ func (c *checker) seen(check string, d profile.Device) {
 		return
 	}
 	problems, summary := c.driverProblems(g, d)
-	root, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(bdf, c.attrMods()...)
-	switch {
-	case err != nil:
-		problems = append(problems, fmt.Sprintf("pcieRoot: %v", err))
-	case root.Value.StringValue == nil || *root.Value.StringValue != d.RootComplex.String():
-		problems = append(problems, fmt.Sprintf("pcieRoot %s, want %s", describe(root), d.RootComplex))
+	if p := c.pcieRoot(bdf, d.RootComplex.String()); p != "" {
+		problems = append(problems, "pcieRoot: "+p)
 	}
 	if len(problems) > 0 {
 		c.add(check, bdf, false, "then %s", strings.Join(problems, ", "))

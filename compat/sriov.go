@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -36,7 +34,7 @@ func SRIOV(m *profile.Machine, n int) *Report {
 		c.add(SRIOVWrite, "*", false, "the profile gives no HCA sriov_totalvfs (infiniband.sriov_totalvfs)")
 		return c.report
 	}
-	t, err := plan.BuildTree(m, plan.BuildOptions{Reserved: c.hostDevices()})
+	t, err := c.hcaTree()
 	if err != nil {
 		c.add(SRIOVWrite, "*", false, "plan the HCAs: %v", err)
 		return c.report
@@ -100,13 +98,9 @@ func SRIOV(m *profile.Machine, n int) *Report {
 // function's pcieRoot, as a topology-aware DRA claim aligns them.
 func (c *checker) vfRoots(root string, vfs []string) {
 	for _, vf := range vfs {
-		attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(vf, c.attrMods()...)
-		switch {
-		case err != nil:
-			c.add(SRIOVPCIeRoot, vf, false, "%v", err)
-		case attr.Value.StringValue == nil || *attr.Value.StringValue != root:
-			c.add(SRIOVPCIeRoot, vf, false, "%s, want %s", describe(attr), root)
-		default:
+		if p := c.pcieRoot(vf, root); p != "" {
+			c.add(SRIOVPCIeRoot, vf, false, "%s", p)
+		} else {
 			c.add(SRIOVPCIeRoot, vf, true, "%s, its physical function's", root)
 		}
 	}
