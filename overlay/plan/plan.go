@@ -427,9 +427,8 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.text(dir, "broken_parity_status", "0\n")
 	b.text(dir, "msi_bus", "1\n")
 	b.text(dir, "ari_enabled", "0\n")
-	// A GPU bound for passthrough is as the GPU Operator's vfio-manager
-	// leaves it: driver_override set, and the vfio-dev/vfioN entry the
-	// kernel adds for the device's iommufd character device.
+	// A function bound to vfio-pci has the vfio-dev/vfioN entry the
+	// kernel adds for its iommufd character device.
 	if driver == profile.DriverVFIO {
 		b.vfioDev(dir, st.VFIODev)
 	}
@@ -443,19 +442,11 @@ func (b *builder) node(n *Node, multiFunction bool) {
 			link(dir+"/driver", upToSys(dir)+"bus/pci/drivers/"+driver),
 			link(ddir+"/"+bdf, b.driverLinkTarget(ddir, n)))
 	}
-	f := &Function{
+	b.functions[n.Address] = &Function{
 		Address: n.Address, Dir: dir, Native: nativeDriver(n),
-		ID:     fmt.Sprintf("%04x:%04x", n.Identity.Vendor, n.Identity.Device),
-		Driver: driver, Override: st.Override, VFIODev: -1,
-		TotalVFs: n.TotalVFs, NumVFs: st.NumVFs, VFs: n.vfAddresses,
+		ID:    fmt.Sprintf("%04x:%04x", n.Identity.Vendor, n.Identity.Device),
+		State: st, TotalVFs: n.TotalVFs, VFs: n.vfAddresses,
 	}
-	if driver == profile.DriverVFIO {
-		f.VFIODev = st.VFIODev
-	}
-	if n.PhysFn != nil {
-		f.PhysFn = &n.PhysFn.Address
-	}
-	b.functions[n.Address] = f
 	group := strconv.Itoa(n.ordinal)
 	gdir := "sys/kernel/iommu_groups/" + group
 	b.text(gdir, "type", "DMA\n")

@@ -43,17 +43,14 @@ type Function struct {
 	ID      string // vendor:device, "10de:2330"
 	// Native is the driver whose id table claims the function: where
 	// drivers_probe binds it when no driver_override says otherwise.
-	Native   string
-	Driver   string // "" unbound
-	Override string // "" is "(null)"
-	VFIODev  int    // -1 unless bound to vfio-pci
-	// TotalVFs and NumVFs are an SR-IOV physical function's; VFs are the
-	// addresses all TotalVFs of its virtual functions would take.
+	Native string
+	// State is the writable state it shows: the runtime's, else the
+	// profile's.
+	State FunctionState
+	// TotalVFs is an SR-IOV physical function's sriov_totalvfs; VFs are
+	// the addresses all TotalVFs of its virtual functions would take.
 	TotalVFs int
-	NumVFs   int
 	VFs      []pciaddr.Address
-	// PhysFn is a virtual function's physical function.
-	PhysFn *pciaddr.Address
 }
 
 // MockDrivers are the drivers a writable tree always lists, bound to

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -139,7 +140,7 @@ func prune(base *plan.Plan, rt plan.Runtime) plan.Runtime {
 		}
 		// A virtual function: kept while its physical function enables it.
 		for pa, pst := range out {
-			if i := indexOf(base.Functions[pa].VFs, a); i >= 0 && i < pst.NumVFs {
+			if i := slices.Index(base.Functions[pa].VFs, a); i >= 0 && i < pst.NumVFs {
 				out[a] = st
 			}
 		}
@@ -147,17 +148,13 @@ func prune(base *plan.Plan, rt plan.Runtime) plan.Runtime {
 	return out
 }
 
-func indexOf(as []pciaddr.Address, a pciaddr.Address) int {
-	for i, x := range as {
-		if x == a {
-			return i
-		}
-	}
-	return -1
-}
-
 // Writable reports whether rel is a writable attribute of the tree.
 func (c *Controller) Writable(rel string) bool {
+	// The FUSE view asks at every open: the name alone turns nearly every
+	// file away without the lock, which a write holds for milliseconds.
+	if !attributeName(rel) {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.plan == nil {

@@ -41,6 +41,26 @@ type Attr struct {
 	Driver   string          // the driver's, for Bind and Unbind
 }
 
+// The file names of the writable attributes (and drivers_probe's,
+// plan.DriversProbe).
+const (
+	nameOverride = "driver_override"
+	nameNumVFs   = "sriov_numvfs"
+	nameBind     = "bind"
+	nameUnbind   = "unbind"
+)
+
+// attributeName reports whether rel's file name is one a writable
+// attribute has: a check of the name alone, which most files fail.
+func attributeName(rel string) bool {
+	_, name := splitLast(rel)
+	switch name {
+	case nameOverride, nameNumVFs, nameBind, nameUnbind:
+		return true
+	}
+	return rel == plan.DriversProbe
+}
+
 // maxOverride is the longest driver_override the kernel takes: it refuses
 // a write of a page less one (driver_set_override, drivers/base/driver.c).
 const maxOverride = 4096 - 1
@@ -56,9 +76,9 @@ func Classify(p *plan.Plan, rel string) (Attr, bool) {
 	dir, name := splitLast(rel)
 	if drivers, driver := splitLast(dir); drivers == plan.DriversDir && plan.IsMockDriver(driver) {
 		switch name {
-		case "bind":
+		case nameBind:
 			return Attr{Kind: Bind, Driver: driver}, true
-		case "unbind":
+		case nameUnbind:
 			return Attr{Kind: Unbind, Driver: driver}, true
 		}
 		return Attr{}, false
@@ -73,9 +93,9 @@ func Classify(p *plan.Plan, rel string) (Attr, bool) {
 		return Attr{}, false
 	}
 	switch {
-	case name == "driver_override":
+	case name == nameOverride:
 		return Attr{Kind: DriverOverride, Function: a}, true
-	case name == "sriov_numvfs" && f.TotalVFs > 0:
+	case name == nameNumVFs && f.TotalVFs > 0:
 		return Attr{Kind: SRIOVNumVFs, Function: a}, true
 	}
 	return Attr{}, false
@@ -93,7 +113,7 @@ func splitLast(p string) (string, string) {
 // tree moves to, or the errno the writer gets (and the state unchanged).
 // rt is never modified.
 func Apply(p *plan.Plan, rt plan.Runtime, a Attr, data []byte) (plan.Runtime, syscall.Errno) {
-	next := State{plan: p, rt: clone(rt)}
+	next := transition{plan: p, rt: clone(rt)}
 	var errno syscall.Errno
 	switch a.Kind {
 	case DriverOverride:
@@ -115,9 +135,9 @@ func Apply(p *plan.Plan, rt plan.Runtime, a Attr, data []byte) (plan.Runtime, sy
 	return next.rt, 0
 }
 
-// State is a runtime state being moved by one write, with the plan that
-// shows the state before it.
-type State struct {
+// transition is a runtime state being moved by one write, with the plan
+// that shows the state before it.
+type transition struct {
 	plan *plan.Plan
 	rt   plan.Runtime
 }
@@ -131,22 +151,17 @@ func clone(rt plan.Runtime) plan.Runtime {
 }
 
 // current is what function a shows now.
-func (s *State) current(a pciaddr.Address) plan.FunctionState {
+func (s *transition) current(a pciaddr.Address) plan.FunctionState {
 	if st, ok := s.rt[a]; ok {
 		return st
 	}
-	f := s.plan.Functions[a]
-	st := plan.FunctionState{Driver: f.Driver, Override: f.Override, NumVFs: f.NumVFs}
-	if f.VFIODev >= 0 {
-		st.VFIODev = f.VFIODev
-	}
-	return st
+	return s.plan.Functions[a].State
 }
 
 // lookup finds the function a bind, unbind or drivers_probe names: the
 // kernel compares the written name with each device's name, a trailing
 // newline ignored (sysfs_streq), and answers ENODEV for no match.
-func (s *State) lookup(data []byte) (*plan.Function, syscall.Errno) {
+func (s *transition) lookup(data []byte) (*plan.Function, syscall.Errno) {
 	name := string(bytes.TrimSuffix(data, []byte("\n")))
 	a, err := pciaddr.Parse(name)
 	if err != nil || a.String() != name {
@@ -161,7 +176,7 @@ func (s *State) lookup(data []byte) (*plan.Function, syscall.Errno) {
 
 // setOverride is driver_set_override: the text up to the first newline,
 // empty clearing it.
-func (s *State) setOverride(a pciaddr.Address, data []byte) syscall.Errno {
+func (s *transition) setOverride(a pciaddr.Address, data []byte) syscall.Errno {
 	if len(data) >= maxOverride {
 		return syscall.EINVAL
 	}
@@ -184,7 +199,7 @@ func matches(f *plan.Function, st plan.FunctionState, driver string) bool {
 
 // bind is bind_store: ENODEV for a name no function has or a driver that
 // does not match it, EBUSY for a function already bound.
-func (s *State) bind(driver string, data []byte) syscall.Errno {
+func (s *transition) bind(driver string, data []byte) syscall.Errno {
 	f, errno := s.lookup(data)
 	if errno != 0 {
 		return errno
@@ -200,7 +215,7 @@ func (s *State) bind(driver string, data []byte) syscall.Errno {
 	return 0
 }
 
-func (s *State) attach(a pciaddr.Address, st plan.FunctionState, driver string) {
+func (s *transition) attach(a pciaddr.Address, st plan.FunctionState, driver string) {
 	st.Driver, st.VFIODev = driver, 0
 	if driver == profile.DriverVFIO {
 		st.VFIODev = s.freeVFIODev()
@@ -210,7 +225,7 @@ func (s *State) attach(a pciaddr.Address, st plan.FunctionState, driver string) 
 
 // freeVFIODev is the lowest vfio device number no bound function holds:
 // the kernel allocates them from an IDA.
-func (s *State) freeVFIODev() int {
+func (s *transition) freeVFIODev() int {
 	used := map[int]bool{}
 	for a := range s.plan.Functions {
 		if st := s.current(a); st.Driver == profile.DriverVFIO {
@@ -227,7 +242,7 @@ func (s *State) freeVFIODev() int {
 // unbind is unbind_store: ENODEV unless the function is bound to this
 // driver. A physical function's driver disables its virtual functions as
 // it goes (mlx5's remove does), so they vanish with their state.
-func (s *State) unbind(driver string, data []byte) syscall.Errno {
+func (s *transition) unbind(driver string, data []byte) syscall.Errno {
 	f, errno := s.lookup(data)
 	if errno != 0 {
 		return errno
@@ -242,7 +257,7 @@ func (s *State) unbind(driver string, data []byte) syscall.Errno {
 	return 0
 }
 
-func (s *State) disableVFs(f *plan.Function, st *plan.FunctionState) {
+func (s *transition) disableVFs(f *plan.Function, st *plan.FunctionState) {
 	for _, vf := range f.VFs[:st.NumVFs] {
 		delete(s.rt, vf)
 	}
@@ -253,7 +268,7 @@ func (s *State) disableVFs(f *plan.Function, st *plan.FunctionState) {
 // function is bound to its driver_override's driver, or to the driver
 // that claims it, when that driver is there; anything else succeeds and
 // changes nothing, as the kernel's device_attach does.
-func (s *State) probe(data []byte) syscall.Errno {
+func (s *transition) probe(data []byte) syscall.Errno {
 	f, errno := s.lookup(data)
 	if errno != 0 {
 		return errno
@@ -272,7 +287,7 @@ func (s *State) probe(data []byte) syscall.Errno {
 // setNumVFs is sriov_numvfs_store: EINVAL for what kstrtou16 refuses,
 // ERANGE above sriov_totalvfs, ENOENT with no driver bound, EBUSY for N
 // to M without 0 between; 0 disables them all, and equal is a no-op.
-func (s *State) setNumVFs(a pciaddr.Address, data []byte) syscall.Errno {
+func (s *transition) setNumVFs(a pciaddr.Address, data []byte) syscall.Errno {
 	f := s.plan.Functions[a]
 	n, ok := kstrtou16(data)
 	if !ok {
