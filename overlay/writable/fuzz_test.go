@@ -35,7 +35,12 @@ func FuzzWrite(f *testing.F) {
 		}{{a1, d1}, {a2, d2}} {
 			rel := string(w.data) // an arbitrary path too, past the attributes
 			if int(w.attr) < len(attrs) {
-				rel = tr.resolve(attrs[w.attr])
+				// A VF's attribute is written where the kernel would
+				// look: unresolved while its VF does not exist.
+				rel = attrs[w.attr]
+				if r, err := tr.resolved(rel); err == nil {
+					rel = r
+				}
 			}
 			_, errno := tr.c.Write(rel, w.data)
 			require.True(t, slices.Contains(known, errno), "write %q to %s: errno %v", w.data, rel, errno)

@@ -17,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -174,13 +175,21 @@ func (s *transition) lookup(data []byte) (*plan.Function, syscall.Errno) {
 	return f, 0
 }
 
-// setOverride is driver_set_override: the text up to the first newline,
-// empty clearing it.
+// setOverride is driver_set_override: the string up to its first NUL
+// (strlen: "python likes to" send them, says the kernel), then up to its
+// first newline; empty clears it. One deviation: text that is not UTF-8 is
+// refused (EINVAL), where the kernel keeps the bytes, since the state file
+// is JSON and would not give them back. A driver's name is ASCII, so such
+// an override could match no driver anyway.
 func (s *transition) setOverride(a pciaddr.Address, data []byte) syscall.Errno {
 	if len(data) >= maxOverride {
 		return syscall.EINVAL
 	}
-	v, _, _ := bytes.Cut(data, []byte("\n"))
+	v, _, _ := bytes.Cut(data, []byte{0})
+	v, _, _ = bytes.Cut(v, []byte("\n"))
+	if !utf8.Valid(v) {
+		return syscall.EINVAL
+	}
 	st := s.current(a)
 	st.Override = string(v)
 	s.rt[a] = st

@@ -57,13 +57,24 @@ func (tr *tree) write(p, data string) syscall.Errno {
 // writer, and returns the path relative to the root.
 func (tr *tree) resolve(p string) string {
 	tr.t.Helper()
+	rel, err := tr.resolved(p)
+	require.NoError(tr.t, err)
+	return rel
+}
+
+// resolved is resolve's answer, or why p's directory does not resolve (a
+// VF's, before its physical function enables it).
+func (tr *tree) resolved(p string) (string, error) {
 	dir, err := filepath.EvalSymlinks(filepath.Join(tr.root, filepath.Dir(p)))
-	require.NoError(tr.t, err)
+	if err != nil {
+		return "", err
+	}
 	root, err := filepath.EvalSymlinks(tr.root)
-	require.NoError(tr.t, err)
+	if err != nil {
+		return "", err
+	}
 	rel, err := filepath.Rel(root, filepath.Join(dir, filepath.Base(p)))
-	require.NoError(tr.t, err)
-	return filepath.ToSlash(rel)
+	return filepath.ToSlash(rel), err
 }
 
 func (tr *tree) read(p string) string {
@@ -104,6 +115,15 @@ func TestBindToVFIOAndBack(t *testing.T) {
 	require.True(t, tr.exists(drv("vfio-pci", "bind")), "vfio-pci is listed with no device bound")
 
 	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "bind"), gpu), "vfio-pci's id table is empty: no override, no match")
+	// The kernel's driver_set_override: up to a NUL, then up to a newline;
+	// empty clears. Text that is not UTF-8 is refused (a deviation: the
+	// state file is JSON).
+	for data, want := range map[string]string{"x\x00y": "x\n", "\x00vfio-pci": "(null)\n", "a\nb": "a\n", "\n": "(null)\n"} {
+		require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), data), "%q", data)
+		require.Equal(t, want, tr.read(dev(gpu, "driver_override")), "%q", data)
+	}
+	require.Equal(t, syscall.EINVAL, tr.write(dev(gpu, "driver_override"), "\x80-pci"))
+	require.Equal(t, "(null)\n", tr.read(dev(gpu, "driver_override")), "a refused write changes nothing")
 	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "vfio-pci\n"))
 	require.Equal(t, "vfio-pci\n", tr.read(dev(gpu, "driver_override")))
 	require.Equal(t, "nvidia", tr.driver(gpu), "an override alone changes no binding")
