@@ -175,7 +175,11 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 		fmt.Fprintf(e.stdout, "  vfio-pci    %d of %d GPUs bound for passthrough (own IOMMU group, vfio-dev entry); a real node's NVML lists none of them\n", n, len(m.GPUs()))
 	}
 	if s := m.HCAs; s != nil {
-		fmt.Fprintf(e.stdout, "  HCAs %d (%s %s, %s), one PCIe switch or root port beside each GPU\n", len(p.Tree.HCAs), s.Type, s.Name, s.LinkLayer)
+		beside := "each GPU"
+		if s.GPUs != nil {
+			beside = fmt.Sprintf("each of GPUs %v (infiniband.gpus)", s.GPUs)
+		}
+		fmt.Fprintf(e.stdout, "  HCAs %d (%s %s, %s), one PCIe switch or root port beside %s\n", len(p.Tree.HCAs), s.Type, s.Name, s.LinkLayer, beside)
 	}
 	if m.ProductName != "" {
 		fmt.Fprintf(e.stdout, "  machine     %q from %s, in %s (GFD: the CDI spec's %s, or --machine-type-file=%s)\n",

@@ -23,9 +23,10 @@ func hcaBARs() []barSpec {
 	return []barSpec{{0, boards.HCABAR0Bytes, sysfs.ResourceFlagsMem64Pref}, {sysfs.ResourceROMLine, boards.HCAROMBytes, sysfs.ResourceFlagsROM}}
 }
 
-// placeHCAs gives every GPU the HCAs of the machine's infiniband block,
-// once the GPUs' tree and its anchors are fixed, so that a machine's GPUs,
-// bridges and anchors sit exactly where they would without the block.
+// placeHCAs gives each GPU that carries HCAs (HCASpec.Carries) those of the
+// machine's infiniband block, once the GPUs' tree and its anchors are
+// fixed, so that a machine's GPUs, bridges and anchors sit exactly where
+// they would without the block.
 //
 // An HCA goes where real HGX and DGX boards put it: on a downstream port of
 // its GPU's own PCIe switch, next to the GPU's, on the first bus after the
@@ -61,6 +62,9 @@ func placeHCAs(m *profile.Machine, t *Tree, builders []*rcBuilder) error {
 	}
 	pick := newAnchorPicker(anchors)
 	for _, g := range gpus {
+		if !spec.Carries(g.Device.Index) {
+			continue // a root without a NIC beside this GPU, as on PCIe servers
+		}
 		b := byRC[g.Device.RootComplex]
 		for k := 0; k < spec.PerGPU; k++ {
 			d := &profile.Device{

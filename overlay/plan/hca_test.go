@@ -91,8 +91,43 @@ func hcaBuses(t *testing.T, m *profile.Machine, opts plan.Options) map[pciaddr.A
 	for _, h := range p.Tree.HCAs {
 		out[h.GPU.Address] = append(out[h.GPU.Address], h.Node.Address)
 	}
-	require.Len(t, p.Tree.HCAs, len(m.GPUs())*m.HCAs.PerGPU)
+	carriers := 0
+	for _, g := range m.GPUs() {
+		if m.HCAs.Carries(g.Index) {
+			carriers++
+		}
+	}
+	require.Len(t, p.Tree.HCAs, carriers*m.HCAs.PerGPU)
 	return out
+}
+
+// TestHCAsOnSomeGPUs plans infiniband.gpus: only the GPUs listed carry
+// HCAs, numbered consecutively in GPU index order; and the end-to-end
+// suite's PCIe server, whose roots do not all have a NIC, gets its HCAs on
+// the roots beside the GPUs it names, in every hierarchy.
+func TestHCAsOnSomeGPUs(t *testing.T) {
+	p, _ := builtin.Get("hgx-h100")
+	p.InfiniBand.GPUs = &[]int{6, 1}
+	pl := mustPlan(t, normalize(t, p), plan.Options{})
+	var gpus, indexes []int
+	for _, h := range pl.Tree.HCAs {
+		gpus = append(gpus, h.GPU.Device.Index)
+		indexes = append(indexes, h.Node.Device.Index)
+	}
+	require.Equal(t, []int{1, 6}, gpus)
+	require.Equal(t, []int{0, 1}, indexes)
+
+	const someRoots = "../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"
+	for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
+		t.Run(string(h), func(t *testing.T) {
+			pl := mustPlan(t, machine(t, someRoots, h), plan.Options{})
+			perRoot := map[string]int{}
+			for _, hca := range pl.Tree.HCAs {
+				perRoot[hca.Node.RootComplex.String()]++
+			}
+			require.Equal(t, map[string]int{"pci0000:20": 2, "pci0000:a0": 1}, perRoot, "pci0000:40 has GPUs and no HCA")
+		})
+	}
 }
 
 func normalize(t *testing.T, p *profile.Profile) *profile.Machine {

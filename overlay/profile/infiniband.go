@@ -2,13 +2,15 @@ package profile
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 )
 
-// HCASpec is a normalised infiniband block: the HCAs every GPU gets.
+// HCASpec is a normalised infiniband block: the HCAs each GPU that carries
+// any gets (Carries).
 type HCASpec struct {
 	Type      string // hca_type as the table spells it: MT4129
 	Name      string // ConnectX-7
@@ -21,6 +23,23 @@ type HCASpec struct {
 	// their virtual functions' device id.
 	TotalVFs int
 	VFDevice uint16
+	// GPUs are the indexes of the GPUs that carry HCAs, sorted; nil, every
+	// GPU (infiniband.gpus unset). Never empty: a block that gives no GPU
+	// an HCA normalises to no HCASpec at all.
+	GPUs []int
+}
+
+// Carries reports whether the GPU of device index carries PerGPU HCAs (else
+// none): the one place that answers it, for the planner and its checks.
+func (s *HCASpec) Carries(index int) bool {
+	if s == nil {
+		return false
+	}
+	if s.GPUs == nil {
+		return true
+	}
+	_, ok := slices.BinarySearch(s.GPUs, index)
+	return ok
 }
 
 // Link layers, spelt as nvml-mock's profiles and the kernel's
@@ -70,8 +89,19 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 	if per == 0 {
 		return nil, nil
 	}
-	if devices+per*len(gpus) > MaxDevices {
-		return nil, n.fail("infiniband.hcas_per_gpu", fmt.Sprint(per), "%d GPUs with %d HCAs each make more than %d devices in all", len(gpus), per, MaxDevices)
+	carriers, err := n.hcaGPUs(gpus)
+	if err != nil {
+		return nil, err
+	}
+	carrying := len(gpus)
+	if carriers != nil {
+		carrying = len(carriers)
+	}
+	if carrying == 0 {
+		return nil, nil
+	}
+	if devices+per*carrying > MaxDevices {
+		return nil, n.fail("infiniband.hcas_per_gpu", fmt.Sprint(per), "%d GPUs with %d HCAs each make more than %d devices in all", carrying, per, MaxDevices)
 	}
 	typ := ib.HCAType
 	if typ == "" {
@@ -88,6 +118,7 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 		Type: h.Type, Name: h.Name, Device: h.Device, PerGPU: per,
 		Link:     Link{MaxGen: h.LinkGen, CurrentGen: h.LinkGen, MaxWidth: h.LinkWidth, CurrentWidth: h.LinkWidth},
 		VFDevice: h.VFDevice,
+		GPUs:     carriers,
 	}
 	if ib.SRIOVTotalVFs != nil {
 		spec.TotalVFs = *ib.SRIOVTotalVFs
@@ -104,6 +135,35 @@ func (n *normalizer) hcas(gpus []Device, devices int) (*HCASpec, error) {
 		return nil, n.fail("infiniband.link_layer", ib.LinkLayer, "want InfiniBand or Ethernet")
 	}
 	return spec, nil
+}
+
+// hcaGPUs resolves infiniband.gpus: the indexes of the GPUs that carry
+// HCAs, sorted; nil when unset (every GPU), empty when the list is. Each
+// must be a GPU's devices[].index, listed once.
+func (n *normalizer) hcaGPUs(gpus []Device) ([]int, error) {
+	list := n.p.InfiniBand.GPUs
+	if list == nil {
+		return nil, nil
+	}
+	isGPU := map[int]bool{}
+	for _, g := range gpus {
+		isGPU[g.Index] = true
+	}
+	listedAt := map[int]int{}
+	out := make([]int, 0, len(*list))
+	for i, index := range *list {
+		field := fmt.Sprintf("infiniband.gpus[%d]", i)
+		if !isGPU[index] {
+			return nil, n.fail(field, fmt.Sprint(index), "no GPU has devices[].index %d", index)
+		}
+		if other, dup := listedAt[index]; dup {
+			return nil, n.fail(field, fmt.Sprint(index), "the same GPU as infiniband.gpus[%d]", other)
+		}
+		listedAt[index] = i
+		out = append(out, index)
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // productName resolves the machine type and says where it came from: the
@@ -136,6 +196,9 @@ func (m *Machine) effectiveExtras(p *Profile) {
 		p.InfiniBand = &InfiniBand{Enabled: true, HCAType: s.Type, LinkLayer: s.LinkLayer, HCAsPerGPU: ptr(s.PerGPU)}
 		if s.TotalVFs > 0 {
 			p.InfiniBand.SRIOVTotalVFs = ptr(s.TotalVFs)
+		}
+		if s.GPUs != nil {
+			p.InfiniBand.GPUs = ptr(slices.Clone(s.GPUs))
 		}
 	}
 	// A board's machine follows from the devices written back.

@@ -117,3 +117,69 @@ func TestProductName(t *testing.T) {
 		})
 	}
 }
+
+// TestInfiniBandGPUs reads infiniband.gpus (this tool's extension): the
+// devices[].index of the GPUs that carry HCAs, as on a PCIe server with
+// NICs beside some GPUs only. Unset, every GPU; an empty list, none. An
+// index no GPU has, or one listed twice, is refused in one line naming the
+// file, the item and the value. What is accepted writes back through the
+// effective profile, in YAML and in JSON, to the same machine.
+func TestInfiniBandGPUs(t *testing.T) {
+	const head = "device_defaults: {pci: {device_id: 0x233110DE}}\n" +
+		"devices:\n  - {index: 0, pci: {bus_id: \"0000:2a:00.0\"}}\n  - {index: 1, pci: {bus_id: \"0000:4a:00.0\"}}\n  - {index: 2, pci: {bus_id: \"0000:aa:00.0\"}}\n" +
+		"infiniband:\n  enabled: true\n  hca_type: MT4129\n"
+	tests := []struct {
+		name, yaml string
+		carriers   []int // the GPUs Carries says yes to; nil, no HCASpec
+		gpus       []int // HCASpec.GPUs
+		err        string
+	}{
+		{"unset: every GPU", "", []int{0, 1, 2}, nil, ""},
+		{"some GPUs, sorted", "  gpus: [2, 0]\n", []int{0, 2}, []int{0, 2}, ""},
+		{"every GPU, listed", "  gpus: [0, 1, 2]\n", []int{0, 1, 2}, []int{0, 1, 2}, ""},
+		{"an empty list: none", "  gpus: []\n", nil, nil, ""},
+		{"no GPU has the index", "  gpus: [0, 7]\n", nil, nil,
+			`profile p.yaml: infiniband.gpus[1]: value "7": no GPU has devices[].index 7`},
+		{"a negative index", "  gpus: [-1]\n", nil, nil,
+			`profile p.yaml: infiniband.gpus[0]: value "-1": no GPU has devices[].index -1`},
+		{"listed twice", "  gpus: [2, 0, 2]\n", nil, nil,
+			`profile p.yaml: infiniband.gpus[2]: value "2": the same GPU as infiniband.gpus[0]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse("p.yaml", []byte(head+tc.yaml))
+			require.NoError(t, err)
+			require.Empty(t, p.Unknown)
+			m, err := Normalize("p.yaml", p, Options{})
+			if tc.err != "" {
+				require.EqualError(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			if tc.carriers == nil {
+				require.Nil(t, m.HCAs)
+			} else {
+				require.Equal(t, tc.gpus, m.HCAs.GPUs)
+				var carriers []int
+				for _, g := range m.GPUs() {
+					if m.HCAs.Carries(g.Index) {
+						carriers = append(carriers, g.Index)
+					}
+				}
+				require.Equal(t, tc.carriers, carriers)
+			}
+			yamlOut, err := Marshal(m.Effective(), "effective")
+			require.NoError(t, err)
+			jsonOut, err := MarshalJSON(m.Effective())
+			require.NoError(t, err)
+			for _, out := range [][]byte{yamlOut, jsonOut} {
+				p, err := Parse("effective", out)
+				require.NoError(t, err)
+				again, err := Normalize("effective", p, Options{})
+				require.NoError(t, err)
+				again.Source = m.Source
+				require.Equal(t, m, again)
+			}
+		})
+	}
+}

@@ -315,6 +315,7 @@ device_defaults.pci.class
 device_defaults.pci.driver
 nvlink.switches[].device_id
 infiniband.sriov_totalvfs
+infiniband.gpus
 nvlink.switches[].driver
 pcie_topology.hierarchy
 system.product_name

@@ -53,7 +53,7 @@ func TestUnknownKeys(t *testing.T) {
 				"profile x.yaml: devices[0].pci.bus_idd: unknown key (line 1), not in nvml-mock's profile schema; nearest known key: bus_id",
 			}},
 		{"fields nvml-mock knows and sysfs does not use", "version: \"1.0\"\nsystem: {driver_version: \"550\", cuda_version_major: 12}\ndevice_defaults:\n  memory: {total_bytes: 1}\n  clocks: {graphics_max: 1}\n  mig: {}\ndevices:\n  - {index: 0, uuid: GPU-x, minor_number: 0, ecc: {}}\nnvlink:\n  links_per_gpu: 12\n  switches: [{bdf: \"0000:c4:00.0\", uuid: x}]\npcie_topology: {cores_per_numa: 2, root_complexes: [{id: pci0000:00, cpu_affinity: \"0-1\", devices: []}]}\ninfiniband: {enabled: true, hca_type: MT4123}\ndynamic_metrics_defaults: {power: {base_mw: 1}}\n", nil},
-		{"this tool's extensions", "system: {num_devices: 1, product_name: DGX}\ndevice_defaults: {pci: {class: 0x030200, driver: vfio-pci}}\ndevices: [{index: 0, pci: {class: 0x030000, driver: nvidia}}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", device_id: 0x22A310DE, driver: nvidia-nvswitch}]}\npcie_topology: {hierarchy: hgx, root_complexes: []}\n", nil},
+		{"this tool's extensions", "system: {num_devices: 1, product_name: DGX}\ndevice_defaults: {pci: {class: 0x030200, driver: vfio-pci}}\ndevices: [{index: 0, pci: {class: 0x030000, driver: nvidia}}]\nnvlink: {switches: [{bdf: \"0000:c4:00.0\", device_id: 0x22A310DE, driver: nvidia-nvswitch}]}\npcie_topology: {hierarchy: hgx, root_complexes: []}\ninfiniband: {enabled: true, sriov_totalvfs: 8, gpus: [0]}\n", nil},
 		// Only a GPU's driver is chosen (pci.driver); an HCA is always on
 		// mlx5_core, so infiniband has no driver key: asking for vfio-pci
 		// there warns like any key nvml-mock lacks, and the HCAs render on

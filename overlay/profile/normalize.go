@@ -91,7 +91,8 @@ type Machine struct {
 	Hierarchy     boards.Hierarchy
 	RootComplexes []RootComplex // sorted by domain, bus
 	Devices       []Device      // sorted by address
-	// HCAs, when set, gives every GPU its HCAs; the planner places them.
+	// HCAs, when set, gives the GPUs that carry HCAs (HCAs.Carries) theirs;
+	// the planner places them.
 	HCAs *HCASpec
 	// ProductName is the machine type for dmi/product_name; "" renders none.
 	ProductName string

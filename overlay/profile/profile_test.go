@@ -111,7 +111,8 @@ func TestNormalizeWithoutTopology(t *testing.T) {
 }
 
 func TestEffectiveRoundTrip(t *testing.T) {
-	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml"}
+	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml",
+		"../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"} // infiniband.gpus
 	if files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml"); len(files) > 0 {
 		paths = append(paths, files...)
 	}

@@ -108,8 +108,9 @@ type RootComplexConfig struct {
 }
 
 // InfiniBand is nvml-mock's infiniband block: the ConnectX HCAs beside each
-// GPU. Only enabled, hca_type, link_layer and hcas_per_gpu shape PCI sysfs;
-// the rest are listed so that they count as known keys, and are ignored.
+// GPU. Only enabled, hca_type, link_layer and hcas_per_gpu (and this tool's
+// sriov_totalvfs and gpus) shape PCI sysfs; the rest are listed so that they
+// count as known keys, and are ignored.
 type InfiniBand struct {
 	Enabled    bool   `yaml:"enabled,omitempty" json:"enabled,omitempty,omitzero"`
 	HCAType    string `yaml:"hca_type,omitempty" json:"hca_type,omitempty,omitzero"`
@@ -118,7 +119,12 @@ type InfiniBand struct {
 	// SRIOVTotalVFs is this tool's extension: the virtual functions each
 	// HCA's physical function can have (its sriov_totalvfs). A writable
 	// tree creates them on a write to sriov_numvfs; 0 or unset, none.
-	SRIOVTotalVFs    *int   `yaml:"sriov_totalvfs,omitempty" json:"sriov_totalvfs,omitempty,omitzero"`
+	SRIOVTotalVFs *int `yaml:"sriov_totalvfs,omitempty" json:"sriov_totalvfs,omitempty,omitzero"`
+	// GPUs is this tool's extension: the devices[].index of the GPUs that
+	// carry HCAs, as a PCIe server has NICs beside some GPUs only. A
+	// pointer, so that unset (every GPU) and an empty list (none) stay
+	// apart when the profile is written back.
+	GPUs             *[]int `yaml:"gpus,omitempty" json:"gpus,omitempty,omitzero"`
 	FWVersion        string `yaml:"fw_version,omitempty" json:"-"`
 	HWRev            string `yaml:"hw_rev,omitempty" json:"-"`
 	BoardID          string `yaml:"board_id,omitempty" json:"-"`

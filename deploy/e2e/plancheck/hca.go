@@ -59,8 +59,16 @@ func (c *checker) hcas() {
 		switch {
 		case n.Device.Kind == profile.HCA && !listed[n]:
 			c.fail("%s: an HCA no GPU owns", n.Address)
-		case n.Device.Kind == profile.GPU && spec != nil && count[n] != spec.PerGPU:
-			c.fail("%s: GPU with %d HCAs, want %d", n.Address, count[n], spec.PerGPU)
+		case n.Device.Kind == profile.GPU && spec != nil && count[n] != hcasOf(spec, n.Device.Index):
+			c.fail("%s: GPU with %d HCAs, want %d", n.Address, count[n], hcasOf(spec, n.Device.Index))
 		}
 	}
+}
+
+// hcasOf is how many HCAs the GPU of device index should have.
+func hcasOf(spec *profile.HCASpec, index int) int {
+	if !spec.Carries(index) {
+		return 0
+	}
+	return spec.PerGPU
 }

@@ -95,6 +95,9 @@ func TestCheckPlanFindsBrokenPlans(t *testing.T) {
 		{"a GPU without its HCA", func(p *plan.Plan) {
 			p.Tree.HCAs = p.Tree.HCAs[1:]
 		}, "0000:53:00.0: GPU with 0 HCAs, want 1"},
+		{"an HCA on a GPU that carries none", func(p *plan.Plan) {
+			p.Machine.HCAs.GPUs = []int{1, 2, 3, 4, 5, 6, 7} // not GPU 0, at 0000:53:00.0
+		}, "0000:53:00.0: GPU with 1 HCAs, want 0"},
 		{"an HCA at a GPU's address", func(p *plan.Plan) {
 			nodeOf(p, "0000:54:00.0").Address = nodeOf(p, "0000:53:00.0").Address
 		}, "0000:53:00.0: two functions at one address"},

@@ -29,7 +29,8 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 
 // SuiteProfiles lists every built-in, every profile of
 // ../shared/testdata/nvml-mock-profiles, the consumer suite's own (two PCI
-// domains, VGA class, in deploy/e2e/programs/testdata/profiles), the repository's
+// domains, VGA class, roots without an HCA, in
+// deploy/e2e/programs/testdata/profiles), the repository's
 // profiles of nvml-mock's newest shapes and of a passthrough node
 // (repoShapes), and any named in ExtraProfilesEnv: the one profile set of
 // the consumer matrix and the Kubernetes suites.
