@@ -328,8 +328,8 @@ func ReadVerdicts(text string) Verdicts {
 	return v
 }
 
-// isVerdict reports whether a cell is a verdict: a mark (verdicts, – alone
-// for a cell not checked) or a row not run.
+// isVerdict reports whether a cell is a verdict: a mark (verdicts; –, alone
+// or before why, for a cell not checked) or a row not run.
 func isVerdict(cell string) bool {
-	return cell == "–" || strings.HasPrefix(cell, "✓") || strings.HasPrefix(cell, "✗") || strings.HasPrefix(cell, notRun)
+	return cell == "–" || strings.HasPrefix(cell, "– ") || strings.HasPrefix(cell, "✓") || strings.HasPrefix(cell, "✗") || strings.HasPrefix(cell, notRun)
 }
