@@ -40,6 +40,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -79,6 +80,9 @@ type suite struct {
 	// injector is whether containerd/nri's device-injector is supplied,
 	// which serves the claim's pod our tree.
 	injector bool
+	// dranet is the supplied dranet, "" without it: the rows of the HCAs
+	// are then not run.
+	dranet string
 }
 
 // TestDRA runs the driver on the node for every profile of the set.
@@ -105,6 +109,7 @@ func TestDRA(t *testing.T) {
 		bin:      overlaytest.BuildBinary(t),
 		sabotage: programs.Sabotage(t),
 	}
+	s.dranet, _ = programs.NeedSupplied(t, programs.Dranet)
 	mockNVML := filepath.Dir(found[programs.MockNVML])
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
@@ -133,6 +138,7 @@ func TestDRA(t *testing.T) {
 		}}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err, "create DeviceClass %s", deviceClass)
+	s.createNICClasses(t)
 	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
 
 	for _, p := range profiles {
@@ -161,8 +167,14 @@ func TestDRA(t *testing.T) {
 func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
 	var rows docmatrix.Rows
 	for _, p := range profiles {
+		m, err := overlay.LoadMachine(p.File, "")
+		require.NoError(t, err, "profile %s", p.Name)
+		checks := draChecks()
+		if m.HCAs != nil {
+			checks = append(checks, nicChecks()...)
+		}
 		t.Run(p.Name, func(t *testing.T) {
-			for _, c := range draChecks() {
+			for _, c := range checks {
 				t.Run(c, func(t *testing.T) {
 					rows.Expect(t, p.Name, c, "")
 					rows.NotRun(t, programs.NotRun(t.Name(), missing))
@@ -173,9 +185,10 @@ func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
 	kubetest.AppendMatrix(t, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):\n\n"+rows.Table("profile", "check", "result"))
 }
 
-// draChecks are the checks of a profile, each a row (profile).
+// draChecks are the checks of every profile, each a row (profile); a
+// profile with HCAs has nicChecks too.
 func draChecks() []string {
-	return []string{checkEscaped, checkSlices, checkFit, checkTooMany, checkVerify, checkUnprepare}
+	return []string{checkEscaped, checkSlices, checkFit, checkTooMany, checkVerify, checkUnprepare, checkGPUNUMA, checkGPUNUMATooMany}
 }
 
 // The checks' names.
@@ -220,6 +233,8 @@ type subject struct {
 	root, escaped, served string
 	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
+	// plan is the render's: where the HCAs and the node's own devices are.
+	plan *plan.Plan
 }
 
 // row is one profile's block of the matrix.
@@ -232,12 +247,18 @@ type row struct {
 	uneven        bool     // the profile's roots hold different numbers of GPUs
 	escapedRoots  int      // devices with pcieRoot when served escaped links
 	numa          string
-	fit, fitGot   string // the aligned claim and what it got
-	tooMany       string
-	tooManyGot    string
-	verify        string
-	unprepare     string
-	pass          string
+	// gpuNUMA is whether the driver published the standard numaNode on
+	// a GPU; gpuDevices are its devices by name.
+	gpuNUMA     bool
+	gpuDevices  map[string]resourcev1.Device
+	numaClaims  []string // the GPU claims on numaNode and what they got
+	nics        *nicRow  // the HCAs, on a profile with an infiniband block
+	fit, fitGot string   // the aligned claim and what it got
+	tooMany     string
+	tooManyGot  string
+	verify      string
+	unprepare   string
+	pass        string
 }
 
 func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
@@ -309,10 +330,29 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	devices, stop := s.publish(t, x, served, "the tree")
 	t.Cleanup(func() { s.unpublish(t, stop) })
 	r.devices = len(devices)
+	r.gpuDevices = map[string]resourcev1.Device{}
+	for _, d := range devices {
+		r.gpuDevices[d.Name] = d
+	}
 	rootOf := map[string]string{}
 	check(checkSlices, "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
 		rootOf = judgeSlices(t, x, devices, &r)
 	})
+
+	// dranet, beside it, before the claims: the slices judged hold both
+	// drivers'.
+	var hcas *hcaSubject
+	var nics map[string]resourcev1.Device
+	if x.plan.Tree.HCAs != nil {
+		hcas, r.nics = newHCASubject(x.plan), &nicRow{}
+		if s.dranet == "" {
+			for _, c := range nicChecks() {
+				check(c, "", func(t *testing.T) { s.checks.NotRun(t, programs.NotRun(t.Name(), programs.Dranet)) })
+			}
+		} else {
+			nics = s.publishNICs(t, x, hcas, r.nics, check)
+		}
+	}
 
 	// The claims: as many GPUs as the largest root holds, aligned on one
 	// root, and one more than any root holds (of the GPUs NVML lists: on
@@ -342,7 +382,13 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	}
 	var sl resourcev1.ResourceSliceList
 	require.NoError(t, json.Unmarshal(judged["resourceslices.json"], &sl), "resourceslices.json")
-	require.Len(t, devicesOf(sl.Items), len(devices), "the slices judged hold the devices published")
+	var gpuSlices []resourcev1.ResourceSlice
+	for _, item := range sl.Items {
+		if item.Spec.Driver == driverName {
+			gpuSlices = append(gpuSlices, item)
+		}
+	}
+	require.Len(t, devicesOf(gpuSlices), len(devices), "the slices judged hold the devices published")
 	var claims resourcev1.ResourceClaimList
 	require.NoError(t, json.Unmarshal(judged["resourceclaims.json"], &claims), "resourceclaims.json")
 	var pods corev1.PodList
@@ -424,6 +470,11 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		r.unprepare = "pod deleted -> spec removed, claim kept"
 	})
 	s.removePods(t)
+
+	s.gpuNUMA(t, x, &r, judged, check)
+	if nics != nil {
+		s.alignNICs(t, x, hcas, &r, nics, judged, check)
+	}
 }
 
 // objectFiles are the lists a profile's directory of judged objects
@@ -503,7 +554,7 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	x.root = filepath.Join(t.TempDir(), "tree")
 	// As the DaemonSet renders: the node's own PCI devices stay listed,
 	// which verify checks.
-	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
+	x.plan, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err, "render %s", p.Name)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
 	// What the plugin and our CDI spec (which the verify pod's annotation
@@ -657,7 +708,8 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 	}
 	rootOf := map[string]string{}
 	published := map[string]int{}
-	numa := map[string]int{} // devices by NUMA attribute
+	numa := map[string]int{}     // devices by NUMA attribute
+	forms := map[string]string{} // each NUMA attribute's form: int or list
 	for _, d := range devices {
 		bdf, ok := stringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
@@ -675,13 +727,14 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 				continue
 			}
 			numa[name]++
-			switch {
-			case g.NUMANode < 0:
-				t.Errorf("device %s (%s) has %s, but the profile gives it no NUMA node (-1)", d.Name, bdf, name)
-			case a.IntValue == nil:
-				t.Errorf("device %s (%s): %s is not an int: %+v", d.Name, bdf, name, a)
-			case *a.IntValue != int64(g.NUMANode):
-				t.Errorf("device %s (%s): %s %d, want the profile's NUMA node %d", d.Name, bdf, name, *a.IntValue, g.NUMANode)
+			if a.IntValues != nil {
+				forms[name] = "list"
+			} else if forms[name] == "" {
+				forms[name] = "int"
+			}
+			// Each form judged as the standard attribute is.
+			if _, err := judgeNUMA(resourcev1.Device{Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{numaNodeAttribute: a}}, g.NUMANode); err != nil {
+				t.Errorf("device %s (%s): %s: %v", d.Name, bdf, name, err)
 			}
 		}
 	}
@@ -698,10 +751,11 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 	if len(numa) > 0 {
 		var said []string
 		for _, name := range slices.Sorted(maps.Keys(numa)) {
-			said = append(said, fmt.Sprintf("%s on %d of %d GPUs, each the profile's NUMA node", name, numa[name], len(devices)))
+			said = append(said, fmt.Sprintf("%s (%s) on %d of %d GPUs, each the profile's NUMA node", name, forms[name], numa[name], len(devices)))
 		}
 		r.numa = strings.Join(said, "; ")
 	}
+	r.gpuNUMA = numa[numaNodeAttribute] > 0
 	return rootOf
 }
 
@@ -827,6 +881,18 @@ func writeMatrix(w *bytes.Buffer, rows []row) {
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
 		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
+		for _, c := range r.numaClaims {
+			fmt.Fprintf(w, "  claim %s\n", c)
+		}
+		if n := r.nics; n != nil {
+			fmt.Fprintf(w, "  dranet:        %d of %d HCAs published; without the tree %s\n", n.published, n.hcas, cmp.Or(n.noTree, "-"))
+			fmt.Fprintf(w, "  HCAs:          %s\n", cmp.Or(wrap(n.perHCA, 3, "\n                 "), "-"))
+			fmt.Fprintf(w, "  node's own:    %s\n", cmp.Or(n.nodeNICs, "-"))
+			for _, c := range n.claims {
+				fmt.Fprintf(w, "  claim %s\n", c)
+			}
+			fmt.Fprintf(w, "  prepare:       %s\n", cmp.Or(n.prepare, "-"))
+		}
 	}
 }
 

@@ -111,16 +111,18 @@ func suites() []suite {
 			},
 		},
 		{
-			// The driver reads pcieRoot alone from the tree: either
-			// sabotage loses it, so no claim aligned on a root is
-			// allocated and what follows the claim fails with it; the
-			// escaped-links control and the claim that must stay pending
-			// stay green.
+			// The drivers read pcieRoot from the tree: either sabotage
+			// loses it, so no claim aligned on a root is allocated and
+			// what follows the claim fails with it; the escaped-links
+			// control and the claims that must stay pending stay green.
+			// Neither leaves the driver a GPU's NUMA node (go-nvlib finds
+			// a GPU's numa_node through its link), so the rows matched on
+			// numaNode are not judged.
 			name: "DRA driver", pkg: "./deploy/e2e/dra",
 			run: "^TestDRA$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			red: map[string][]string{
-				programs.SabotageEscaped: append(draRows("built-in dgx-a100"), draRows("vfio-passthrough")...),
-				programs.SabotageNoTree:  append(draRows("built-in dgx-a100"), draRows("vfio-passthrough")...),
+				programs.SabotageEscaped: slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough")),
+				programs.SabotageNoTree:  slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough")),
 			},
 		},
 		{
@@ -142,6 +144,18 @@ func suites() []suite {
 func draRows(profile string) []string {
 	var rows []string
 	for _, check := range []string{"slices", "claim fit", "verify in the claim's pod", "unprepare"} { // the DRA suite's checkSlices, checkFit, checkVerify, checkUnprepare
+		rows = append(rows, profile+" | "+check)
+	}
+	return rows
+}
+
+// nicRows are the DRA suite's rows of a profile's HCAs (dranet's; not
+// run without it) that need the tree's pcieRoot: the node's own NIC is
+// among them because a GPU of the profile shares its root id only through
+// the tree.
+func nicRows(profile string) []string {
+	var rows []string
+	for _, check := range []string{"dranet slices", "GPU+HCA on each root", "GPUs+HCA on one root", "the node's own NIC", "prepare GPU+HCA"} { // the DRA suite's checkNICSlices, checkAlignRoot, checkAlignRootMost, checkNodeNIC, checkNICPrepare
 		rows = append(rows, profile+" | "+check)
 	}
 	return rows
