@@ -79,6 +79,11 @@ type Options struct {
 	// each in namespaces of its own with its own address (nodes.go), and
 	// no node beside the control plane. Zero is the single node.
 	Workers int
+	// FeatureGates are set on every component of the cluster (the API
+	// server, the controller manager, the scheduler and each kubelet), as
+	// --feature-gates takes them: "DRAListTypeAttributes=true". None by
+	// default: the release's own defaults.
+	FeatureGates []string
 }
 
 // Cluster is one running Kubernetes.
@@ -111,8 +116,9 @@ type Cluster struct {
 	stopped  bool
 	// workers is Options.Workers; apiAddress is the API server's
 	// host:port, in the control plane's network.
-	workers    int
-	apiAddress string
+	workers      int
+	featureGates []string
+	apiAddress   string
 	// paths are the host's; the zero value the real ones.
 	paths hostPaths
 	// containers are the IDs of every pod sandbox and container the
@@ -137,7 +143,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	overlaytest.RequireProgram(t, "ip", "iproute2")
 	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
 	began := time.Now()
-	c := &Cluster{progress: opts.Progress, workers: opts.Workers, apiAddress: apiServerAddress}
+	c := &Cluster{progress: opts.Progress, workers: opts.Workers, featureGates: opts.FeatureGates, apiAddress: apiServerAddress}
 	if c.progress == nil {
 		c.progress = os.Stderr
 	}
@@ -482,7 +488,7 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 	c.waitFor(t, etcd, "etcd "+etcdClientURL, startTimeout, func() error { return c.get(plain, etcdClientURL+"/health") })
 
 	kube := func(name string) string { return filepath.Join(c.bins.kube, name) }
-	apiserver := c.start(t, c.initPID, Program{Name: "kube-apiserver", Args: []string{kube("kube-apiserver"),
+	apiserver := c.start(t, c.initPID, Program{Name: "kube-apiserver", Args: append([]string{kube("kube-apiserver"),
 		"--etcd-servers", etcdClientURL,
 		"--bind-address", c.apiBindAddress(), "--advertise-address", c.apiHost(),
 		"--secure-port", c.apiPort(),
@@ -495,7 +501,7 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--endpoint-reconciler-type", "none",
 		"--allow-privileged",
-		"--kubelet-preferred-address-types", "InternalIP,Hostname"}})
+		"--kubelet-preferred-address-types", "InternalIP,Hostname"}, c.gates()...)})
 	var authed *http.Client
 	c.waitFor(t, apiserver, "kube-apiserver https://"+c.apiAddress, startTimeout, func() error {
 		if authed == nil {
@@ -520,6 +526,7 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 
 	common := []string{"--kubeconfig", c.Kubeconfig, "--authentication-kubeconfig", c.Kubeconfig, "--authorization-kubeconfig", c.Kubeconfig,
 		"--bind-address", "127.0.0.1", "--leader-elect=false"}
+	common = append(common, c.gates()...)
 	cm := c.start(t, c.initPID, Program{Name: "kube-controller-manager", Args: append([]string{kube("kube-controller-manager"),
 		"--secure-port", "10257",
 		"--service-account-private-key-file", filepath.Join(c.Dir, "sa.key"),
@@ -551,10 +558,10 @@ func (n *Node) startKubelet(t testing.TB) {
 	if err := os.WriteFile(config, []byte(n.kubeletConfig()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	kubelet := c.start(t, n.initPID, Program{Name: n.logName("kubelet"), Args: []string{filepath.Join(c.bins.kube, "kubelet"),
+	kubelet := c.start(t, n.initPID, Program{Name: n.logName("kubelet"), Args: append([]string{filepath.Join(c.bins.kube, "kubelet"),
 		"--config", config, "--kubeconfig", c.Kubeconfig, "--v", "3",
 		"--root-dir", n.KubeletRootDir, "--cert-dir", filepath.Join(n.KubeletRootDir, "pki"),
-		"--hostname-override", n.Name, "--node-ip", n.Address}})
+		"--hostname-override", n.Name, "--node-ip", n.Address}, c.gates()...)})
 	c.waitFor(t, kubelet, "kubelet (Node "+n.Name+" Ready)", startTimeout, func() error {
 		node, err := c.Client.CoreV1().Nodes().Get(context.Background(), n.Name, metav1.GetOptions{})
 		if err != nil {
@@ -578,6 +585,14 @@ func (n *Node) startKubelet(t testing.TB) {
 	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), n.Name, []byte(patch)); err != nil {
 		t.Fatalf("cluster: give the node its Hostname address: %v", err)
 	}
+}
+
+// gates is the --feature-gates flag of Options.FeatureGates, none without.
+func (c *Cluster) gates() []string {
+	if len(c.featureGates) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates", strings.Join(c.featureGates, ",")}
 }
 
 // kubeletConfig is the KubeletConfiguration this machine needs
