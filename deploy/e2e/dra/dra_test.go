@@ -83,14 +83,58 @@ type suite struct {
 	// dranet is the supplied dranet, "" without it: the rows of the HCAs
 	// are then not run.
 	dranet string
+	opts   suiteOptions
 }
 
 // TestDRA runs the driver on the node for every profile of the set.
 func TestDRA(t *testing.T) {
+	began := time.Now()
+	profiles := programs.SuiteProfiles(t)
+	s := startSuite(t, profiles, suiteOptions{})
+	if s == nil {
+		return
+	}
+	for _, p := range profiles {
+		t.Run(p.Name, func(t *testing.T) { s.profile(t, p) })
+	}
+	s.appendMatrix(t, "", began)
+
+	// Roots that hold different numbers of GPUs are where aligning can
+	// go wrong (the claim must land on a largest one): a set with no such
+	// profile passing would prove that for none, silently.
+	switch {
+	case s.sabotage != "":
+	case len(s.rows) < len(profiles):
+		t.Logf("%d of %d profiles ran (-run): not judging whether the set has uneven roots", len(s.rows), len(profiles))
+	case !slices.ContainsFunc(s.rows, func(r row) bool { return r.pass == "ok" && r.uneven }):
+		t.Errorf("no passing profile has roots holding different numbers of GPUs: the uneven case went unproven")
+	}
+}
+
+// suiteOptions are what a suite's node and drivers run with; the zero
+// value is the release's defaults.
+type suiteOptions struct {
+	// featureGates are set on the cluster and on both drivers.
+	featureGates []string
+}
+
+// driverGates is a driver's --feature-gates flag of featureGates, none
+// without.
+func (o suiteOptions) driverGates() []string {
+	if len(o.featureGates) == 0 {
+		return nil
+	}
+	return []string{"--feature-gates=" + strings.Join(o.featureGates, ",")}
+}
+
+// startSuite starts the node with the programs the profiles need, or, if
+// the driver or nvml-mock's NVML is not supplied, reports every profile's
+// rows not run and returns nil.
+func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOptions) *suite {
+	t.Helper()
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t)
 	began := time.Now()
-	profiles := programs.SuiteProfiles(t)
 	// No registry serves the driver or nvml-mock's NVML (the stand-in
 	// serves GFD, not the driver): without either, every profile's rows
 	// are not run. Without the device-injector, which serves the claim's
@@ -100,7 +144,7 @@ func TestDRA(t *testing.T) {
 		p, ok := programs.NeedSupplied(t, name)
 		if !ok {
 			notRunDRA(t, profiles, name)
-			return
+			return nil
 		}
 		found[name] = p
 	}
@@ -108,6 +152,7 @@ func TestDRA(t *testing.T) {
 		plugin:   found[programs.GPUKubeletPlugin],
 		bin:      overlaytest.BuildBinary(t),
 		sabotage: programs.Sabotage(t),
+		opts:     opts,
 	}
 	s.dranet, _ = programs.NeedSupplied(t, programs.Dranet)
 	mockNVML := filepath.Dir(found[programs.MockNVML])
@@ -118,7 +163,7 @@ func TestDRA(t *testing.T) {
 	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
 	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
 
-	s.c = kubetest.Start(t, kubetest.Options{})
+	s.c = kubetest.Start(t, kubetest.Options{FeatureGates: opts.featureGates})
 	// The route docs/user/dra.md gives DRA workloads: an annotation naming
 	// our device, which containerd/nri's device-injector turns into a CDI
 	// injection beside the claim's devices.
@@ -140,25 +185,16 @@ func TestDRA(t *testing.T) {
 	require.NoError(t, err, "create DeviceClass %s", deviceClass)
 	s.createNICClasses(t)
 	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
+	return s
+}
 
-	for _, p := range profiles {
-		t.Run(p.Name, func(t *testing.T) { s.profile(t, p) })
-	}
+// appendMatrix adds the suite's matrix to the Kubernetes matrix, under a
+// heading that says what it ran with (about, "" for the defaults).
+func (s *suite) appendMatrix(t *testing.T, about string, began time.Time) {
 	var buf bytes.Buffer
-	writeMatrix(&buf, s.rows)
+	writeMatrix(&buf, about, s.rows)
 	fmt.Fprintf(&buf, "\n%d profiles on one node in %s; the API objects judged are in bin/k8s/<profile>/\n\n%s", len(s.rows), time.Since(began).Round(time.Second), s.checks.Table("profile", "check", "result"))
 	kubetest.AppendMatrix(t, buf.String())
-
-	// Roots that hold different numbers of GPUs are where aligning can
-	// go wrong (the claim must land on a largest one): a set with no such
-	// profile passing would prove that for none, silently.
-	switch {
-	case s.sabotage != "":
-	case len(s.rows) < len(profiles):
-		t.Logf("%d of %d profiles ran (-run): not judging whether the set has uneven roots", len(s.rows), len(profiles))
-	case !slices.ContainsFunc(s.rows, func(r row) bool { return r.pass == "ok" && r.uneven }):
-		t.Errorf("no passing profile has roots holding different numbers of GPUs: the uneven case went unproven")
-	}
 }
 
 // notRunDRA reports every profile's rows as not run, their program
@@ -363,8 +399,8 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	r.uneven = slices.Min(counts) != most
 	fit := s.claim(t, "fit", most)
 	tooMany := s.claim(t, "too-many", most+1)
-	r.fit = fmt.Sprintf("%d GPUs, one pcieRoot", most)
-	r.tooMany = fmt.Sprintf("%d GPUs, one pcieRoot", most+1)
+	r.fit = fmt.Sprintf("%s, one pcieRoot", count(most, "GPU"))
+	r.tooMany = fmt.Sprintf("%s, one pcieRoot", count(most+1, "GPU"))
 	s.verifyPod(t, "fit", fit.Name)
 	s.holdPod(t, "too-many", tooMany.Name)
 	// Running once verify, its init container, has passed; Failed if
@@ -402,7 +438,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		podNamed[pods.Items[i].Name] = &pods.Items[i]
 	}
 
-	check(checkFit, fmt.Sprintf("%d GPUs allocated on one pcieRoot, a largest", most), func(t *testing.T) {
+	check(checkFit, fmt.Sprintf("%s allocated on one pcieRoot, a largest", count(most, "GPU")), func(t *testing.T) {
 		fitClaim := got["fit"]
 		require.NotNil(t, fitClaim, "claim fit")
 		require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated (pod fit: %s)", unschedulable(podNamed["fit"]))
@@ -587,13 +623,14 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 	kubelet := s.c.KubeletRootDir
 	proc := s.c.Start(t, kubetest.Program{
 		Name: "gpu-kubelet-plugin",
-		Args: []string{s.plugin,
+		Args: append([]string{s.plugin,
 			"--node-name", kubetest.NodeName, "--namespace", namespace,
 			"--image-name", "nvml-mock-sysfs-test", "--kubeconfig", s.c.Kubeconfig,
 			"--nvidia-driver-root", s.driverRoot, "--container-driver-root", s.driverRoot,
 			"--nvidia-cdi-hook-path", s.hook, "--cdi-root", s.c.Runtime.CDIDir,
 			"--kubelet-registrar-directory-path", filepath.Join(kubelet, "plugins_registry"),
 			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
+			s.opts.driverGates()...),
 		Env:    []string{"MOCK_NVML_CONFIG=" + x.nvml, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
 		Served: &overlaytest.Served{Root: root},
 	})
@@ -870,9 +907,10 @@ func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
 	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
 }
 
-// writeMatrix prints the matrix, one profile a block.
-func writeMatrix(w *bytes.Buffer, rows []row) {
-	fmt.Fprintln(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler "+programs.KubeVersion+"):")
+// writeMatrix prints the matrix, one profile a block, under a heading
+// that says what the suite ran with (about, "" for the defaults).
+func writeMatrix(w *bytes.Buffer, about string, rows []row) {
+	fmt.Fprintf(w, "DRA driver on a real node (gpu-kubelet-plugin, kube-scheduler %s%s):\n", programs.KubeVersion, about)
 	for _, r := range rows {
 		fmt.Fprintf(w, "\n%s: %s\n", r.name, r.pass)
 		fmt.Fprintf(w, "  slices:        %s; GPUs per pcieRoot %s; with escaped links %d devices with pcieRoot\n", r.published(), cmp.Or(r.roots, "-"), r.escapedRoots)

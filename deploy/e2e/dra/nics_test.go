@@ -127,11 +127,11 @@ func (s *suite) startDranet(t *testing.T, root string) *kubetest.Process {
 	t.Helper()
 	return s.c.Start(t, kubetest.Program{
 		Name: "dranet",
-		Args: []string{s.dranet,
+		Args: append([]string{s.dranet,
 			"--hostname-override", kubetest.NodeName, "--kubeconfig", s.c.Kubeconfig,
 			"--kubelet-root-dir", s.c.KubeletRootDir, "--db-path", "",
 			"--cloud-provider-hint", "NONE", "--profile-provider", "none",
-			"--bind-address", "127.0.0.1:0", "-v", "2"},
+			"--bind-address", "127.0.0.1:0", "-v", "2"}, s.opts.driverGates()...),
 		Served: &overlaytest.Served{Root: root, Binds: []overlaytest.Bind{{Source: filepath.Dir(s.c.Runtime.NRISocket), Target: "/run/nri"}}},
 	})
 }
@@ -541,14 +541,14 @@ func (s *suite) gpuNUMA(t *testing.T, x *subject, r *row, judged map[string][]by
 		asked{name: "numa-fit", attribute: numaNodeAttribute, reqs: []request{gpus(most)}},
 		asked{name: "numa-too-many", attribute: numaNodeAttribute, reqs: []request{gpus(most + 1)}})
 	attrs := attributes{driverName: r.gpuDevices}
-	check(checkGPUNUMA, fmt.Sprintf("%d GPUs allocated on one numaNode, a largest", most), func(t *testing.T) {
+	check(checkGPUNUMA, fmt.Sprintf("%s allocated on one numaNode, a largest", count(most, "GPU")), func(t *testing.T) {
 		g := res.got(t, "numa-fit")
 		node, said := attrs.oneValue(t, g, "numa-fit", numaNodeAttribute)
 		require.Len(t, g.devices, most)
-		r.numaClaims = append(r.numaClaims, fmt.Sprintf("(%d GPUs, one numaNode) -> %s: node %s", most, said, node))
+		r.numaClaims = append(r.numaClaims, fmt.Sprintf("(%s, one numaNode) -> %s: node %s", count(most, "GPU"), said, node))
 	})
 	check(checkGPUNUMATooMany, "pending, with the scheduler's reason", func(t *testing.T) {
-		r.numaClaims = append(r.numaClaims, fmt.Sprintf("(%d GPUs, one numaNode) -> %s", most+1, pendingWithReason(t, res.got(t, "numa-too-many"), "numa-too-many")))
+		r.numaClaims = append(r.numaClaims, fmt.Sprintf("(%s, one numaNode) -> %s", count(most+1, "GPU"), pendingWithReason(t, res.got(t, "numa-too-many"), "numa-too-many")))
 	})
 }
 
@@ -581,6 +581,10 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 		return `"pcieRoot" in device.attributes["resource.kubernetes.io"] && device.attributes["resource.kubernetes.io"].pcieRoot == "` + root + `"`
 	}
 	onNode := func(node int) string {
+		// The list form (KEP-6072) is a list in CEL too.
+		if s.opts.listAttributes() {
+			return fmt.Sprintf(`"numaNode" in device.attributes["resource.kubernetes.io"] && %d in device.attributes["resource.kubernetes.io"].numaNode`, node)
+		}
 		return fmt.Sprintf(`"numaNode" in device.attributes["resource.kubernetes.io"] && device.attributes["resource.kubernetes.io"].numaNode == %d`, node)
 	}
 
@@ -606,17 +610,17 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 	res = s.allocate(t, judged,
 		asked{name: "align-most", attribute: programs.PCIeRootAttribute, reqs: []request{gpus(mostBesideHCA), hca(hcaClass, "")}},
 		asked{name: "align-too-many", attribute: programs.PCIeRootAttribute, reqs: []request{gpus(mostBesideHCA + 1), hca(hcaClass, "")}})
-	check(checkAlignRootMost, fmt.Sprintf("%d GPUs and an HCA on one pcieRoot that has an HCA", mostBesideHCA), func(t *testing.T) {
+	check(checkAlignRootMost, fmt.Sprintf("%s and an HCA on one pcieRoot that has an HCA", count(mostBesideHCA, "GPU")), func(t *testing.T) {
 		root, said := attrs.oneValue(t, res.got(t, "align-most"), "align-most", programs.PCIeRootAttribute)
 		require.True(t, hcaRoots[root], "claim align-most on %s, a root with no HCA", root)
 		note := ""
 		if len(hcaRoots) < len(x.perRoot) {
 			note = fmt.Sprintf("; %d of %d roots have an HCA", len(hcaRoots), len(x.perRoot))
 		}
-		n.claims = append(n.claims, fmt.Sprintf("(%d GPUs + 1 HCA, pcieRoot) -> %s%s", mostBesideHCA, said, note))
+		n.claims = append(n.claims, fmt.Sprintf("(%s + 1 HCA, pcieRoot) -> %s%s", count(mostBesideHCA, "GPU"), said, note))
 	})
 	check(checkAlignRootTooMany, "pending, with the scheduler's reason", func(t *testing.T) {
-		n.claims = append(n.claims, fmt.Sprintf("(%d GPUs + 1 HCA, pcieRoot) -> %s", mostBesideHCA+1, pendingWithReason(t, res.got(t, "align-too-many"), "align-too-many")))
+		n.claims = append(n.claims, fmt.Sprintf("(%s + 1 HCA, pcieRoot) -> %s", count(mostBesideHCA+1, "GPU"), pendingWithReason(t, res.got(t, "align-too-many"), "align-too-many")))
 	})
 
 	// The same on numaNode: a GPU beside the HCA of each NUMA node, and
@@ -650,7 +654,7 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 			}
 		})
 		check(checkAlignNUMATooMany, "pending, with the scheduler's reason", func(t *testing.T) {
-			n.claims = append(n.claims, fmt.Sprintf("(%d GPUs + 1 HCA, numaNode) -> %s", mostOnNode+1, pendingWithReason(t, res.got(t, "numa-align-too-many"), "numa-align-too-many")))
+			n.claims = append(n.claims, fmt.Sprintf("(%s + 1 HCA, numaNode) -> %s", count(mostOnNode+1, "GPU"), pendingWithReason(t, res.got(t, "numa-align-too-many"), "numa-align-too-many")))
 		})
 	}
 
