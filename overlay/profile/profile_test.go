@@ -110,6 +110,20 @@ func TestNormalizeWithoutTopology(t *testing.T) {
 	require.Equal(t, uint64(256<<20), m.Devices[0].BAR1Bytes, "the T4 board's BAR1 when the profile has none")
 }
 
+// requireSameMachine requires each of outs, an effective profile written
+// out, to read back as the machine m.
+func requireSameMachine(t *testing.T, m *Machine, outs ...[]byte) {
+	t.Helper()
+	for _, out := range outs {
+		p, err := Parse("effective", out)
+		require.NoError(t, err)
+		again, err := Normalize("effective", p, Options{})
+		require.NoError(t, err)
+		again.Source = m.Source
+		require.Equal(t, m, again)
+	}
+}
+
 func TestEffectiveRoundTrip(t *testing.T) {
 	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml",
 		"../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"} // infiniband.gpus
@@ -125,14 +139,7 @@ func TestEffectiveRoundTrip(t *testing.T) {
 			jsonOut, err := MarshalJSON(m.Effective())
 			require.NoError(t, err)
 			require.Contains(t, string(jsonOut), `"device_id": "0x`)
-			for _, out := range [][]byte{yamlOut, jsonOut} {
-				p, err := Parse("effective", out)
-				require.NoError(t, err)
-				again, err := Normalize("effective", p, Options{})
-				require.NoError(t, err)
-				again.Source = m.Source
-				require.Equal(t, m, again)
-			}
+			requireSameMachine(t, m, yamlOut, jsonOut)
 		})
 	}
 }

@@ -660,20 +660,11 @@ func (s *suite) waitPublished(t *testing.T, proc *kubetest.Process, what string,
 	t.Helper()
 	var devices []resourcev1.Device
 	s.c.Wait(t, what, slicesTimeout, func() error {
-		select {
-		case <-proc.Exited():
-			t.Fatalf("the kubelet plugin exited:\n%s", proc.LogTail())
-		default:
-		}
-		list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
-		if err != nil {
+		var err error
+		if devices, err = s.published(t, proc, driverName); err != nil {
 			return err
 		}
-		devices = devicesOf(list.Items)
-		if err := want(devices); err != nil {
-			return fmt.Errorf("%d slices: %w", len(list.Items), err)
-		}
-		return nil
+		return want(devices)
 	})
 	s.waitRegistered(t, proc, 1)
 	return devices
@@ -696,6 +687,22 @@ func (s *suite) waitRegistered(t *testing.T, proc *kubetest.Process, n int) {
 		}
 		return nil
 	})
+}
+
+// published lists the devices of the driver's ResourceSlices, failing
+// at once if its plugin proc exited.
+func (s *suite) published(t *testing.T, proc *kubetest.Process, driver string) ([]resourcev1.Device, error) {
+	t.Helper()
+	select {
+	case <-proc.Exited():
+		t.Fatalf("the kubelet plugin of %s exited:\n%s", driver, proc.LogTail())
+	default:
+	}
+	list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
+	if err != nil {
+		return nil, err
+	}
+	return devicesOf(list.Items), nil
 }
 
 // devicesOf lists the devices of slices.
@@ -785,6 +792,9 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 		r.perGPU = append(r.perGPU, name+" "+rootOf[name])
 	}
 	r.numa = "none on any GPU device (this driver version publishes no NUMA attribute on a GPU)"
+	if !slices.ContainsFunc(x.gpus, func(g profile.Device) bool { return g.NUMANode >= 0 }) {
+		r.numa = "none on any GPU device, as the profile gives none a NUMA node (-1)"
+	}
 	if len(numa) > 0 {
 		var said []string
 		for _, name := range slices.Sorted(maps.Keys(numa)) {

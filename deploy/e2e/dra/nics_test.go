@@ -136,20 +136,6 @@ func (s *suite) startDranet(t *testing.T, root string) *kubetest.Process {
 	})
 }
 
-// nicDevices lists dranet's devices, failing at once if proc exited.
-func (s *suite) nicDevices(t *testing.T, proc *kubetest.Process) ([]resourcev1.Device, error) {
-	select {
-	case <-proc.Exited():
-		t.Fatalf("dranet exited:\n%s", proc.LogTail())
-	default:
-	}
-	list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + nicDriver})
-	if err != nil {
-		return nil, err
-	}
-	return devicesOf(list.Items), nil
-}
-
 // nicAddress is a dranet device's PCI address, lower-case, or "".
 func nicAddress(d resourcev1.Device) string {
 	a, _ := stringAttribute(d, nicPCIAddress)
@@ -166,7 +152,7 @@ func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, 
 		var devices []resourcev1.Device
 		s.c.Wait(t, "dranet, served the node's own /sys, publishes the node's own NIC", slicesTimeout, func() error {
 			var err error
-			if devices, err = s.nicDevices(t, proc); err != nil {
+			if devices, err = s.published(t, proc, nicDriver); err != nil {
 				return err
 			}
 			for _, d := range devices {
@@ -197,7 +183,7 @@ func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, 
 	check(checkNICSlices, "a device per HCA, with its GPU's pcieRoot and NUMA node", func(t *testing.T) {
 		s.c.Wait(t, fmt.Sprintf("%s: dranet's slices hold the %d HCAs", x.Name, len(h.hcas)), slicesTimeout, func() error {
 			var err error
-			if devices, err = s.nicDevices(t, proc); err != nil {
+			if devices, err = s.published(t, proc, nicDriver); err != nil {
 				return err
 			}
 			n := 0
@@ -449,8 +435,8 @@ func appendItems(a, b []byte) ([]byte, error) {
 	return json.Marshal(la)
 }
 
-// got is what a claim was allocated: each device with its driver's
-// attribute value, or the pod's unschedulable reason.
+// got is what a claim came to: the devices allocated, or why the
+// scheduler did not place its pod.
 type got struct {
 	devices []resourcev1.DeviceRequestAllocationResult
 	pending string
