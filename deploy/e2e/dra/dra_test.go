@@ -695,7 +695,7 @@ func (s *suite) published(t *testing.T, proc *kubetest.Process, driver string) (
 	t.Helper()
 	select {
 	case <-proc.Exited():
-		t.Fatalf("the kubelet plugin of %s exited:\n%s", driver, proc.LogTail())
+		t.Fatalf("the kubelet plugin exited (driver %s):\n%s", driver, proc.LogTail())
 	default:
 	}
 	list, err := s.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
