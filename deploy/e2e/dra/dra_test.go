@@ -135,27 +135,20 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t)
 	began := time.Now()
-	// No registry serves the driver or nvml-mock's NVML (the stand-in
-	// serves GFD, not the driver): without either, every profile's rows
-	// are not run. Without the device-injector, which serves the claim's
-	// pod our tree, the rows of that pod are not run.
-	found := map[string]string{}
-	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML} {
-		p, ok := programs.NeedSupplied(t, name)
-		if !ok {
-			notRunDRA(t, profiles, name)
-			return nil
-		}
-		found[name] = p
+	// Without the device-injector, which serves the claim's pod our tree,
+	// the rows of that pod are not run.
+	plugin, mockNVML, missing := suppliedDriver(t)
+	if missing != "" {
+		notRunDRA(t, profiles, missing)
+		return nil
 	}
 	s := &suite{
-		plugin:   found[programs.GPUKubeletPlugin],
+		plugin:   plugin,
 		bin:      overlaytest.BuildBinary(t),
 		sabotage: programs.Sabotage(t),
 		opts:     opts,
 	}
 	s.dranet, _ = programs.NeedSupplied(t, programs.Dranet)
-	mockNVML := filepath.Dir(found[programs.MockNVML])
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
 	require.NoError(t, programs.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
@@ -176,16 +169,27 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 		},
 		Entrypoint: []string{"/pause"},
 	}, containerdtest.CRINamespace)
-	_, err := s.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: deviceClass},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-			Expression: `device.driver == "` + driverName + `" && device.attributes["` + driverName + `"].type == "gpu"`,
-		}}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err, "create DeviceClass %s", deviceClass)
+	s.c.CreateDeviceClass(t, deviceClass, `device.driver == "`+driverName+`" && device.attributes["`+driverName+`"].type == "gpu"`)
 	s.createNICClasses(t)
 	t.Logf("node and programs ready in %s", time.Since(began).Round(time.Second))
 	return s
+}
+
+// suppliedDriver finds the driver's kubelet plugin and the directory of
+// nvml-mock's NVML. No registry serves either (the stand-in serves GFD,
+// not the driver): missing names the first not supplied, whose absence
+// makes every row of a suite not run; "" when both are.
+func suppliedDriver(t *testing.T) (plugin, mockNVML, missing string) {
+	t.Helper()
+	plugin, ok := programs.NeedSupplied(t, programs.GPUKubeletPlugin)
+	if !ok {
+		return "", "", programs.GPUKubeletPlugin
+	}
+	nvml, ok := programs.NeedSupplied(t, programs.MockNVML)
+	if !ok {
+		return "", "", programs.MockNVML
+	}
+	return plugin, filepath.Dir(nvml), ""
 }
 
 // appendMatrix adds the suite's matrix to the Kubernetes matrix, under a

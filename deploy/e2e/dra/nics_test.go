@@ -76,16 +76,8 @@ func nicChecks() []string {
 // createNICClasses creates the DeviceClasses of dranet's devices.
 func (s *suite) createNICClasses(t *testing.T) {
 	t.Helper()
-	for name, expr := range map[string]string{
-		hcaClass:    `device.driver == "` + nicDriver + `" && "pciVendor" in device.attributes["` + nicDriver + `"] && device.attributes["` + nicDriver + `"].pciVendor == "` + mellanox + `"`,
-		anyNICClass: `device.driver == "` + nicDriver + `"`,
-	} {
-		_, err := s.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expr}}}},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err, "create DeviceClass %s", name)
-	}
+	s.c.CreateDeviceClass(t, hcaClass, `device.driver == "`+nicDriver+`" && "pciVendor" in device.attributes["`+nicDriver+`"] && device.attributes["`+nicDriver+`"].pciVendor == "`+mellanox+`"`)
+	s.c.CreateDeviceClass(t, anyNICClass, `device.driver == "`+nicDriver+`"`)
 }
 
 // nicRow is what a profile's block of the matrix says of the HCAs.
@@ -368,26 +360,25 @@ func (s *suite) allocate(t *testing.T, judged map[string][]byte, claims ...asked
 			return fmt.Errorf("claim %s: not allocated, pod %s %s", name, name, p.Status.Phase)
 		})
 	}
-	out := round{claims: map[string]*resourcev1.ResourceClaim{}, pods: map[string]*corev1.Pod{}}
+	// This round's lists, judged here and kept beside the rounds before.
+	lists := map[string][]byte{}
 	for _, file := range []string{"resourceclaims.json", "pods.json"} {
 		b, err := s.list(file)
 		require.NoError(t, err, "%s", file)
+		lists[file] = b
 		judged[file], err = appendItems(judged[file], b)
 		require.NoError(t, err, "%s", file)
 	}
+	out := round{claims: map[string]*resourcev1.ResourceClaim{}, pods: map[string]*corev1.Pod{}}
 	var cl resourcev1.ResourceClaimList
-	require.NoError(t, json.Unmarshal(judged["resourceclaims.json"], &cl))
+	require.NoError(t, json.Unmarshal(lists["resourceclaims.json"], &cl))
 	for i := range cl.Items {
-		if slices.Contains(names, cl.Items[i].Name) {
-			out.claims[cl.Items[i].Name] = &cl.Items[i]
-		}
+		out.claims[cl.Items[i].Name] = &cl.Items[i]
 	}
 	var pl corev1.PodList
-	require.NoError(t, json.Unmarshal(judged["pods.json"], &pl))
+	require.NoError(t, json.Unmarshal(lists["pods.json"], &pl))
 	for i := range pl.Items {
-		if slices.Contains(names, pl.Items[i].Name) {
-			out.pods[pl.Items[i].Name] = &pl.Items[i]
-		}
+		out.pods[pl.Items[i].Name] = &pl.Items[i]
 	}
 	return out
 }
@@ -644,7 +635,7 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 		})
 	}
 
-	s.nodeNIC(t, x, h, n, nics, attrs, judged, check)
+	s.nodeNIC(t, x, h, n, attrs, judged, check)
 	s.prepareAligned(t, perRoot[0], n, check)
 }
 
@@ -652,10 +643,10 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 // own NIC is a dranet device too, and where its root id is one a GPU of
 // the profile has (pci0000:00), a class of every NIC aligns that GPU
 // with it though they share no bus. The HCA class leaves it out.
-func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, nics map[string]resourcev1.Device, attrs attributes, judged map[string][]byte, check func(string, string, func(*testing.T))) {
+func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, attrs attributes, judged map[string][]byte, check func(string, string, func(*testing.T))) {
 	check(checkNodeNIC, "the HCA class leaves it out; where its root id is a GPU's, a class of every NIC aligns them", func(t *testing.T) {
 		var own resourcev1.Device
-		for _, d := range nics {
+		for _, d := range attrs[nicDriver] {
 			if h.host[nicAddress(d)] {
 				if _, ok := stringAttribute(d, programs.PCIeRootAttribute); ok {
 					own = d

@@ -118,23 +118,19 @@ func TestVFIOPassthrough(t *testing.T) {
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t, "nsenter", "chroot")
 	began := time.Now()
-	found := map[string]string{}
-	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML} {
-		path, ok := programs.NeedSupplied(t, name)
-		if !ok {
-			notRunPassthrough(t, name)
-			return
-		}
-		found[name] = path
+	plugin, mockNVML, missing := suppliedDriver(t)
+	if missing != "" {
+		notRunPassthrough(t, missing)
+		return
 	}
 	overlaytest.RequireFUSE(t)
 	// The driver waits for a GPU to be free with the node's fuser (chroot
 	// into its host root): without one it retries for a minute and fails.
 	overlaytest.RequireProgram(t, "fuser", "psmisc")
 
-	p := &passthrough{suite: &suite{plugin: found[programs.GPUKubeletPlugin], bin: overlaytest.BuildBinary(t)}, detail: map[string]string{}}
+	p := &passthrough{suite: &suite{plugin: plugin, bin: overlaytest.BuildBinary(t)}, detail: map[string]string{}}
 	dir := t.TempDir()
-	p.setup(t, dir, filepath.Dir(found[programs.MockNVML]))
+	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
 	p.objects = kubetest.ObjectsDir(t, "vfio-passthrough")
 	p.c.Runtime.Import(t, ociimage.Image{
@@ -142,13 +138,7 @@ func TestVFIOPassthrough(t *testing.T) {
 		Files:      []ociimage.File{{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755}},
 		Entrypoint: []string{"/pause"},
 	}, containerdtest.CRINamespace)
-	_, err := p.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
-		ObjectMeta: metav1.ObjectMeta{Name: vfioClass},
-		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-			Expression: `device.driver == "` + driverName + `" && device.attributes["` + driverName + `"].type == "vfio"`,
-		}}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err, "create DeviceClass %s", vfioClass)
+	p.c.CreateDeviceClass(t, vfioClass, `device.driver == "`+driverName+`" && device.attributes["`+driverName+`"].type == "vfio"`)
 	p.serveWritable(t, dir)
 	p.nodeVFIODir(t)
 	p.lap(began, "node, programs and serve --writable ready")

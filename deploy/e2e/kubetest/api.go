@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -63,6 +64,19 @@ func (c *Cluster) waitPod(namespace, name string, timeout time.Duration, done fu
 	}
 	c.logf("%s ready in %s", what, r.took.Round(time.Millisecond))
 	return pod, nil
+}
+
+// CreateDeviceClass creates the DeviceClass name, selecting the devices
+// the CEL expression accepts: the class a suite's claims ask for.
+func (c *Cluster) CreateDeviceClass(t testing.TB, name, expression string) {
+	t.Helper()
+	_, err := c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: expression}}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create DeviceClass %s: %v", name, err)
+	}
 }
 
 // Unpublish clears what a stopped DRA kubelet plugin of driver left, so

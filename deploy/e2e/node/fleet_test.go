@@ -643,13 +643,7 @@ func (f *fleet) testDRA(t *testing.T) {
 		})
 	}
 	if f.dra != nil {
-		_, err := f.c.Client.ResourceV1().DeviceClasses().Create(context.Background(), &resourcev1.DeviceClass{
-			ObjectMeta: metav1.ObjectMeta{Name: fleetDeviceClass},
-			Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
-				Expression: `device.driver == "` + fleetDriver + `" && device.attributes["` + fleetDriver + `"].type == "gpu"`,
-			}}}},
-		}, metav1.CreateOptions{})
-		require.NoError(t, err)
+		f.c.CreateDeviceClass(t, fleetDeviceClass, `device.driver == "`+fleetDriver+`" && device.attributes["`+fleetDriver+`"].type == "gpu"`)
 	}
 	for i, s := range f.nodes {
 		p := f.profiles[i]
