@@ -117,13 +117,26 @@ func TestBindToVFIOAndBack(t *testing.T) {
 	require.Equal(t, syscall.ENODEV, tr.write(drv("vfio-pci", "bind"), gpu), "vfio-pci's id table is empty: no override, no match")
 	// The kernel's driver_set_override: up to a NUL, then up to a newline;
 	// empty clears. Text that is not UTF-8 is refused (a deviation: the
-	// state file is JSON).
-	for data, want := range map[string]string{"x\x00y": "x\n", "\x00vfio-pci": "(null)\n", "a\nb": "a\n", "\n": "(null)\n"} {
-		require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), data), "%q", data)
-		require.Equal(t, want, tr.read(dev(gpu, "driver_override")), "%q", data)
+	// state file is JSON), and a refused write changes nothing. Each case
+	// starts from a known override, set first, so what it reads back
+	// follows from its own writes alone, in whatever order the cases run.
+	for _, c := range []struct {
+		from, data string
+		errno      syscall.Errno
+		want       string
+	}{
+		{from: "\n", data: "x\x00y", want: "x\n"},
+		{from: "other\n", data: "\x00vfio-pci", want: "(null)\n"},
+		{from: "\n", data: "a\nb", want: "a\n"},
+		{from: "other\n", data: "\n", want: "(null)\n"},
+		{from: "\n", data: "\x80-pci", errno: syscall.EINVAL, want: "(null)\n"},
+		{from: "other\n", data: "\x80-pci", errno: syscall.EINVAL, want: "other\n"},
+	} {
+		require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), c.from), "%q", c.from)
+		require.Equal(t, c.errno, tr.write(dev(gpu, "driver_override"), c.data), "%q after %q", c.data, c.from)
+		require.Equal(t, c.want, tr.read(dev(gpu, "driver_override")), "%q after %q", c.data, c.from)
 	}
-	require.Equal(t, syscall.EINVAL, tr.write(dev(gpu, "driver_override"), "\x80-pci"))
-	require.Equal(t, "(null)\n", tr.read(dev(gpu, "driver_override")), "a refused write changes nothing")
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "\n"))
 	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver_override"), "vfio-pci\n"))
 	require.Equal(t, "vfio-pci\n", tr.read(dev(gpu, "driver_override")))
 	require.Equal(t, "nvidia", tr.driver(gpu), "an override alone changes no binding")
