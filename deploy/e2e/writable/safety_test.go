@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writable"
 )
@@ -109,42 +111,96 @@ func TestConcurrentWriters(t *testing.T) {
 
 // TestKilledMidWrite: serve killed (SIGKILL) while a container writes
 // leaves a dead view over the root, in a mount namespace that outlives it
-// as a node's does. A new serve detaches the view, reloads the state file
-// and serves the tree it describes.
+// as a node's does. The kill lands after a write is seen made (the state
+// file exists), and leaves a whole state: the old one or the new one, as
+// writable.md documents. A new serve detaches the view, reloads the state
+// file and serves the tree it describes.
 func TestKilledMidWrite(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
 	overlaytest.RequireFUSE(t)
 	m := machine(t)
-	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "infinity")
-	require.NoError(t, holder.Start())
-	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	gpu := m.GPUs()[0].Address.String()
 	root := filepath.Join(t.TempDir(), "root")
 	tree := filepath.Join(t.TempDir(), "tree")
-	srv := startIn(t, holder.Process.Pid, repoProfile(t), root, tree)
+	// Made after the directories, so its cleanup (which unmounts the dead
+	// view) runs before theirs.
+	ns := holdMountNamespace(t, root)
+	srv := startIn(t, ns, repoProfile(t), root, tree)
+	require.True(t, mountedIn(t, ns, root), "serve mounted its view in the holder's namespace")
+	require.False(t, mountedIn(t, os.Getpid(), root), "and not in this test's")
+
 	writer := srv.served(t).Reexec(t, raceChild, "--", "x", "100000")
 	require.NoError(t, writer.Start())
-	time.Sleep(300 * time.Millisecond)
+	t.Cleanup(func() { _ = writer.Process.Kill(); _ = writer.Wait() })
+	// The state file is written, beneath the view, by the first write that
+	// changes the state: then the writer has begun. This test's namespace
+	// has no view over the root, so it reads the file serve wrote.
+	state := filepath.Join(root, writable.StateFile)
+	require.Eventually(t, func() bool { _, err := os.Stat(state); return err == nil }, 20*time.Second, 5*time.Millisecond,
+		"the writer made no write")
 	require.NoError(t, srv.cmd.Process.Kill())
 	_ = srv.cmd.Wait()
 	_ = writer.Process.Kill()
 	_ = writer.Wait()
-	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
-	require.NoError(t, err)
-	require.Contains(t, string(mounts), " "+root+" ", "the killed serve's view is still mounted, dead")
+	require.True(t, mountedIn(t, ns, root), "the killed serve's view is still mounted")
+	_, stderr, err := overlaytest.Served{Enter: ns}.Shell("stat " + root)
+	require.Error(t, err, "the killed serve's view answers")
+	require.Contains(t, stderr, "Transport endpoint is not connected", "the killed serve's view is dead")
 
-	srv = startIn(t, holder.Process.Pid, repoProfile(t), root, tree)
-	state, err := os.ReadFile(filepath.Join(root, writable.StateFile))
-	require.NoError(t, err, "the writes before the kill left a state")
-	want := ""
-	if strings.Contains(string(state), `"driver": "nvidia"`) {
-		want = profile.DriverNVIDIA
+	// Old or new, the state is whole: it parses, and the GPU is bound to
+	// nvidia or to nothing, as a serial order of the writer's writes leaves it.
+	data, err := os.ReadFile(state)
+	require.NoError(t, err)
+	var left struct {
+		Functions map[string]plan.FunctionState `json:"functions"`
 	}
-	gpu := m.GPUs()[0].Address.String()
+	require.NoError(t, json.Unmarshal(data, &left), "the state the kill left:\n%s", data)
+	want := left.Functions[gpu].Driver
+	require.Contains(t, []string{"", profile.DriverNVIDIA}, want, "the GPU's driver in the state the kill left")
+
+	srv = startIn(t, ns, repoProfile(t), root, tree)
 	require.Equal(t, want, ghwDrivers(t, srv.served(t))[gpu].Driver, "the tree serve reloaded is the state's")
 	srv.stop(t)
-	mounts, err = os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", holder.Process.Pid))
+	require.False(t, mountedIn(t, ns, root), "stopped, serve leaves no view")
+}
+
+// holdMountNamespace starts a process in a private mount namespace of its
+// own and returns its PID once it is in it: unshare execs before it
+// unshares, so a namespace read too early is this test's, and a server
+// entered there would mount on the host. The cleanup unmounts dir, lazily,
+// wherever it is still mounted (a dead FUSE view, a failed run's leak),
+// then ends the process, so no run leaves a mount on the host.
+func holdMountNamespace(t *testing.T, dir string) int {
+	t.Helper()
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "infinity")
+	require.NoError(t, holder.Start())
+	pid := holder.Process.Pid
+	t.Cleanup(func() {
+		for _, in := range []int{pid, os.Getpid()} {
+			if mountedIn(t, in, dir) {
+				if out, err := exec.Command("nsenter", "--target", strconv.Itoa(in), "--mount", "--", "umount", "-l", dir).CombinedOutput(); err != nil {
+					t.Errorf("unmount %s in pid %d's namespace: %v: %s", dir, in, err, out)
+				}
+			}
+		}
+		_ = holder.Process.Kill()
+		_ = holder.Wait()
+	})
+	self, err := os.Readlink("/proc/self/ns/mnt")
 	require.NoError(t, err)
-	require.NotContains(t, string(mounts), " "+root+" ", "stopped, serve leaves no view")
+	require.Eventually(t, func() bool {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		return err == nil && ns != self
+	}, 10*time.Second, 5*time.Millisecond, "unshare made no mount namespace")
+	return pid
+}
+
+// mountedIn reports whether dir is a mount point in pid's mount namespace.
+func mountedIn(t *testing.T, pid int, dir string) bool {
+	t.Helper()
+	mounts, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	require.NoError(t, err)
+	return strings.Contains(string(mounts), " "+dir+" ")
 }
 
 // TestNodeOwnUntouched: a write naming the node's own device or driver
