@@ -54,7 +54,7 @@ MATRIX      := bin/consumer-matrix.md
 RUNTIME_MATRIX := bin/runtime-matrix.md
 K8S_OBJECTS := bin/k8s
 K8S_MATRIX  := $(K8S_OBJECTS)/matrix.md
-TESTJSON    := bin/test-events.json
+TESTEVENTS  := bin/test-events
 space := $(subst ,, )
 E2E_PROFILES_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_PROFILES))))
 E2E_FLEET_ABS = $(subst $(space),:,$(abspath $(subst :, ,$(E2E_FLEET))))
@@ -67,31 +67,51 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 	NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_OBJECTS=$(CURDIR)/$(K8S_OBJECTS)
 
-# run-tests runs packages $(1) under gotestsum with go test flags $(2),
-# prints the matrices the suites wrote, then the closing line
-# (.ci/testsummary.go: passed, failed, skipped, and the rows not run for a
-# program not supplied), keeping gotestsum's exit status.
+# The passes of a test target, each a name with its packages (PKGS_name)
+# and go test flags (FLAGS_name). The unit tier is every package outside
+# the wing: its tests run in a random order (go test prints each package's
+# "-test.shuffle N"; the closing line repeats it for a package that failed,
+# so `go test -shuffle N` replays the order), and the packages whose tests
+# drive state machines run three times, so a test that passes in one order
+# or on a first run only fails every time, not by chance. The wing's
+# suites keep their order: their matrices are written in it.
+MODULE        := github.com/nvml-mock/nvml-mock-sysfs
+STATEFUL_PKGS := ./overlay/writable ./overlay/writer ./deploy/fusetree ./deploy/serve
+PKGS_unit      = $(filter-out $(patsubst ./%,$(MODULE)/%,$(STATEFUL_PKGS)),$(shell $(GO) list ./... | grep -v '/deploy/e2e/'))
+FLAGS_unit    := -shuffle=on
+PKGS_stateful := $(STATEFUL_PKGS)
+FLAGS_stateful := -shuffle=on -count=3
+PKGS_wing     := ./deploy/e2e/...
+PKGS_e2e      := $(E2E_PKGS)
+PKGS_k8s      := $(K8S_PKGS)
+
+# run-tests runs the passes $(1) under gotestsum, each with go test flags
+# $(2) besides its own, prints the matrices the suites wrote, then the
+# closing line (.ci/testsummary.go: passed, failed, skipped, and the rows
+# not run for a program not supplied), failing if any pass failed.
 define run-tests
-	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTJSON)
-	@$(SUITE_ENV) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTJSON) -- -count=1 $(2) $(1); \
-		status=$$?; for m in $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
-		$(GO) run .ci/testsummary.go $(TESTJSON) || status=1; exit $$status
+	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTEVENTS)-*.json
+	@status=0; $(foreach p,$(1),echo "go test: the $(p) pass"; \
+		$(SUITE_ENV) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTEVENTS)-$(p).json -- \
+			-count=1 $(2) $(FLAGS_$(p)) $(PKGS_$(p)) || status=1;) \
+		for m in $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
+		$(GO) run .ci/testsummary.go $(foreach p,$(1),$(TESTEVENTS)-$(p).json) || status=1; exit $$status
 endef
 
 test: deps build lint programs fuzz-run ## everything: every package, every suite, the fuzz seeds (as root)
-	$(call run-tests,./...,-timeout 60m)
+	$(call run-tests,unit stateful wing,-timeout 60m)
 
 test-quick: ## the quick tier: go test -short, no apt, no root needed
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 -shuffle=on ./...
 
 test-root: deps ## every package but the end-to-end suites' long runs (-short, as root)
-	$(call run-tests,./...,-short -timeout 20m)
+	$(call run-tests,unit stateful wing,-short -timeout 20m)
 
 e2e: deps build programs ## the consumer matrix and the containerd suites (as root)
-	$(call run-tests,$(E2E_PKGS),-timeout 40m)
+	$(call run-tests,e2e,-timeout 40m)
 
 e2e-k8s: deps build programs ## the Kubernetes suites on a real node (as root)
-	$(call run-tests,$(K8S_PKGS),-timeout 40m)
+	$(call run-tests,k8s,-timeout 40m)
 
 # The matrices in docs/evidence/ (consumers.md, runtime.md, kubernetes.md),
 # rewritten from fresh runs of the suites that write them (as root); every

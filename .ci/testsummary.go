@@ -1,11 +1,13 @@
-// Command testsummary prints make test's closing line from the file of
-// test2json events gotestsum wrote: how many tests passed, failed and were
-// skipped, and which were skipped, so a run that quietly skipped coverage
-// says so in its last line; then how many rows were not run because their
-// program was not supplied (NVML_MOCK_SYSFS_PROGRAMS), by program. It exits
-// 1 when a test failed.
+// Command testsummary prints make test's closing line from the files of
+// test2json events gotestsum wrote, one a pass: how many tests passed,
+// failed and were skipped, and which were skipped, so a run that quietly
+// skipped coverage says so in its last line; then how many rows were not
+// run because their program was not supplied (NVML_MOCK_SYSFS_PROGRAMS), by
+// program. Before it, for each package with a failed test that ran in a
+// shuffled order, the command that replays that order. It exits 1 when a
+// test failed.
 //
-//	go run .ci/testsummary.go bin/test-events.json
+//	go run .ci/testsummary.go bin/test-events-unit.json bin/test-events-wing.json
 package main
 
 import (
@@ -34,15 +36,25 @@ type event struct {
 // suite logs the matrices of its runs) does not match.
 var notRun = regexp.MustCompile(`^\s*\S+\.go:\d+: not run: (\S+) not supplied: (.+)$`)
 
+// shuffled matches the line a test binary run with -shuffle prints first.
+var shuffled = regexp.MustCompile(`^-test\.shuffle (\d+)$`)
+
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: testsummary EVENTS.json")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: testsummary EVENTS.json...")
 		os.Exit(2)
 	}
-	s, err := read(os.Args[1])
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testsummary: %v\n", err)
-		os.Exit(2)
+	s := summary{notRun: map[string]int{}, seeds: map[string]string{}, failedIn: map[string]bool{}}
+	for _, file := range os.Args[1:] {
+		if err := s.read(file); err != nil {
+			fmt.Fprintf(os.Stderr, "testsummary: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	for _, pkg := range slices.Sorted(maps.Keys(s.failedIn)) {
+		if seed, ok := s.seeds[pkg]; ok {
+			fmt.Printf("replay %s's order: go test -shuffle %s %s\n", path.Base(pkg), seed, pkg)
+		}
 	}
 	fmt.Println(s.line())
 	if s.failed > 0 {
@@ -56,6 +68,11 @@ type summary struct {
 	skipped        []string
 	// notRun counts the rows not run by the program not supplied.
 	notRun map[string]int
+	seen   map[string]bool // the not-run lines counted, by package
+	// seeds is each shuffled package's seed; failedIn the packages with a
+	// failed test.
+	seeds    map[string]string
+	failedIn map[string]bool
 }
 
 func (s summary) line() string {
@@ -75,22 +92,29 @@ func (s summary) line() string {
 	return line
 }
 
-// read counts the events of file: a test's last pass, fail or skip, and
-// each distinct not-run line of a test's output.
-func read(file string) (summary, error) {
+// read adds the events of file: a test's last pass, fail or skip, each
+// distinct not-run line of a test's output, and a shuffled package's seed.
+func (s *summary) read(file string) error {
 	f, err := os.Open(file)
 	if err != nil {
-		return summary{}, err
+		return err
 	}
 	defer f.Close()
-	s := summary{notRun: map[string]int{}}
-	seen := map[string]bool{}
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {
 		var e event
-		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Test == "" {
-			continue // a build error's line, which gotestsum reports itself, or a package's
+		if json.Unmarshal(sc.Bytes(), &e) != nil {
+			continue // a build error's line, which gotestsum reports itself
+		}
+		if e.Test == "" {
+			if m := shuffled.FindStringSubmatch(strings.TrimSpace(e.Output)); e.Action == "output" && m != nil {
+				s.seeds[e.Package] = m[1]
+			}
+			continue // a package's own pass or fail
 		}
 		name := path.Base(e.Package) + "." + e.Test
 		switch e.Action {
@@ -98,17 +122,18 @@ func read(file string) (summary, error) {
 			s.passed++
 		case "fail":
 			s.failed++
+			s.failedIn[e.Package] = true
 		case "skip":
 			s.skipped = append(s.skipped, name)
 		case "output":
 			if m := notRun.FindStringSubmatch(strings.TrimRight(e.Output, "\n")); m != nil {
 				key := e.Package + " " + m[0]
-				if !seen[key] {
-					seen[key] = true
+				if !s.seen[key] {
+					s.seen[key] = true
 					s.notRun[m[1]]++
 				}
 			}
 		}
 	}
-	return s, sc.Err()
+	return sc.Err()
 }
