@@ -225,8 +225,10 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 		s := start(t, cm, func(o *Options) { o.Resync = time.Hour })
 		s.waitReady(http.StatusOK, 10*time.Second)
 		require.Equal(t, s.digestOf("t4-vm"), s.srv.Status().Digest)
-		// The machine is shared, and a render under load takes seconds, so
-		// the swap is timed to the start of its render: the watch's part.
+		// With an hour's resync, a render within the wait is the watch's
+		// (the negative control below sees none without it). How soon it
+		// began is a figure, not a limit: a shared machine under load
+		// delays it by chance.
 		var noticedMax time.Duration
 		for i, name := range []string{"hgx-h100", "t4-vm", "hgx-h100"} {
 			began := time.Now()
@@ -235,7 +237,6 @@ func TestConfigMapSwapRerenders(t *testing.T) {
 			s.waitDigest(want, 30*time.Second, fmt.Sprintf("swap %d to %s rendered", i, name))
 			took, render := time.Since(began), s.srv.Status().Duration
 			noticed := took - render
-			require.Less(t, noticed, 2*time.Second, "swap %d to %s: its render began %s after it", i, name, noticed)
 			noticedMax = max(noticedMax, noticed)
 			t.Logf("swap %d to %s: rendered %s after the swap; the sync took %s", i, name, took.Round(time.Millisecond), render.Round(time.Millisecond))
 			s.waitReady(http.StatusOK, 30*time.Second)

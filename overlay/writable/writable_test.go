@@ -210,8 +210,13 @@ func TestSRIOV(t *testing.T) {
 	require.Equal(t, "8\n", tr.read(dev(pf, "sriov_totalvfs")))
 	require.Equal(t, "0\n", tr.read(dev(pf, "sriov_numvfs")))
 
-	for data, want := range map[string]syscall.Errno{"9": syscall.ERANGE, "abc": syscall.EINVAL, "-1": syscall.EINVAL, "0b1": syscall.EINVAL, "1_0": syscall.EINVAL, "": syscall.EINVAL, "0": 0} {
-		require.Equal(t, want, tr.write(dev(pf, "sriov_numvfs"), data), "%q", data)
+	// Each from 0 VFs, and each leaves 0: refused, or 0 again.
+	for _, c := range []struct {
+		data string
+		want syscall.Errno
+	}{{"9", syscall.ERANGE}, {"abc", syscall.EINVAL}, {"-1", syscall.EINVAL}, {"0b1", syscall.EINVAL}, {"1_0", syscall.EINVAL}, {"", syscall.EINVAL}, {"0", 0}} {
+		require.Equal(t, "0\n", tr.read(dev(pf, "sriov_numvfs")), "before %q", c.data)
+		require.Equal(t, c.want, tr.write(dev(pf, "sriov_numvfs"), c.data), "%q", c.data)
 	}
 	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "4\n"))
 	require.Equal(t, "4\n", tr.read(dev(pf, "sriov_numvfs")))

@@ -645,8 +645,11 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 // with it though they share no bus. The HCA class leaves it out.
 func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, attrs attributes, judged map[string][]byte, check func(string, string, func(*testing.T))) {
 	check(checkNodeNIC, "the HCA class leaves it out; where its root id is a GPU's, a class of every NIC aligns them", func(t *testing.T) {
+		// The first by name: a node with several NICs of its own judges the
+		// same one every run, whatever the map's order.
 		var own resourcev1.Device
-		for _, d := range attrs[nicDriver] {
+		for _, name := range slices.Sorted(maps.Keys(attrs[nicDriver])) {
+			d := attrs[nicDriver][name]
 			if h.host[nicAddress(d)] {
 				if _, ok := stringAttribute(d, programs.PCIeRootAttribute); ok {
 					own = d

@@ -132,7 +132,9 @@ func TestVFIOPassthrough(t *testing.T) {
 	dir := t.TempDir()
 	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
-	p.objects = kubetest.ObjectsDir(t, "vfio-passthrough")
+	// Not TestDRA's bin/k8s/vfio-passthrough/ (the same profile, read
+	// only), which this one would empty.
+	p.objects = kubetest.ObjectsDir(t, "vfio-passthrough-writable")
 	p.c.Runtime.Import(t, ociimage.Image{
 		Name:       verifyImage,
 		Files:      []ociimage.File{{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755}},

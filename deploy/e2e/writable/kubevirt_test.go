@@ -40,9 +40,11 @@ func TestKubevirtListsABoundGPU(t *testing.T) {
 	// one; Debian's stands in.
 	served.Spec = append(served.Spec, &specs.Mount{HostPath: programs.HostPCIIDs, ContainerPath: "/usr/pci.ids", Options: []string{"ro", "bind"}})
 	listed := func() []string {
-		// It serves the kubelet until killed; what it found is logged in
-		// its first second.
-		out, _, _ := served.Shell(fmt.Sprintf("timeout 3 %s 2>&1 || true", plugin))
+		// It serves the kubelet until killed; what it found is logged
+		// before its "Device Map" line, which ends the wait (30 s at most).
+		out, _, _ := served.Shell(fmt.Sprintf(`log=$(mktemp); %s >"$log" 2>&1 & pid=$!
+for i in $(seq 600); do grep -q "Device Map" "$log" && break; kill -0 $pid 2>/dev/null || break; sleep 0.05; done
+kill $pid 2>/dev/null || true; wait $pid || true; cat "$log"; rm -f "$log"`, plugin))
 		var ids []string
 		for _, m := range kubevirtRegisters.FindAllStringSubmatch(out, -1) {
 			ids = append(ids, m[1])
