@@ -59,19 +59,9 @@ func NewSpec(kind string, mounts []Mount, env []string) (*specs.Spec, error) {
 	if err := CheckKind(kind); err != nil {
 		return nil, err
 	}
-	state := stateMounted
-	if len(mounts) == 0 {
-		state, env = stateUnrendered, nil
-	}
 	s := &specs.Spec{
-		Kind: kind,
-		Devices: []specs.Device{{
-			Name: DeviceName,
-			ContainerEdits: specs.ContainerEdits{
-				Env:    append([]string{StateEnv + "=" + state}, env...),
-				Mounts: cdiMounts(mounts),
-			},
-		}},
+		Kind:    kind,
+		Devices: []specs.Device{{Name: DeviceName, ContainerEdits: DeviceEdits(mounts, env)}},
 	}
 	v, err := specs.MinimumRequiredVersion(s)
 	if err != nil {
@@ -79,6 +69,23 @@ func NewSpec(kind string, mounts []Mount, env []string) (*specs.Spec, error) {
 	}
 	s.Version = v
 	return s, nil
+}
+
+// DeviceEdits is the one definition of what a served container gets: the
+// mounts and the variables of Env, and StateEnv saying whether it got
+// them (with no mounts, --fail-open on an unrendered root, it gets
+// StateEnv alone). The CDI device carries these edits, and serve's NRI
+// plugin applies these very edits (package nriplugin), so the two channels
+// cannot drift apart.
+func DeviceEdits(mounts []Mount, env []string) specs.ContainerEdits {
+	state := stateMounted
+	if len(mounts) == 0 {
+		state, env = stateUnrendered, nil
+	}
+	return specs.ContainerEdits{
+		Env:    append([]string{StateEnv + "=" + state}, env...),
+		Mounts: cdiMounts(mounts),
+	}
 }
 
 // cdiMounts converts the mount set. The type stays empty: runc and crun

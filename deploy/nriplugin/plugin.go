@@ -1,0 +1,361 @@
+package nriplugin
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+)
+
+// Defaults of Options.
+const (
+	DefaultSocket = api.DefaultSocketPath
+	DefaultName   = "nvml-mock-sysfs"
+	// DefaultIndex orders the plugin after the device-injector's 10 and
+	// other mocks' lower indexes: NRI shows a plugin the mounts the ones
+	// before it added, so this one sees another mock's view and does not
+	// stack a second one on it.
+	DefaultIndex = "90"
+	// DefaultRetry is the wait between attempts to reach the runtime's
+	// socket while it is away (a containerd restart).
+	DefaultRetry = 500 * time.Millisecond
+)
+
+// Edits returns the edits to serve now, or why it cannot serve now: the
+// tree is not complete (judged by its completion marker, not by a
+// directory existing); the edits' mounts are then still those it would
+// serve, against which a container's own mounts are judged. serve's
+// Server.Edits is the one source.
+type Edits func() (specs.ContainerEdits, error)
+
+// Options configure a plugin. Every field but Edits has its zero value as
+// the default.
+type Options struct {
+	Socket string // the runtime's NRI socket (default DefaultSocket)
+	Name   string // the plugin's name (default DefaultName)
+	Index  string // its index, two digits (default DefaultIndex)
+	Policy Policy
+	Edits  Edits
+	// Retry is the wait between attempts to reach the socket (default
+	// DefaultRetry).
+	Retry  time.Duration
+	Logger *slog.Logger
+}
+
+// Counts are what the plugin did: counters since serve started, and
+// Unserved, the containers it knows run without the tree now.
+type Counts struct {
+	Registered    bool   // connected to the runtime and synchronized now
+	Registrations int    // registrations the runtime synchronized
+	Err           string // the last failure to reach the runtime
+	Served        int    // containers given the edits
+	// Unrendered are containers the policy serves that started without the
+	// tree because it was not complete; Refused, containers whose creation
+	// was refused (an ask while the tree was not complete, bad input).
+	Unrendered, Refused int
+	// Conflicts are containers that already had another view of
+	// /sys/devices or /sys/bus/pci/devices, left as they were.
+	Conflicts int
+	// Missed are containers the policy serves found, when the plugin
+	// (re)registered, without the tree: created while it was away.
+	Missed int
+	// Unserved are the running containers the policy serves that run
+	// without the tree (unrendered or missed), by "namespace/pod/container".
+	Unserved []string
+}
+
+// Plugin is serve's NRI plugin.
+type Plugin struct {
+	opts Options
+	log  *slog.Logger
+
+	mu       sync.Mutex
+	counts   Counts
+	unserved map[string]string // container ID -> namespace/pod/container
+}
+
+// New checks the options and fills in the defaults.
+func New(o Options) (*Plugin, error) {
+	if o.Edits == nil {
+		return nil, errors.New("nri plugin: no source of edits")
+	}
+	o.Socket = cmp.Or(o.Socket, DefaultSocket)
+	o.Name = cmp.Or(o.Name, DefaultName)
+	o.Index = cmp.Or(o.Index, DefaultIndex)
+	if len(o.Index) != 2 || strings.Trim(o.Index, "0123456789") != "" {
+		return nil, fmt.Errorf("nri plugin index %q: want two digits, as NRI orders plugins", o.Index)
+	}
+	if o.Retry <= 0 {
+		o.Retry = DefaultRetry
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Plugin{opts: o, log: o.Logger, unserved: map[string]string{}}, nil
+}
+
+// Counts returns a copy of the counts.
+func (p *Plugin) Counts() Counts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.counts
+	c.Unserved = slices.Sorted(func(yield func(string) bool) {
+		for _, name := range p.unserved {
+			if !yield(name) {
+				return
+			}
+		}
+	})
+	return c
+}
+
+// Run registers with the runtime and serves its requests until ctx ends.
+// When the runtime goes away (a containerd restart) it tries again every
+// Retry until it is back, and registers anew: the runtime then sends the
+// containers it has, and those created meanwhile without the tree are
+// named in the log and counted (Missed).
+func (p *Plugin) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		closed := make(chan struct{})
+		s, err := stub.New(p, stub.WithSocketPath(p.opts.Socket), stub.WithPluginName(p.opts.Name),
+			stub.WithPluginIdx(p.opts.Index), stub.WithLogger(nriLogger{p.log}),
+			stub.WithOnClose(func() { close(closed) }))
+		if err == nil {
+			err = s.Start(ctx)
+		}
+		if err != nil {
+			p.failed(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(p.opts.Retry):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			s.Stop()
+			p.setUnregistered()
+			return
+		case <-closed:
+			p.setUnregistered()
+			p.log.Warn("the runtime closed the NRI connection; registering again when it is back", "socket", p.opts.Socket)
+		}
+	}
+}
+
+// failed records a failure to reach the runtime, logged once per distinct
+// error, so a runtime away for minutes says so once.
+func (p *Plugin) failed(err error) {
+	p.mu.Lock()
+	same := p.counts.Err == err.Error()
+	p.counts.Err = err.Error()
+	p.mu.Unlock()
+	if !same {
+		p.log.Warn("cannot register with the runtime's NRI socket; trying again", "socket", p.opts.Socket, "err", err, "every", p.opts.Retry.String())
+	}
+}
+
+func (p *Plugin) setUnregistered() {
+	p.mu.Lock()
+	p.counts.Registered = false
+	p.mu.Unlock()
+}
+
+// Synchronize takes the pods and containers the runtime has when the
+// plugin registers: those the policy serves that run without our mounts
+// were created while the plugin was away (or before the tree was
+// complete). They are named once each and counted; a restart serves them.
+func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containers []*api.Container) ([]*api.ContainerUpdate, error) {
+	defer func() {
+		p.mu.Lock()
+		p.counts.Registered, p.counts.Err = true, ""
+		p.counts.Registrations++
+		p.mu.Unlock()
+		p.log.Info("registered as the runtime's NRI plugin", "socket", p.opts.Socket, "plugin", p.opts.Index+"-"+p.opts.Name,
+			"pods", len(pods), "containers", len(containers))
+	}()
+	byID := map[string]*api.PodSandbox{}
+	for _, pod := range pods {
+		byID[pod.GetId()] = pod
+	}
+	edits, _ := p.opts.Edits()
+	for _, ctr := range containers {
+		pod := byID[ctr.GetPodSandboxId()]
+		if pod == nil || ctr.GetState() == api.ContainerState_CONTAINER_STOPPED {
+			continue
+		}
+		v, err := p.opts.Policy.Decide(pod, ctr)
+		if err != nil || !v.Serve || hasOurs(ctr, edits) {
+			continue
+		}
+		p.mu.Lock()
+		_, known := p.unserved[ctr.GetId()]
+		if !known {
+			p.counts.Missed++
+			p.unserved[ctr.GetId()] = containerName(pod, ctr)
+		}
+		p.mu.Unlock()
+		if !known {
+			p.log.Warn("container runs without the tree: created while the plugin was away or the tree was not complete; restart it to serve it",
+				"pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
+		}
+	}
+	return nil, nil
+}
+
+// CreateContainer gives a served container the edits. An ask while the
+// tree is not complete, or bad input, refuses the container with one line
+// (the kubelet retries); a container served node-wide or by selector
+// starts without the tree then, since a node's pods must never wait on a
+// mock.
+func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	v, err := p.opts.Policy.Decide(pod, ctr)
+	if err != nil {
+		p.count(func(c *Counts) { c.Refused++ })
+		p.log.Error("refused a container: bad annotation", "container", ctr.GetName(), "err", err)
+		return nil, nil, fmt.Errorf("nvml-mock-sysfs: %w", err)
+	}
+	if !v.Serve {
+		p.log.Debug("not serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
+		return nil, nil, nil
+	}
+	edits, err := p.opts.Edits()
+	if other := otherView(ctr, edits); other != nil {
+		p.count(func(c *Counts) { c.Conflicts++ })
+		p.log.Warn("container already mounts another view of the PCI sysfs; not stacking ours on it",
+			"pod", podName(pod), "container", ctr.GetName(), "destination", other.GetDestination(), "source", other.GetSource(), "type", other.GetType())
+		return nil, nil, nil
+	}
+	if err != nil {
+		if v.Asked {
+			p.count(func(c *Counts) { c.Refused++ })
+			p.log.Warn("refused a container that asked for the tree: it is not complete; the kubelet retries", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "err", err)
+			return nil, nil, fmt.Errorf("nvml-mock-sysfs: pod %s container %s asked for the mock sysfs (%s), but %v; the kubelet retries", podName(pod), ctr.GetName(), v.Why, err)
+		}
+		p.mu.Lock()
+		p.counts.Unrendered++
+		p.unserved[ctr.GetId()] = containerName(pod, ctr)
+		p.mu.Unlock()
+		p.log.Warn("container starts without the tree: it is not complete", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "err", err)
+		return nil, nil, nil
+	}
+	if hasOurDevice(ctr, p.opts.Policy.device()) {
+		p.log.Debug("the runtime injects our CDI device itself", "pod", podName(pod), "container", ctr.GetName())
+		return nil, nil, nil
+	}
+	p.count(func(c *Counts) { c.Served++ })
+	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
+	return Adjustment(edits), nil, nil
+}
+
+// RemoveContainer forgets a container that ran without the tree.
+func (p *Plugin) RemoveContainer(_ context.Context, _ *api.PodSandbox, ctr *api.Container) error {
+	p.mu.Lock()
+	delete(p.unserved, ctr.GetId())
+	p.mu.Unlock()
+	return nil
+}
+
+func (p *Plugin) count(f func(*Counts)) {
+	p.mu.Lock()
+	f(&p.counts)
+	p.mu.Unlock()
+}
+
+// Adjustment is the CDI device's edits as an NRI adjustment: the same
+// mounts (the runtime orders them by depth, so they land on top of a
+// container's own /sys) and the same variables.
+func Adjustment(e specs.ContainerEdits) *api.ContainerAdjustment {
+	adjust := &api.ContainerAdjustment{}
+	for _, m := range e.Mounts {
+		adjust.AddMount(&api.Mount{Destination: m.ContainerPath, Source: m.HostPath, Type: m.Type, Options: slices.Clone(m.Options)})
+	}
+	for _, v := range e.Env {
+		name, value, _ := strings.Cut(v, "=")
+		adjust.AddEnv(name, value)
+	}
+	return adjust
+}
+
+// sysDevices is the whole devices directory an older mock mounted.
+const sysDevices = "/sys/devices"
+
+// otherView is a mount the container already has at /sys/devices or at
+// one of our destinations under /sys whose source is not the node's
+// sysfs: another mock's view, on which ours would be a second one.
+func otherView(ctr *api.Container, e specs.ContainerEdits) *api.Mount {
+	for _, m := range ctr.GetMounts() {
+		dst := filepath.Clean(m.GetDestination())
+		ours := slices.ContainsFunc(e.Mounts, func(o *specs.Mount) bool { return o.ContainerPath == dst })
+		if dst != sysDevices && !(ours && strings.HasPrefix(dst, "/sys/")) {
+			continue
+		}
+		if hostSysfs(m) || sameSource(m, e) {
+			continue
+		}
+		return m
+	}
+	return nil
+}
+
+// hostSysfs reports whether a mount is the node's own sysfs: a sysfs
+// mount, or a bind of a path under the node's /sys.
+func hostSysfs(m *api.Mount) bool {
+	src := filepath.Clean(m.GetSource())
+	return m.GetType() == "sysfs" || src == "/sys" || strings.HasPrefix(src, "/sys/")
+}
+
+// sameSource reports whether a mount is one of ours already (a pod that
+// mounts our overlay by hostPath, as the docs once told).
+func sameSource(m *api.Mount, e specs.ContainerEdits) bool {
+	return slices.ContainsFunc(e.Mounts, func(o *specs.Mount) bool { return filepath.Clean(m.GetSource()) == o.HostPath })
+}
+
+// hasOurs reports whether a container has our links directory mounted,
+// as a served one has.
+func hasOurs(ctr *api.Container, e specs.ContainerEdits) bool {
+	for _, o := range e.Mounts {
+		if slices.ContainsFunc(ctr.GetMounts(), func(m *api.Mount) bool {
+			return filepath.Clean(m.GetDestination()) == o.ContainerPath && filepath.Clean(m.GetSource()) == o.HostPath
+		}) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasOurDevice reports whether the container's CRI request names our CDI
+// device (a device plugin's allocation): the runtime injects it.
+func hasOurDevice(ctr *api.Container, device string) bool {
+	return slices.ContainsFunc(ctr.GetCDIDevices(), func(d *api.CDIDevice) bool { return d.GetName() == device })
+}
+
+func containerName(pod *api.PodSandbox, ctr *api.Container) string {
+	return podName(pod) + "/" + ctr.GetName()
+}
+
+// nriLogger passes the stub's log to serve's, at debug for its chatter.
+type nriLogger struct{ log *slog.Logger }
+
+func (l nriLogger) Debugf(ctx context.Context, format string, args ...any) {
+	l.log.DebugContext(ctx, "nri: "+fmt.Sprintf(format, args...))
+}
+func (l nriLogger) Infof(ctx context.Context, format string, args ...any) {
+	l.log.DebugContext(ctx, "nri: "+fmt.Sprintf(format, args...))
+}
+func (l nriLogger) Warnf(ctx context.Context, format string, args ...any) {
+	l.log.WarnContext(ctx, "nri: "+fmt.Sprintf(format, args...))
+}
+func (l nriLogger) Errorf(ctx context.Context, format string, args ...any) {
+	l.log.ErrorContext(ctx, "nri: "+fmt.Sprintf(format, args...))
+}

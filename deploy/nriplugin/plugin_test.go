@@ -1,0 +1,325 @@
+package nriplugin
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/runtime-tools/generate"
+	rspec "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/stretchr/testify/require"
+	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+)
+
+// runtime is NRI's own runtime side (the library containerd embeds) on a
+// private socket, with the pods and containers it reports at a plugin's
+// registration.
+type runtime struct {
+	nri    *adaptation.Adaptation
+	socket string
+
+	mu         sync.Mutex
+	pods       []*api.PodSandbox
+	containers []*api.Container
+}
+
+func startRuntime(t *testing.T, socket string, pods []*api.PodSandbox, containers []*api.Container) *runtime {
+	t.Helper()
+	r := &runtime{socket: socket, pods: pods, containers: containers}
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		_, err := cb(ctx, r.pods, r.containers)
+		return err
+	}
+	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
+	dir := t.TempDir()
+	var err error
+	r.nri, err = adaptation.New("test-runtime", "v0", sync, update, adaptation.WithSocketPath(socket),
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	require.NoError(t, err)
+	require.NoError(t, r.nri.Start())
+	t.Cleanup(r.nri.Stop)
+	return r
+}
+
+// create asks the plugins to adjust a container being created.
+func (r *runtime) create(t *testing.T, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
+	t.Helper()
+	ctr.PodSandboxId = pod.Id
+	rpl, err := r.nri.CreateContainer(context.Background(), &api.CreateContainerRequest{Pod: pod, Container: ctr})
+	if err != nil {
+		return nil, err
+	}
+	return rpl.GetAdjust(), nil
+}
+
+// tree is the edits source of a test: complete, or not with err.
+type tree struct {
+	mu    sync.Mutex
+	err   error
+	edits specs.ContainerEdits
+}
+
+func (tr *tree) Edits() (specs.ContainerEdits, error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.edits, tr.err
+}
+
+func (tr *tree) set(err error) {
+	tr.mu.Lock()
+	tr.err = err
+	tr.mu.Unlock()
+}
+
+// served is the edits of a node's serve: the default mounts and a machine.
+func served(t *testing.T) *tree {
+	mounts, err := deploy.Mounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil)
+	require.NoError(t, err)
+	return &tree{edits: deploy.DeviceEdits(mounts, []string{deploy.MachineTypeFileEnv + "=/opt/nvml-mock-sysfs/product_name"})}
+}
+
+// startPlugin runs a plugin until the test ends, and waits for it to
+// register with the runtime at socket.
+func startPlugin(t *testing.T, socket string, tr *tree, policy Policy) *Plugin {
+	t.Helper()
+	p, err := New(Options{Socket: socket, Policy: policy, Edits: tr.Edits, Retry: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitRegistered(t, p, 1)
+	return p
+}
+
+func waitRegistered(t *testing.T, p *Plugin, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { c := p.Counts(); return c.Registered && c.Registrations >= n },
+		10*time.Second, 10*time.Millisecond, "the plugin registered %d times", n)
+}
+
+func socket(t *testing.T) string { return filepath.Join(t.TempDir(), "nri.sock") }
+
+// TestServesTheDeviceEdits: a served container gets the CDI device's
+// mounts and variables, literally, and nothing else.
+func TestServesTheDeviceEdits(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	p := startPlugin(t, sock, served(t), Policy{})
+	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "c1", Name: "gfd"})
+	require.NoError(t, err)
+	opts := []string{"ro", "nosuid", "nodev", "bind"}
+	require.Equal(t, []*api.Mount{
+		{Destination: "/opt/nvml-mock-sysfs", Source: "/var/lib/nvml-mock-sysfs", Options: opts},
+		{Destination: "/sys/bus/pci/devices", Source: "/var/lib/nvml-mock-sysfs/sys/bus/pci/devices", Options: opts},
+	}, adjust.GetMounts())
+	require.Equal(t, []*api.KeyValue{
+		{Key: "NVML_MOCK_SYSFS", Value: "mounted"},
+		{Key: "GFD_MACHINE_TYPE_FILE", Value: "/opt/nvml-mock-sysfs/product_name"},
+	}, adjust.GetEnv())
+	require.Equal(t, 1, p.Counts().Served)
+
+	adjust, err = r.create(t, pod("kube-system", nil, nil), &api.Container{Id: "c2", Name: "coredns"})
+	require.NoError(t, err)
+	require.Empty(t, adjust.GetMounts(), "kube-system is not served")
+}
+
+// TestOnTopOfTheHostSys: GFD's own chart mounts the node's /sys at /sys;
+// applied by NRI's generator, as containerd applies an adjustment, our
+// links directory comes after it, so it is what the container sees.
+func TestOnTopOfTheHostSys(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	startPlugin(t, sock, served(t), Policy{})
+	hostSys := &api.Mount{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rprivate", "rw"}}
+	adjust, err := r.create(t, pod("gpu-operator", nil, nil), &api.Container{Id: "c1", Name: "gfd", Mounts: []*api.Mount{hostSys}})
+	require.NoError(t, err)
+	require.Len(t, adjust.GetMounts(), 2, "the node's sysfs is no other mock's view")
+
+	g := &ociMounts{spec: &rspec.Spec{Mounts: []rspec.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: hostSys.Options}}}}
+	require.NoError(t, generate.SpecGenerator(g).AdjustMounts(adjust.GetMounts()))
+	var order []string
+	for _, m := range g.spec.Mounts {
+		order = append(order, m.Destination)
+	}
+	require.Equal(t, []string{"/sys", "/opt/nvml-mock-sysfs", "/sys/bus/pci/devices"}, order)
+}
+
+// ociMounts is the part of an OCI spec generator NRI's AdjustMounts uses:
+// the mounts. Any other call panics, as the embedded nil interface has none.
+type ociMounts struct {
+	generate.UnderlyingGenerator
+	spec *rspec.Spec
+}
+
+func (g *ociMounts) Spec() *rspec.Spec      { return g.spec }
+func (g *ociMounts) Mounts() []rspec.Mount  { return g.spec.Mounts }
+func (g *ociMounts) ClearMounts()           { g.spec.Mounts = nil }
+func (g *ociMounts) AddMount(m rspec.Mount) { g.spec.Mounts = append(g.spec.Mounts, m) }
+func (g *ociMounts) RemoveMount(dest string) {
+	g.spec.Mounts = slices.DeleteFunc(g.spec.Mounts, func(m rspec.Mount) bool { return m.Destination == dest })
+}
+
+// TestAnotherMocksView: a container that already mounts a view that is not
+// the node's sysfs at /sys/devices or /sys/bus/pci/devices is left alone.
+func TestAnotherMocksView(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	p := startPlugin(t, sock, served(t), Policy{})
+	for i, m := range []*api.Mount{
+		{Destination: "/sys/devices", Source: "/var/lib/nvml-mock/sys/devices", Type: "bind", Options: []string{"rbind", "ro"}},
+		{Destination: "/sys/bus/pci/devices", Source: "/var/lib/other/links", Type: "bind", Options: []string{"rbind", "ro"}},
+	} {
+		adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: string(rune('a' + i)), Name: "c", Mounts: []*api.Mount{m}})
+		require.NoError(t, err)
+		require.Empty(t, adjust.GetMounts(), m.Destination)
+	}
+	require.Equal(t, 2, p.Counts().Conflicts)
+}
+
+// TestNotComplete: while the tree is not complete, a container that asked
+// for it is refused with one line (the kubelet retries it), and one served
+// node-wide starts without it, named and counted until it is removed.
+func TestNotComplete(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	tr := served(t)
+	p := startPlugin(t, sock, tr, Policy{})
+	tr.set(errors.New("/var/lib/nvml-mock-sysfs holds no complete render (no completion marker)"))
+
+	asks := pod("default", nil, map[string]string{CDIContainerAnnotation + "c": "- mock.nvidia.com/pcisysfs=all"})
+	_, err := r.create(t, asks, &api.Container{Id: "asked", Name: "c"})
+	require.ErrorContains(t, err, "nvml-mock-sysfs: pod default/p container c asked for the mock sysfs (asked by cdi-devices.noderesource.dev/container.c), but /var/lib/nvml-mock-sysfs holds no complete render (no completion marker); the kubelet retries")
+
+	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "node-wide", Name: "c"})
+	require.NoError(t, err)
+	require.Empty(t, adjust.GetMounts())
+	c := p.Counts()
+	require.Equal(t, 1, c.Refused)
+	require.Equal(t, 1, c.Unrendered)
+	require.Equal(t, []string{"default/p/c"}, c.Unserved)
+	require.NoError(t, r.nri.RemoveContainer(context.Background(), &api.RemoveContainerRequest{Pod: pod("default", nil, nil), Container: &api.Container{Id: "node-wide"}}))
+	require.Empty(t, p.Counts().Unserved)
+
+	tr.set(nil)
+	adjust, err = r.create(t, asks, &api.Container{Id: "asked", Name: "c"})
+	require.NoError(t, err, "the kubelet's retry, once the tree is complete")
+	require.Len(t, adjust.GetMounts(), 2)
+}
+
+// runtimeChildEnv makes the test binary a runtime process (runtimeChild):
+// NRI's runtime side on the socket it names, synchronizing the pods and
+// containers of runtimeStateEnv (JSON) until it is killed, as containerd
+// is: only the end of the process closes a plugin's connection.
+const (
+	runtimeChildEnv = "NRIPLUGIN_TEST_RUNTIME"
+	runtimeStateEnv = "NRIPLUGIN_TEST_RUNTIME_STATE"
+	runtimeDirEnv   = "NRIPLUGIN_TEST_RUNTIME_DIR"
+)
+
+type runtimeState struct {
+	Pods       []*api.PodSandbox
+	Containers []*api.Container
+}
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(runtimeChildEnv); sock != "" {
+		os.Exit(runtimeChild(sock))
+	}
+	os.Exit(m.Run())
+}
+
+func runtimeChild(sock string) int {
+	var st runtimeState
+	if err := json.Unmarshal([]byte(os.Getenv(runtimeStateEnv)), &st); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The parent's temporary directory: a killed process removes nothing.
+	dir := os.Getenv(runtimeDirEnv)
+	sync := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, st.Pods, st.Containers)
+		return err
+	}
+	update := func(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) { return nil, nil }
+	r, err := adaptation.New("test-runtime", "v0", sync, update, adaptation.WithSocketPath(sock),
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")), adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err == nil {
+		err = r.Start()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// startRuntimeProcess runs runtimeChild and waits for its socket; kill
+// ends it as a containerd restart does.
+func startRuntimeProcess(t *testing.T, sock string, st runtimeState) (kill func()) {
+	t.Helper()
+	state, err := json.Marshal(st)
+	require.NoError(t, err)
+	_ = os.Remove(sock) // a killed runtime leaves its socket
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), runtimeChildEnv+"="+sock, runtimeStateEnv+"="+string(state), runtimeDirEnv+"="+t.TempDir())
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	kill = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	t.Cleanup(kill)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err, "the runtime process did not start")
+	require.Equal(t, "ready\n", line)
+	return kill
+}
+
+// TestRuntimeRestarts: when the runtime goes away (killed) and comes back,
+// the plugin registers again by itself within a second, and names the
+// containers created meanwhile without the tree.
+func TestRuntimeRestarts(t *testing.T) {
+	sock := socket(t)
+	kill := startRuntimeProcess(t, sock, runtimeState{})
+	tr := served(t)
+	p := startPlugin(t, sock, tr, Policy{})
+	kill()
+	require.Eventually(t, func() bool { return !p.Counts().Registered }, 10*time.Second, 10*time.Millisecond, "the plugin saw the runtime go")
+
+	mounts := tr.edits.Mounts
+	servedCtr := &api.Container{Id: "served", PodSandboxId: "pod-default", Name: "before", State: api.ContainerState_CONTAINER_RUNNING,
+		Mounts: []*api.Mount{{Destination: mounts[1].ContainerPath, Source: mounts[1].HostPath}}}
+	missed := &api.Container{Id: "missed", PodSandboxId: "pod-default", Name: "meanwhile", State: api.ContainerState_CONTAINER_RUNNING}
+	system := &api.Container{Id: "system", PodSandboxId: "pod-kube-system", Name: "proxy", State: api.ContainerState_CONTAINER_RUNNING}
+	began := time.Now()
+	startRuntimeProcess(t, sock, runtimeState{Pods: []*api.PodSandbox{pod("default", nil, nil), pod("kube-system", nil, nil)},
+		Containers: []*api.Container{servedCtr, missed, system}})
+	waitRegistered(t, p, 2)
+	t.Logf("registered again %s after the runtime came back", time.Since(began).Round(time.Millisecond))
+	c := p.Counts()
+	require.Equal(t, 1, c.Missed)
+	require.Equal(t, []string{"default/p/meanwhile"}, c.Unserved)
+}
+
+func TestNewRefusesABadIndex(t *testing.T) {
+	_, err := New(Options{Index: "9", Edits: (&tree{}).Edits})
+	require.EqualError(t, err, `nri plugin index "9": want two digits, as NRI orders plugins`)
+}
