@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 )
@@ -40,10 +45,25 @@ re-render that keeps the device. The CDI spec adds /sys/bus/pci/drivers,
 devices. It needs root and /dev/fuse; stopping serve unmounts the view, and
 containers started on it must restart.
 
+With --nri, serve is also the node's NRI plugin: registered with the
+runtime's --nri-socket, it gives each container it serves, as it is
+created, the CDI device's very mounts and variables; no device plugin,
+annotation or hostPath is needed. --nri-inject says which: node (every
+container but --nri-exclude-namespaces'), selected (the pods of
+--nri-namespaces whose labels --nri-pod-selector matches) or annotated.
+In every mode a pod asks with the annotation
+` + nriplugin.CDIContainerAnnotation + `<container> (or ` + nriplugin.CDIPodAnnotation + `)
+naming the device, or ` + nriplugin.InjectAnnotation + `: "true", and
+opts out with "false" there or with ` + nriplugin.NVMLMockInjectAnnotation + `: "false";
+--nri-own-pods are never served. A container that asked is refused while
+the tree is not complete (the kubelet retries); any other starts without
+it, and /metrics counts it. serve registers again by itself when the
+runtime restarts.
+
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
 	var fleetFile, nodeName, kubeconfig string
@@ -61,6 +81,8 @@ func runServe(e *env, args []string) int {
 	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
 	flags.BoolVar(&o.Writable, "writable", false, "serve --root through FUSE, answering writes to driver_override, bind, unbind, drivers_probe and sriov_numvfs as the kernel does")
 	flags.StringVar(&o.WritableTree, "writable-tree", serve.DefaultWritableTree, "with --writable, where to render the tree the view serves")
+	var na nriArgs
+	na.register(flags)
 	var logFormat string
 	var logLevel slog.Level
 	flags.StringVar(&logFormat, "log-format", "text", "text or json")
@@ -89,6 +111,10 @@ func runServe(e *env, args []string) int {
 	}
 	if given["writable-tree"] && !o.Writable {
 		return usageError(e, "serve", "--writable-tree applies to --writable")
+	}
+	var err error
+	if o.NRI, err = na.options(given); err != nil {
+		return usageError(e, "serve", "%v", err)
 	}
 	if code, ok := sa.check(e, "serve"); !ok {
 		return code
@@ -149,4 +175,74 @@ func runServe(e *env, args []string) int {
 		return fail(e, "serve: %v", err)
 	}
 	return exitOK
+}
+
+// nriArgs are serve's --nri flags.
+type nriArgs struct {
+	on                                 bool
+	socket, index, inject              string
+	exclude, namespaces, pods, ownPods string
+}
+
+func (a *nriArgs) register(flags *flag.FlagSet) {
+	flags.BoolVar(&a.on, "nri", false, "be the node's NRI plugin: serve containers as they are created, with the CDI device's edits")
+	flags.StringVar(&a.socket, "nri-socket", nriplugin.DefaultSocket, "the runtime's NRI socket")
+	flags.StringVar(&a.index, "nri-index", nriplugin.DefaultIndex, "the plugin's index: NRI calls plugins in its order, and shows each the mounts the ones before it added")
+	flags.StringVar(&a.inject, "nri-inject", string(nriplugin.InjectNode), "which containers are served without asking: node, selected or annotated")
+	flags.StringVar(&a.exclude, "nri-exclude-namespaces", nriplugin.DefaultExcludeNamespaces, "with --nri-inject node, namespaces not served unless a pod asks (comma-separated; empty for none)")
+	flags.StringVar(&a.namespaces, "nri-namespaces", "", "with --nri-inject selected, the namespaces served (comma-separated; empty for any)")
+	flags.StringVar(&a.pods, "nri-pod-selector", "", "with --nri-inject selected, a label selector of the pods served, as kubectl -l takes it")
+	flags.StringVar(&a.ownPods, "nri-own-pods", nriplugin.DefaultOwnPods, "a label selector of serve's own pods, never served")
+}
+
+// options are the plugin's options, or nil without --nri; an error names
+// the flag and its value.
+func (a *nriArgs) options(given map[string]bool) (*nriplugin.Options, error) {
+	if !a.on {
+		for _, f := range []string{"nri-socket", "nri-index", "nri-inject", "nri-exclude-namespaces", "nri-namespaces", "nri-pod-selector", "nri-own-pods"} {
+			if given[f] {
+				return nil, fmt.Errorf("--%s applies to --nri", f)
+			}
+		}
+		return nil, nil
+	}
+	o := &nriplugin.Options{Socket: a.socket, Index: a.index}
+	p := &o.Policy
+	switch p.Inject = nriplugin.Inject(a.inject); p.Inject {
+	case nriplugin.InjectNode, nriplugin.InjectSelected, nriplugin.InjectAnnotated:
+	default:
+		return nil, fmt.Errorf("--nri-inject %q: want node, selected or annotated", a.inject)
+	}
+	if p.Inject != nriplugin.InjectNode && given["nri-exclude-namespaces"] {
+		return nil, fmt.Errorf("--nri-exclude-namespaces applies to --nri-inject node")
+	}
+	if p.Inject != nriplugin.InjectSelected && (given["nri-namespaces"] || given["nri-pod-selector"]) {
+		return nil, fmt.Errorf("--nri-namespaces and --nri-pod-selector apply to --nri-inject selected")
+	}
+	p.ExcludeNamespaces = commaList(a.exclude)
+	p.Namespaces = commaList(a.namespaces)
+	var err error
+	if a.pods != "" {
+		if p.PodSelector, err = labels.Parse(a.pods); err != nil {
+			return nil, fmt.Errorf("--nri-pod-selector %q: %v", a.pods, err)
+		}
+	}
+	if p.Inject == nriplugin.InjectSelected && len(p.Namespaces) == 0 && p.PodSelector == nil {
+		return nil, fmt.Errorf("--nri-inject selected: give --nri-namespaces, --nri-pod-selector, or both")
+	}
+	if p.OwnPods, err = labels.Parse(a.ownPods); err != nil {
+		return nil, fmt.Errorf("--nri-own-pods %q: %v", a.ownPods, err)
+	}
+	return o, nil
+}
+
+// commaList splits a comma-separated flag; empty is an empty list, not nil.
+func commaList(s string) []string {
+	out := []string{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }

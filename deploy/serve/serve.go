@@ -29,6 +29,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -40,9 +41,11 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -68,10 +71,11 @@ const (
 	DefaultStuckAfter = 5 * time.Minute
 )
 
-// Health endpoint paths.
+// Health endpoint paths, and the metrics'.
 const (
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
+	MetricsPath = "/metrics"
 )
 
 // Options configure a server. The zero value of every field but Render's
@@ -130,6 +134,11 @@ type Options struct {
 	// NoWatch leaves change events out, NodeLabels' Changed among them:
 	// only Resync syncs.
 	NoWatch bool
+	// NRI, when set, runs the node's NRI plugin (package nriplugin) beside
+	// the loop: it gives the containers its policy serves the spec's very
+	// edits as they are created (Edits is serve's own; Logger, if nil, is
+	// the server's). Not ready while it is not registered.
+	NRI *nriplugin.Options
 	// Logger receives the structured log (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -171,6 +180,8 @@ type Server struct {
 	// writable is the writable mode's view, from its first render on; only
 	// the loop touches it.
 	writable *writableView
+	// nri is the NRI plugin, with Options.NRI.
+	nri *nriplugin.Plugin
 }
 
 // New checks the options and fills in the defaults.
@@ -217,7 +228,16 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Server{opts: o, mounts: mounts, log: o.Logger}, nil
+	s := &Server{opts: o, mounts: mounts, log: o.Logger}
+	if o.NRI != nil {
+		no := *o.NRI
+		no.Edits, no.Logger = s.Edits, cmp.Or(no.Logger, o.Logger)
+		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+deploy.DeviceName)
+		if s.nri, err = nriplugin.New(no); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // Listen opens the health endpoints' listener, if Run has not, and returns
@@ -240,6 +260,14 @@ func (s *Server) Status() Status {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.status
+}
+
+// NRI is what the NRI plugin did, and false without one.
+func (s *Server) NRI() (nriplugin.Counts, bool) {
+	if s.nri == nil {
+		return nriplugin.Counts{}, false
+	}
+	return s.nri.Counts(), true
 }
 
 // Run serves until ctx ends, then waits up to StopTimeout for the sync in
@@ -270,7 +298,15 @@ func (s *Server) Run(ctx context.Context) error {
 		defer close(done)
 		s.loop(ctx)
 	}()
+	nriDone := make(chan struct{})
+	go func() {
+		defer close(nriDone)
+		if s.nri != nil {
+			s.nri.Run(ctx)
+		}
+	}()
 	<-ctx.Done()
+	<-nriDone
 	stopped := time.Now()
 	select {
 	case <-done:
@@ -498,17 +534,13 @@ func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st 
 }
 
 // writeSpecs writes the standalone spec and merges into the other, as
-// configured, behind the same gate as the cdi command. It returns how many
-// files it changed.
+// configured, behind the same gate as the cdi command and the NRI plugin
+// (served). It returns how many files it changed.
 func (s *Server) writeSpecs() (int, error) {
-	root := s.opts.Render.Root
-	rootFS := os.DirFS(root)
-	if err := deploy.CheckRendered(rootFS, root); err != nil {
+	env, err := s.served()
+	if err != nil {
 		return 0, err
 	}
-	// The variables follow the render (a profile may gain or lose its
-	// machine type), so they are read each time, unlike the mounts.
-	env := deploy.Env(rootFS, s.opts.Render.ContainerRoot)
 	n := 0
 	if s.opts.Output != "" {
 		_, wrote, err := deploy.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
@@ -531,6 +563,32 @@ func (s *Server) writeSpecs() (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// served is the gate of every channel: the root holds a complete render
+// (its completion marker, not a directory existing). It returns the
+// variables that go with the mounts, which follow the render (a profile
+// may gain or lose its machine type), unlike the mounts.
+func (s *Server) served() ([]string, error) {
+	root := s.opts.Render.Root
+	rootFS := os.DirFS(root)
+	if err := deploy.CheckRendered(rootFS, root); err != nil {
+		return nil, err
+	}
+	return deploy.Env(rootFS, s.opts.Render.ContainerRoot), nil
+}
+
+// Edits are the edits of the spec's device (deploy.DeviceEdits) as the
+// root is now: the NRI plugin's source, read at each container's creation.
+// When the root cannot be served now, the error says why, and the edits
+// hold the mounts it would serve, without their variables.
+func (s *Server) Edits() (specs.ContainerEdits, error) {
+	env, err := s.served()
+	edits := deploy.DeviceEdits(s.mounts, env)
+	if err != nil {
+		edits.Env = nil
+	}
+	return edits, err
 }
 
 // Ready says why the node is not served right, or nil when it is: the
@@ -558,6 +616,11 @@ func (s *Server) Ready() error {
 		}
 		if _, err := os.Stat(f); err != nil {
 			return fmt.Errorf("CDI spec: %w", err)
+		}
+	}
+	if s.nri != nil {
+		if c := s.nri.Counts(); !c.Registered {
+			return fmt.Errorf("NRI plugin not registered with %s: %s", s.opts.NRI.Socket, cmp.Or(c.Err, "not yet"))
 		}
 	}
 	return nil
@@ -595,7 +658,42 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.Handle("GET "+HealthzPath, probe(s.Healthy))
 	mux.Handle("GET "+ReadyzPath, probe(s.Ready))
+	mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.writeMetrics(w)
+	})
 	return mux
+}
+
+// writeMetrics writes the counters in Prometheus' text format: the syncs,
+// and the NRI plugin's (containers served, and those that run without the
+// tree, which a restart would serve).
+func (s *Server) writeMetrics(w io.Writer) {
+	metric := func(name, kind, help string, values ...string) {
+		fmt.Fprintf(w, "# HELP nvml_mock_sysfs_%s %s\n# TYPE nvml_mock_sysfs_%s %s\n", name, help, name, kind)
+		for _, v := range values {
+			fmt.Fprintf(w, "nvml_mock_sysfs_%s%s\n", name, v)
+		}
+	}
+	st := s.Status()
+	metric("syncs_total", "counter", "Syncs finished.", fmt.Sprintf(" %d", st.Syncs))
+	metric("sync_failures_total", "counter", "Syncs that failed.", fmt.Sprintf(" %d", st.Failures))
+	c, ok := s.NRI()
+	if !ok {
+		return
+	}
+	registered := 0
+	if c.Registered {
+		registered = 1
+	}
+	metric("nri_registered", "gauge", "1 while the NRI plugin is registered with the runtime.", fmt.Sprintf(" %d", registered))
+	metric("nri_registrations_total", "counter", "Registrations with the runtime (a runtime restart adds one).", fmt.Sprintf(" %d", c.Registrations))
+	metric("nri_containers_total", "counter", "Containers the NRI plugin judged, by what it did.",
+		fmt.Sprintf(`{result="served"} %d`, c.Served), fmt.Sprintf(`{result="unrendered"} %d`, c.Unrendered),
+		fmt.Sprintf(`{result="refused"} %d`, c.Refused), fmt.Sprintf(`{result="conflict"} %d`, c.Conflicts),
+		fmt.Sprintf(`{result="missed"} %d`, c.Missed))
+	metric("nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
+		fmt.Sprintf(" %d", len(c.Unserved)))
 }
 
 func (s *Server) profileName() string {
