@@ -18,8 +18,8 @@ import (
 type Pod struct {
 	// Name and Namespace are the pod's; Namespace empty means "default".
 	Name, Namespace string
-	// Annotations are the pod's (NRI plugins read them).
-	Annotations map[string]string
+	// Labels and Annotations are the pod's (NRI plugins read them).
+	Labels, Annotations map[string]string
 }
 
 // Container is what a kubelet puts in a container's CRI config that these
@@ -83,6 +83,7 @@ type (
 	criPodConfig struct {
 		Metadata     criMetadata       `json:"metadata"`
 		LogDirectory string            `json:"log_directory"`
+		Labels       map[string]string `json:"labels,omitempty"`
 		Annotations  map[string]string `json:"annotations,omitempty"`
 		Linux        criLinux          `json:"linux"`
 	}
@@ -204,6 +205,7 @@ func (h *Harness) RunPod(t testing.TB, p Pod) *Sandbox {
 	writeJSON(t, s.config, criPodConfig{
 		Metadata:     criMetadata{Name: p.Name, Namespace: p.Namespace, UID: fmt.Sprintf("uid-%s-%d", p.Name, time.Now().UnixNano())},
 		LogDirectory: filepath.Join(dir, "logs"),
+		Labels:       p.Labels,
 		Annotations:  p.Annotations,
 		Linux: criLinux{
 			CgroupParent:    h.CgroupParent,
@@ -225,6 +227,19 @@ func (h *Harness) RunPod(t testing.TB, p Pod) *Sandbox {
 
 // Start creates and starts a container in the sandbox.
 func (s *Sandbox) Start(t testing.TB, c Container) *CRIContainer {
+	t.Helper()
+	id, err := s.Create(t, c)
+	if err != nil {
+		t.Fatalf("runtime: %v", err)
+	}
+	s.h.Crictl(t, "start", id)
+	return &CRIContainer{ID: id, Name: c.Name, s: s}
+}
+
+// Create creates a container in the sandbox and returns its ID, or the
+// error the runtime refused it with (an NRI plugin's among them), as the
+// kubelet sees it.
+func (s *Sandbox) Create(t testing.TB, c Container) (string, error) {
 	t.Helper()
 	cfg := criContainerConfig{
 		Metadata:    criMetadata{Name: c.Name},
@@ -256,9 +271,8 @@ func (s *Sandbox) Start(t testing.TB, c Container) *CRIContainer {
 	}
 	file := filepath.Join(s.dir, c.Name+".json")
 	writeJSON(t, file, cfg)
-	id := s.h.Crictl(t, "create", s.ID, file, s.config)
-	s.h.Crictl(t, "start", id)
-	return &CRIContainer{ID: id, Name: c.Name, s: s}
+	id, err := s.h.crictlRun("create", s.ID, file, s.config)
+	return strings.TrimSpace(id), err
 }
 
 // criContainerStatus is the part of `crictl inspect` read here.

@@ -22,6 +22,7 @@ type NRIPlugin struct {
 	LogFile string
 	cmd     *exec.Cmd
 	exited  chan struct{}
+	stopped bool
 }
 
 // StartNRIPlugin starts an NRI plugin whose command connects to NRISocket
@@ -50,7 +51,7 @@ func (h *Harness) StartNRIPlugin(t testing.TB, name string, cmd *exec.Cmd) *NRIP
 		log.Close()
 		close(p.exited)
 	}()
-	t.Cleanup(func() { h.stopNRIPlugin(t, p) })
+	t.Cleanup(func() { h.StopNRIPlugin(t, p) })
 	if !h.awaitLog(offset, fmt.Sprintf("plugin %q connected and synchronized", name), p.exited) {
 		t.Fatalf("runtime: NRI plugin %s did not register (exited: %v)\nplugin log:\n%s\ncontainerd log:\n%s", name, cmd.ProcessState, p.Log(), h.logTail())
 	}
@@ -64,7 +65,14 @@ func (p *NRIPlugin) Log() string {
 	return string(b)
 }
 
-func (h *Harness) stopNRIPlugin(t testing.TB, p *NRIPlugin) {
+// StopNRIPlugin stops a plugin before the test ends (SIGTERM, then
+// SIGKILL), and waits until containerd has seen its connection close.
+// Stopping it twice is a no-op.
+func (h *Harness) StopNRIPlugin(t testing.TB, p *NRIPlugin) {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
 	offset := h.logSize()
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
 	select {

@@ -389,8 +389,41 @@ func (h *Harness) stop(t testing.TB) {
 			<-h.exited
 		}
 	}
-	// The shims exit by themselves once their last container is gone;
-	// give them a moment before killing what is left.
+	left := h.reap(t)
+	if err := RemoveCgroup(h.CgroupParent); err != nil {
+		t.Errorf("runtime: %v", err)
+	}
+	h.logf("stopped containerd in %s; %d leftover processes killed %v", time.Since(began).Round(time.Millisecond), len(left), left)
+}
+
+// Restart stops containerd (SIGTERM) and starts it again with the same
+// directories, sockets and configuration, as a node's containerd restarts:
+// NRI plugins lose their connection and must register again. No pod may
+// be left: the shims live in containerd's private /run, which a restart
+// replaces. It returns how long containerd was away.
+func (h *Harness) Restart(t testing.TB) time.Duration {
+	t.Helper()
+	began := time.Now()
+	if out, err := h.crictlRun("pods", "-q"); err != nil || strings.TrimSpace(out) != "" {
+		t.Fatalf("runtime: restart with pods left (%v): %s", err, out)
+	}
+	_ = syscall.Kill(h.pid, syscall.SIGTERM)
+	select {
+	case <-h.exited:
+	case <-time.After(stopTimeout):
+		t.Fatalf("runtime: containerd did not stop within %s of SIGTERM", stopTimeout)
+	}
+	if left := h.reap(t); len(left) > 0 {
+		t.Errorf("runtime: %d processes outlived containerd's restart: %v", len(left), left)
+	}
+	h.start(t)
+	return time.Since(began)
+}
+
+// reap waits for the processes containerd started (its shims exit by
+// themselves once their last container is gone) and kills those left
+// after shimExitGrace, returning them.
+func (h *Harness) reap(t testing.TB) []int {
 	own := func() []int { return ownProcesses(h.mountNS) }
 	if h.opts.Namespace != 0 {
 		// The namespace's owner keeps its init, and the nsenter and
@@ -420,10 +453,7 @@ func (h *Harness) stop(t testing.TB) {
 			t.Errorf("runtime: process %d outlived SIGKILL by %s", pid, stopTimeout)
 		}
 	}
-	if err := RemoveCgroup(h.CgroupParent); err != nil {
-		t.Errorf("runtime: %v", err)
-	}
-	h.logf("stopped containerd in %s; %d leftover processes killed %v", time.Since(began).Round(time.Millisecond), len(left), left)
+	return left
 }
 
 // removeCtrContainers deletes what ctr left in its namespace (a ctr run

@@ -294,6 +294,9 @@ func testMergedSpec(t *testing.T, s *served) {
 // testNRI serves pods that ask for no device through NRI plugins: each
 // plugin is connected only while its subtest runs.
 func testNRI(t *testing.T, s *served) {
+	t.Run("serve --nri", func(t *testing.T) {
+		testServeNRI(t, s)
+	})
 	t.Run("device-injector", func(t *testing.T) {
 		_, injector := s.h.StartDeviceInjector(t)
 		t.Run("CDI annotation", func(t *testing.T) {

@@ -72,6 +72,18 @@ func suites() []suite {
 		mockNRI     = "NRI nvml-mock-nri (shims without libpcimocksys) | `nvml-mock.nvidia.com/devices: \"true\"`"
 		nvmlList    = "NRI device-injector, deviceattribute on NVML's bus ids (nvml-list) | `cdi-devices.noderesource.dev/container.<name>`"
 	)
+	// serve --nri's rows that read the tree. A sabotaged run serves it a
+	// root it cannot render, so both sabotages turn them red; its controls
+	// and its rows of an unrendered tree stay green.
+	serveNRI := []string{
+		"NRI serve --nri (node-wide, the default) | nothing",
+		"NRI serve --nri (node-wide, the default) | nothing; the node's `/sys` mounted at `/sys` (GFD's own chart)",
+		"NRI serve --nri (node-wide, the default) | `cdi-devices.noderesource.dev/container.<name>` naming `mock.nvidia.com/pcisysfs=gpu0`",
+		"NRI serve --nri --nri-inject annotated | `cdi-devices.noderesource.dev/container.<name>` (no device-injector)",
+		"NRI serve --nri --nri-inject annotated | `nvml-mock-sysfs.nvidia.com/inject: \"true\"`",
+		"NRI serve --nri --nri-inject selected --nri-namespaces gpu --nri-pod-selector app=gfd | nothing; labelled `app=gfd`, in `gpu`",
+		"NRI serve --nri, restarted | nothing, created after containerd restarted",
+	}
 	return []suite{
 		{
 			name: "consumer matrix", pkg: "./deploy/e2e/consumermatrix",
@@ -86,14 +98,14 @@ func suites() []suite {
 			name: "containerd", pkg: "./deploy/e2e/containerdtest",
 			run: "^TestContainerd$", matrixEnv: "NVML_MOCK_SYSFS_RUNTIME_MATRIX",
 			red: map[string][]string{
-				programs.SabotageEscaped: {ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList},
+				programs.SabotageEscaped: append([]string{ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList}, serveNRI...),
 				// With no tree, nvml-mock-nri's overlay is empty too, so
 				// its two controls that need the overlay turn red, and GFD
 				// no longer finds its GPUs.
-				programs.SabotageNoTree: {ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList,
+				programs.SabotageNoTree: append([]string{ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList,
 					"NRI nvml-mock-nri, its defaults | `nvml-mock.nvidia.com/devices: \"true\"`",
 					"NRI nvml-mock-nri (shims without libpcimocksys) | nothing",
-					"NRI device-injector, GPU Feature Discovery | `cdi-devices.noderesource.dev/container.<name>`"},
+					"NRI device-injector, GPU Feature Discovery | `cdi-devices.noderesource.dev/container.<name>`"}, serveNRI...),
 			},
 		},
 		{

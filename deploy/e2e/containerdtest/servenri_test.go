@@ -1,0 +1,264 @@
+package containerdtest_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
+)
+
+// servePluginName is serve --nri as containerd names it: index-name.
+const servePluginName = nriplugin.DefaultIndex + "-" + nriplugin.DefaultName
+
+// nriServe is a running serve --nri: the node's NRI plugin.
+type nriServe struct {
+	plugin  *containerdtest.NRIPlugin
+	metrics string // its /metrics URL
+}
+
+// startServeNRI runs serve --nri with flags on s's tree, as the chart's
+// DaemonSet runs it, until containerd has it connected and synchronized.
+// Its spec goes beside the CDI directory, not in it: the one there is
+// the other routes'. unrendered serves a root serve cannot render (a
+// fleet map that gives the node no profile), as a sabotaged run does
+// always: serve re-renders whatever root it is given, so the escaped copy
+// or the empty root of the other routes would be mended, and its rows
+// would not read the sabotage.
+func (s *served) startServeNRI(t *testing.T, unrendered bool, flags ...string) *nriServe {
+	t.Helper()
+	dir := t.TempDir()
+	args := []string{"serve", "--nri", "--nri-socket", s.h.NRISocket, "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug",
+		"--host-devices", "merge", "--also-at", "/host-sys/bus/pci/devices", "--output", filepath.Join(dir, "nvml-mock-sysfs.yaml")}
+	if unrendered || programs.Sabotage(t) != "" {
+		fleet := filepath.Join(dir, "fleet.yaml")
+		require.NoError(t, os.WriteFile(fleet, []byte("nodes: {}\n"), 0o644))
+		args = append(args, "--root", filepath.Join(dir, "unrendered"), "--fleet", fleet, "--node-name", "this-node")
+	} else {
+		args = append(args, "--root", s.root, "--profile", s.profile)
+	}
+	p := s.h.StartNRIPlugin(t, servePluginName, exec.Command(s.bin, append(args, flags...)...))
+	return &nriServe{plugin: p, metrics: "http://" + serveAddr(t, p) + "/metrics"}
+}
+
+// serveAddr is the address serve's log says it listens on.
+func serveAddr(t *testing.T, p *containerdtest.NRIPlugin) string {
+	t.Helper()
+	var addr string
+	podtest.Until(t, 10*time.Second, "serve's listening address in its log", func() (bool, string) {
+		sc := bufio.NewScanner(strings.NewReader(p.Log()))
+		for sc.Scan() {
+			var rec struct{ Msg, Addr string }
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
+				addr = rec.Addr
+				return true, ""
+			}
+		}
+		return false, p.Log()
+	})
+	return addr
+}
+
+// metric is the value of a line of serve's /metrics.
+func (n *nriServe) metric(t *testing.T, name string) int {
+	t.Helper()
+	code, body, err := podtest.Probe(n.metrics)
+	require.NoError(t, err)
+	require.Equal(t, 200, code)
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err, line)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /metrics:\n%s", name, body)
+	return 0
+}
+
+// logged reports whether serve logged a record with msg whose pod is pod.
+func (n *nriServe) logged(msg, pod string) bool {
+	sc := bufio.NewScanner(strings.NewReader(n.plugin.Log()))
+	for sc.Scan() {
+		var rec struct{ Msg, Pod string }
+		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == msg && rec.Pod == pod {
+			return true
+		}
+	}
+	return false
+}
+
+// requireUnserved requires a verify that failed for want of our links
+// directory: the container was not served.
+func requireUnserved(t *testing.T, code int, r interface{ FailedChecks() []string }) {
+	t.Helper()
+	require.Equal(t, 1, code)
+	require.Contains(t, r.FailedChecks(), verify.LinksMount)
+}
+
+// testServeNRI serves pods that ask for nothing, or by annotation, through
+// serve --nri: no device-injector, no hostPath of ours. Each mode's plugin
+// is connected only while its subtest runs.
+func testServeNRI(t *testing.T, s *served) {
+	const route = "NRI serve --nri"
+	node := route + " (node-wide, the default)"
+	t.Run("node-wide", func(t *testing.T) {
+		n := s.startServeNRI(t, false)
+		t.Run("a pod that asks for nothing", func(t *testing.T) {
+			s.routes.expect(t, node, "nothing", "verify passes")
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-plain"}, s.verifyContainer("gfd"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("the node's /sys at /sys", func(t *testing.T) {
+			s.routes.expect(t, node, "nothing; the node's `/sys` mounted at `/sys` (GFD's own chart)", "verify passes: ours on top of it")
+			c := s.verifyContainer("gfd")
+			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: "/sys", ContainerPath: "/sys"})
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-host-sys"}, c)
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("opted out", func(t *testing.T) {
+			s.routes.expect(t, node, "`nvml-mock.nvidia.com/inject: \"false\"` (nvml-mock's opt-out)", "verify fails: no links directory mounted")
+			c := s.verifyContainer("gfd")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}, c)
+			requireUnserved(t, code, r)
+		})
+		t.Run("kube-system", func(t *testing.T) {
+			s.routes.expect(t, node, "nothing, in `kube-system`", "verify fails: no links directory mounted")
+			c := s.verifyContainer("proxy")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-system", Namespace: "kube-system"}, c)
+			requireUnserved(t, code, r)
+		})
+		t.Run("another mock's view", func(t *testing.T) {
+			s.routes.expect(t, node, "nothing; another mock's tree mounted at `/sys/devices`", "left as it is, serve logs it: verify fails")
+			other := filepath.Join(t.TempDir(), "sys-devices")
+			require.NoError(t, os.MkdirAll(filepath.Join(other, "system/cpu"), 0o755))
+			c := s.verifyContainer("other")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: other, ContainerPath: deploy.WholeDevicesDir, ReadOnly: true})
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other"}, c)
+			requireUnserved(t, code, r)
+			require.True(t, n.logged("container already mounts another view of the PCI sysfs; not stacking ours on it", "default/nri-serve-other"), "serve says so:\n%s", n.plugin.Log())
+		})
+		t.Run("bad input", func(t *testing.T) {
+			s.routes.expect(t, node, "`cdi-devices.noderesource.dev/container.<name>` naming `"+deploy.DefaultKind+"=gpu0`", "creation refused, one line")
+			pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-serve-bad", Annotations: map[string]string{
+				nriplugin.CDIContainerAnnotation + "gfd": "- " + deploy.DefaultKind + "=gpu0",
+			}})
+			_, err := pod.Create(t, s.verifyContainer("gfd"))
+			// crictl quotes the plugin's line again.
+			require.ErrorContains(t, err, `nvml-mock-sysfs: pod default/nri-serve-bad: annotation cdi-devices.noderesource.dev/container.gfd: \"mock.nvidia.com/pcisysfs=gpu0\": no such device`)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-after-bad"}, s.verifyContainer("gfd"))
+			s.requireAllGreen(t, code, r)
+		})
+		if programs.Sabotage(t) == "" {
+			require.Positive(t, n.metric(t, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
+		}
+	})
+
+	t.Run("annotated", func(t *testing.T) {
+		const annotated = route + " --nri-inject annotated"
+		s.startServeNRI(t, false, "--nri-inject", "annotated")
+		t.Run("CDI annotation", func(t *testing.T) {
+			s.routes.expect(t, annotated, "`cdi-devices.noderesource.dev/container.<name>` (no device-injector)", "verify passes")
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-cdi", Annotations: map[string]string{
+				nriplugin.CDIContainerAnnotation + "gpu-feature-discovery": "- " + device,
+			}}, s.verifyContainer("gpu-feature-discovery"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("our annotation", func(t *testing.T) {
+			s.routes.expect(t, annotated, "`"+nriplugin.InjectAnnotation+": \"true\"`", "verify passes")
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-ours", Annotations: map[string]string{nriplugin.InjectAnnotation: "true"}}, s.verifyContainer("nfd-worker"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("no annotation", func(t *testing.T) {
+			s.routes.expect(t, annotated, "nothing", "verify fails: no links directory mounted")
+			c := s.verifyContainer("plain")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-unasked"}, c)
+			requireUnserved(t, code, r)
+		})
+	})
+
+	t.Run("selected", func(t *testing.T) {
+		const selected = route + " --nri-inject selected --nri-namespaces gpu --nri-pod-selector app=gfd"
+		s.startServeNRI(t, false, "--nri-inject", "selected", "--nri-namespaces", "gpu", "--nri-pod-selector", "app=gfd")
+		t.Run("selected pod", func(t *testing.T) {
+			s.routes.expect(t, selected, "nothing; labelled `app=gfd`, in `gpu`", "verify passes")
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-gfd", Namespace: "gpu", Labels: map[string]string{"app": "gfd"}}, s.verifyContainer("gfd"))
+			s.requireAllGreen(t, code, r)
+		})
+		t.Run("another label", func(t *testing.T) {
+			s.routes.expect(t, selected, "nothing; labelled `app=other`, in `gpu`", "verify fails: no links directory mounted")
+			c := s.verifyContainer("other")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other-label", Namespace: "gpu", Labels: map[string]string{"app": "other"}}, c)
+			requireUnserved(t, code, r)
+		})
+	})
+
+	t.Run("the tree not rendered", func(t *testing.T) {
+		const unrendered = route + ", the tree not rendered (a fleet node with no profile)"
+		n := s.startServeNRI(t, true)
+		t.Run("asked", func(t *testing.T) {
+			s.routes.expect(t, unrendered, "`cdi-devices.noderesource.dev/container.<name>`", "creation refused, one line; the kubelet retries")
+			pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-serve-early", Annotations: map[string]string{nriplugin.CDIContainerAnnotation + "gfd": "- " + device}})
+			_, err := pod.Create(t, s.verifyContainer("gfd"))
+			require.ErrorContains(t, err, "nvml-mock-sysfs: pod default/nri-serve-early container gfd asked for the mock sysfs")
+			require.ErrorContains(t, err, "holds no complete render")
+		})
+		t.Run("node-wide", func(t *testing.T) {
+			s.routes.expect(t, unrendered, "nothing", "starts without the tree, counted in `/metrics`")
+			c := s.verifyContainer("system")
+			c.Args = append(c.Args, "--profile", profileInImage)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-unrendered"}, c)
+			requireUnserved(t, code, r)
+			require.Equal(t, 1, n.metric(t, `nvml_mock_sysfs_nri_containers_total{result="unrendered"}`))
+		})
+	})
+
+	t.Run("restarts", func(t *testing.T) {
+		const restarts = route + ", restarted"
+		t.Run("serve", func(t *testing.T) {
+			s.routes.expect(t, restarts, "nothing, created while serve was away", "named in serve's log when it registers again, counted in `/metrics`")
+			pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-serve-away"})
+			pod.Start(t, containerdtest.Container{Name: "meanwhile", Image: containerdtest.PauseImage})
+			n := s.startServeNRI(t, false)
+			require.Equal(t, 1, n.metric(t, "nvml_mock_sysfs_nri_unserved_containers"), "serve's log:\n%s", n.plugin.Log())
+			require.True(t, n.logged("container runs without the tree: created while the plugin was away or the tree was not complete; restart it to serve it", "default/nri-serve-away"))
+		})
+		t.Run("containerd", func(t *testing.T) {
+			s.routes.expect(t, restarts, "nothing, created after containerd restarted", "serve registers again by itself; verify passes")
+			n := s.startServeNRI(t, false)
+			away := s.h.Restart(t)
+			again := podtest.Until(t, 30*time.Second, "serve registered again", func() (bool, string) {
+				return n.metric(t, "nvml_mock_sysfs_nri_registrations_total") == 2 && n.metric(t, "nvml_mock_sysfs_nri_registered") == 1, n.plugin.Log()
+			})
+			t.Logf("FIGURES containerd away %s; serve registered again %s after it was back", away.Round(time.Millisecond), again.Round(time.Millisecond))
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-after-restart"}, s.verifyContainer("gfd"))
+			s.requireAllGreen(t, code, r)
+		})
+	})
+
+	t.Run("plugin off", func(t *testing.T) {
+		s.routes.expect(t, route+" off", "nothing", "verify fails: no links directory mounted")
+		c := s.verifyContainer("plain")
+		c.Args = append(c.Args, "--profile", profileInImage)
+		code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-off"}, c)
+		requireUnserved(t, code, r)
+	})
+}
