@@ -37,6 +37,15 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--fleet", "", "--node-name", "n"}, "--fleet: empty"},
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--node-name", "n"}, "--node-name applies to --fleet"},
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--kubeconfig", "/k"}, "--kubeconfig applies to --fleet"},
+		// The NRI plugin's flags: one line naming the flag and the value.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri-socket", "/s"}, "--nri-socket applies to --nri"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-inject", "all"}, `--nri-inject "all": want node, selected or annotated`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-inject", "selected"}, "--nri-inject selected: give --nri-namespaces, --nri-pod-selector, or both"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-inject", "selected", "--nri-pod-selector", "app in (gfd"}, `--nri-pod-selector "app in (gfd": `},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-namespaces", "gpu"}, "--nri-namespaces and --nri-pod-selector apply to --nri-inject selected"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-inject", "annotated", "--nri-exclude-namespaces", ""}, "--nri-exclude-namespaces applies to --nri-inject node"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-own-pods", "=x"}, `--nri-own-pods "=x": `},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-index", "100"}, `nri plugin index "100": want two digits`},
 	}
 	for _, tc := range tests {
 		stderr := requireOneLineUsageError(t, "serve", tc.args...)
@@ -52,4 +61,6 @@ func TestServeUsageErrors(t *testing.T) {
 	require.Contains(t, stdout, "\n  --node-name string\n")
 	require.Contains(t, stdout, "\n  --kubeconfig string\n")
 	require.Contains(t, stdout, "get, list and watch on nodes")
+	require.Contains(t, stdout, "\n  --nri\n")
+	require.Contains(t, stdout, "nvml-mock.nvidia.com/inject")
 }
