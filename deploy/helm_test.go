@@ -21,6 +21,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -32,6 +33,7 @@ const (
 	chartFleetValues      = chartDir + "/ci/fleet-values.yaml"
 	chartStandaloneValues = chartDir + "/ci/standalone-values.yaml"
 	chartWritableValues   = chartDir + "/ci/writable-values.yaml"
+	chartNRIValues        = chartDir + "/ci/nri-values.yaml"
 )
 
 // helmOnlyLabels are the labels the chart puts on its objects for Helm's
@@ -111,7 +113,7 @@ func TestHelmLint(t *testing.T) {
 	version, err := h.run("version", "--template", "{{.Version}}")
 	require.NoError(t, err)
 	require.Equal(t, programs.HelmVersion, version)
-	for _, values := range []string{"", chartFleetValues, chartStandaloneValues, chartWritableValues} {
+	for _, values := range []string{"", chartFleetValues, chartStandaloneValues, chartWritableValues, chartNRIValues} {
 		args := []string{"lint", "--strict", "--quiet", chartDir}
 		if values != "" {
 			args = append(args, "--values", values)
@@ -176,6 +178,45 @@ func TestHelmWritable(t *testing.T) {
 	// Negative control: the default DaemonSet is none of that.
 	require.Nil(t, plain.Spec.Template.Spec.Containers[0].SecurityContext.Privileged)
 	require.NotContains(t, plain.Spec.Template.Spec.Containers[0].Args, "--writable")
+}
+
+// TestHelmNRIRendersTheRawNRIDaemonSet: nri.enabled runs serve --nri with
+// the runtime's socket directory mounted, and renders
+// deploy/kubernetes/nri's DaemonSet; each mode's flags follow its values.
+func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
+	raw := podtest.DecodeManifests(t, "kubernetes/nri").DaemonSets[0]
+	h := newHelm(t)
+	ds := h.template(t, "--values", chartNRIValues).DaemonSets[0]
+	require.Equal(t, marshalYAML(t, raw), marshalYAML(t, withoutHelmLabels(ds)))
+	require.Equal(t, raw, withoutHelmLabels(ds))
+	plain := h.template(t).DaemonSets[0]
+	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args),
+		"--nri", "--nri-socket=/var/run/nri/nri.sock", "--nri-index=90", "--nri-inject=node", "--nri-exclude-namespaces=kube-system"),
+		ds.Spec.Template.Spec.Containers[0].Args)
+	// Serve's own pods are never served: the default --nri-own-pods is the
+	// chart's selector.
+	require.Equal(t, nriplugin.DefaultOwnPods, metav1LabelSelector(ds.Spec.Selector.MatchLabels))
+
+	selected := h.template(t, "--values", chartNRIValues, "--set", "nri.inject=selected", "--set", "nri.namespaces={gpu,ml}", "--set", "nri.podSelector=app in (gfd)").DaemonSets[0]
+	args := selected.Spec.Template.Spec.Containers[0].Args
+	require.Contains(t, args, "--nri-inject=selected")
+	require.Contains(t, args, "--nri-namespaces=gpu,ml")
+	require.Contains(t, args, "--nri-pod-selector=app in (gfd)")
+	require.NotContains(t, strings.Join(args, " "), "--nri-exclude-namespaces")
+	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--values", chartNRIValues, "--set", "nri.inject=selected")
+	require.ErrorContains(t, err, "values: nri.inject selected needs nri.namespaces, nri.podSelector, or both")
+	// Negative control: the default DaemonSet is not a plugin.
+	require.NotContains(t, plain.Spec.Template.Spec.Containers[0].Args, "--nri")
+	require.NotContains(t, marshalYAML(t, plain), "/var/run/nri")
+}
+
+// metav1LabelSelector is a selector's labels as a selector string.
+func metav1LabelSelector(labels map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		parts = append(parts, k+"="+labels[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 func marshalYAML(t *testing.T, obj any) string {

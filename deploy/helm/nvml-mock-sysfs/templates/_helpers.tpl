@@ -93,6 +93,9 @@ asked, each in one line naming the value.
 {{- if hasKey .Values.fleet.profiles "fleet.yaml" -}}
 {{- fail "values: fleet.profiles.fleet.yaml: the key holds the fleet map itself; name the profile otherwise" -}}
 {{- end -}}
+{{- if and .Values.nri.enabled (eq .Values.nri.inject "selected") (not .Values.nri.namespaces) (not .Values.nri.podSelector) -}}
+{{- fail "values: nri.inject selected needs nri.namespaces, nri.podSelector, or both" -}}
+{{- end -}}
 {{- if ne (len .Values.fleet.nvmlMockReleases) (len (uniq .Values.fleet.nvmlMockReleases)) -}}
 {{- fail (printf "values: fleet.nvmlMockReleases %v names a release twice: each is mounted at /etc/nvml-mock/<release>" .Values.fleet.nvmlMockReleases) -}}
 {{- end -}}
