@@ -17,6 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -310,33 +311,28 @@ func TestDocsSayHowLongAConfigMapUpdateTakes(t *testing.T) {
 // README's sample labels against its Node.
 func TestReadmeKubernetesQuickStart(t *testing.T) {
 	steps := overlaytest.ReadmeShell(t)["Kubernetes quick start"]
-	ds := podtest.DecodeManifests(t, "kubernetes").DaemonSets[0]
+	ds := podtest.DecodeManifests(t, "kubernetes/nri").DaemonSets[0]
 	image := ds.Spec.Template.Spec.Containers[0].Image
 	require.Equal(t, []string{
 		"make build",
 		"docker build -t " + image + " -f deploy/kubernetes/Dockerfile .",
 		"kind load docker-image " + image,
 		"kubectl apply --server-side -f deploy/kubernetes/standalone/nvml-mock-config.yaml",
-		"kubectl apply --server-side -f deploy/kubernetes/nvml-mock-sysfs.yaml",
+		"helm install " + ds.Name + " deploy/helm/nvml-mock-sysfs -n " + ds.Namespace + " --set nri.enabled=true",
 		"kubectl -n " + ds.Namespace + " rollout status daemonset/" + ds.Name + " --timeout=2m",
 		"kubectl get nodes -L nvidia.com/gpu.mode -L nvidia.com/gpu.count -L nvidia.com/gpu.machine",
 		"kubectl get resourceslices -o yaml",
 	}, steps)
 	files := namedFiles(steps)
-	require.Len(t, files, 3, "the Dockerfile and the two manifests: %q", files)
+	require.Len(t, files, 2, "the Dockerfile and the standalone ConfigMap (TestHelmDocsInstallTheChart renders the install): %q", files)
 	require.Empty(t, missingFiles(t, files), "files the README's quick start names")
 
+	// Nothing is added to the workloads' pods: the README says how one
+	// opts out instead.
 	readme, err := os.ReadFile("../README.md")
 	require.NoError(t, err)
-	var annotated bool
-	lines := strings.Split(string(readme), "\n")
-	for i, line := range lines[:len(lines)-1] {
-		if strings.TrimSpace(line) == "cdi-devices.noderesource.dev/container.<container-name>: |" {
-			require.Equal(t, "- "+deploy.DefaultKind+"="+deploy.DeviceName, strings.TrimSpace(lines[i+1]), "README: the annotation's device")
-			annotated = true
-		}
-	}
-	require.True(t, annotated, "README shows the device-injector's annotation")
+	require.Contains(t, string(readme), "`"+nriplugin.InjectAnnotation+`: "false"`+"`", "README: the opt-out annotation")
+	require.NotContains(t, string(readme), "cdi-devices.noderesource.dev/container.<container-name>", "README: no pod is annotated for our device")
 }
 
 // The file check fails on a path that is not there, and reads every

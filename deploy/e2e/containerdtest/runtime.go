@@ -119,7 +119,9 @@ func Start(t testing.TB, opts Options) *Harness {
 		h.progress = os.Stderr
 	}
 	h.Address = filepath.Join(h.Dir, "containerd.sock")
-	h.NRISocket = filepath.Join(h.Dir, "nri.sock")
+	// A directory of its own, which a node binds at /var/run/nri
+	// (kubetest), where NRI plugins in pods dial it.
+	h.NRISocket = filepath.Join(h.Dir, "nri", "nri.sock")
 	h.CDIDir = filepath.Join(h.Dir, "cdi")
 	h.LogFile = filepath.Join(h.Dir, "containerd.log")
 	h.CgroupParent = fmt.Sprintf("/nvml-mock-sysfs-runtime-%d", time.Now().UnixNano())
@@ -128,7 +130,7 @@ func Start(t testing.TB, opts Options) *Harness {
 			t.Fatalf("runtime: socket path %s is %d bytes, over the %d a Unix socket allows: shorten the test's name", s, len(s), maxSocketPath)
 		}
 	}
-	for _, d := range []string{h.CDIDir, filepath.Join(h.Dir, "nri-plugins"), filepath.Join(h.Dir, "nri-conf"), filepath.Join(h.Dir, "fifo"), filepath.Join(h.Dir, "cni/conf")} {
+	for _, d := range []string{h.CDIDir, filepath.Dir(h.NRISocket), filepath.Join(h.Dir, "nri-plugins"), filepath.Join(h.Dir, "nri-conf"), filepath.Join(h.Dir, "fifo"), filepath.Join(h.Dir, "cni/conf")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}

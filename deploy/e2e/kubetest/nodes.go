@@ -136,7 +136,17 @@ func (n *Node) startRuntime(t testing.TB, cniPlugins string) {
 		CNIPlugins:  cniPlugins,
 		CNIConfList: bridgeConfList(n.podSubnet),
 	})
+	// Where a node's NRI plugins dial it, serve --nri in its DaemonSet
+	// among them: its socket's directory at the node's /var/run/nri.
+	out, err := containerdtest.Enter(n.initPID, "sh", "-c", `mkdir -p /run/nri && mount --bind "$1" /run/nri`, "sh", filepath.Dir(n.Runtime.NRISocket)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cluster: %s's NRI socket at /var/run/nri: %v: %s", n.Name, err, out)
+	}
 }
+
+// NodeNRISocket is where a pod on a node finds the runtime's NRI socket,
+// as on a real node: the chart's nri.socket.
+const NodeNRISocket = "/var/run/nri/nri.sock"
 
 // apiBindAddress, apiHost and apiPort are the API server's flags: loopback
 // for the single node; for workers every address of the control plane's

@@ -161,7 +161,6 @@ func TestFleet(t *testing.T) {
 		n.Runtime.Import(t, containerdtest.ReaderBaseImage(t), containerdtest.CRINamespace)
 		s := &suite{c: f.c, node: n, repo: f.repo, objects: f.objects, nvml: nvml, gfd: gfd, nfd: nfd,
 			key: f.profiles[i].key, root: fleetRoot, spec: fleetSpec}
-		_, s.injector = n.Runtime.StartDeviceInjector(t)
 		f.nodes = append(f.nodes, s)
 	}
 	f.c.Apply(t, nfdCRDs(t))
@@ -294,7 +293,10 @@ func (f *fleet) testInstall(t *testing.T) {
 	f.rows.Expect(t, "`helm install` with a fleet map", first.node.Name, fmt.Sprintf("by name: Ready, %s's tree (%d GPUs) and spec", f.profiles[0].name, len(f.profiles[0].m.GPUs())))
 	ns := fleetNamespace(t, f.repo)
 	installed := time.Now()
-	f.helmRun(t, "install", fleetRelease, filepath.Join(f.repo, chartDir), "--namespace", ns, "--create-namespace", "--values", f.values(t, f.profiles[0]))
+	// As the nodes' NRI plugin, as the README's fleet does: each worker's
+	// served pods ask for nothing.
+	f.helmRun(t, "install", fleetRelease, filepath.Join(f.repo, chartDir), "--namespace", ns, "--create-namespace", "--values", f.values(t, f.profiles[0]),
+		"--set", "nri.enabled=true")
 	d, err := f.c.Client.AppsV1().DaemonSets(ns).Get(context.Background(), fleetRelease, metav1.GetOptions{})
 	require.NoError(t, err, "the chart's DaemonSet")
 	cms, err := f.c.Client.CoreV1().ConfigMaps(ns).List(context.Background(), metav1.ListOptions{})
@@ -773,7 +775,8 @@ func (f *fleet) testReprofile(t *testing.T) {
 	old, err := writer.ReadMarker(os.DirFS(first.nodePath(first.root)))
 	require.NoError(t, err)
 	upgraded := time.Now()
-	f.helmRun(t, "upgrade", fleetRelease, filepath.Join(f.repo, chartDir), "--namespace", first.ds.Namespace, "--values", f.values(t, to))
+	f.helmRun(t, "upgrade", fleetRelease, filepath.Join(f.repo, chartDir), "--namespace", first.ds.Namespace, "--values", f.values(t, to),
+		"--set", "nri.enabled=true")
 	first.waitNewTree(t, first.node.Name+": "+to.name+"'s tree", old)
 	took := time.Since(upgraded)
 	first.c.Wait(t, first.node.Name+": the DaemonSet's pod Ready", time.Minute, func() error { return first.daemonSetPodReady(t) })

@@ -1,9 +1,9 @@
 // Package node_test runs the deploy path on a real single-node Kubernetes
-// (kubetest), as a user runs it: the standalone ConfigMap and the
-// DaemonSet of deploy/kubernetes applied through the API server, GPU
-// Feature Discovery and nfd-worker in pods served the tree by the route
-// docs/user/kubernetes.md gives (containerd/nri's device-injector and one pod
-// annotation), their labels reaching the Node through the NodeFeature API
+// (kubetest), as a user runs it: the standalone ConfigMap applied through
+// the API server and the chart installed with nri.enabled, as the README's
+// quick start does, GPU Feature Discovery and nfd-worker in pods that ask
+// for nothing, served the tree by serve --nri (the DaemonSet is the node's
+// NRI plugin), their labels reaching the Node through the NodeFeature API
 // and nfd-master, a re-profile through the ConfigMap, and the DaemonSet's
 // deletion. Every check reads the API server, the node's paths or the
 // pods' own logs; each has a negative control.
@@ -39,6 +39,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
@@ -47,12 +48,6 @@ import (
 func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 const (
-	// device is the CDI device the DaemonSet's spec names.
-	device = deploy.DefaultKind + "=" + deploy.DeviceName
-	// injectAnnotation names our device for one container of a pod; the
-	// device-injector acts on it (docs/user/kubernetes.md, "How pods get the
-	// device").
-	injectAnnotation = "cdi-devices.noderesource.dev/container."
 	// reprofileTo is the profile the ConfigMap is changed to: four GPUs
 	// (the standalone ConfigMap has eight) and an HCA beside each, so
 	// gpu.count, gpu.machine and nfd-worker's pci-15b3 all change. The
@@ -102,11 +97,6 @@ type suite struct {
 	spec     string // the CDI spec's node path (--output)
 	nvml     programs.NVML
 	gfd, nfd string // build directories
-	// injector is whether containerd/nri's device-injector is supplied:
-	// the served pods then ask for our device by its annotation, as the
-	// docs say; else they get the same mounts and variables (deploy.Mounts,
-	// deploy.Env) by hostPath volumes, as a node without NRI would.
-	injector bool
 	rows     docmatrix.Rows
 	sabotage string // programs.Sabotage's: the served labellers go unserved
 	figures  []string
@@ -158,8 +148,9 @@ func TestNode(t *testing.T) {
 	for k := range s.cm.Data {
 		s.key = k
 	}
-	daemonSetFile := filepath.Join(s.repo, "deploy/kubernetes/nvml-mock-sysfs.yaml")
-	ds := podtest.DecodeManifests(t, filepath.Dir(daemonSetFile))
+	// The chart with nri.enabled renders this DaemonSet
+	// (TestHelmNRIRendersTheRawNRIDaemonSet).
+	ds := podtest.DecodeManifests(t, filepath.Join(s.repo, "deploy/kubernetes/nri"))
 	require.Len(t, ds.DaemonSets, 1)
 	s.ds = ds.DaemonSets[0]
 	args := s.ds.Spec.Template.Spec.Containers[0].Args
@@ -172,9 +163,7 @@ func TestNode(t *testing.T) {
 	s.c.Runtime.Import(t, containerdtest.BinaryImage(t, containerdtest.NormalizedImage(s.ds.Spec.Template.Spec.Containers[0].Image), bin), containerdtest.CRINamespace)
 	s.c.Runtime.Import(t, containerdtest.ConsumerBaseImage(), containerdtest.CRINamespace)
 	s.c.Runtime.Import(t, containerdtest.ReaderBaseImage(t), containerdtest.CRINamespace)
-	if _, s.injector = s.c.Runtime.StartDeviceInjector(t); !s.injector {
-		t.Logf("%s not supplied: the served pods get our mounts by hostPath volumes", programs.DeviceInjector)
-	}
+	helm := programs.NeedBinary(t, programs.Helm())
 	// The Node's labels come from NodeFeature objects, which nfd-master
 	// turns into labels, for the whole suite.
 	s.c.Apply(t, nfdCRDs(t))
@@ -185,7 +174,7 @@ func TestNode(t *testing.T) {
 	// nothing, so a sabotaged run reaches every step and shows each
 	// served row red, beside the rows that must stay green.
 	runSteps(t, []step{
-		{"the DaemonSet, applied, is Ready and renders", func(t *testing.T) { s.testApply(t, daemonSetFile) }, false},
+		{"the quick start installs a Ready DaemonSet that renders", func(t *testing.T) { s.testApply(t, helm) }, false},
 		{"GFD labels the Node", s.testGFD, true},
 		{"nfd-worker labels the Node", s.testNFDWorker, true},
 		{"a re-profile through the ConfigMap", s.testReprofile, true},
@@ -244,27 +233,39 @@ func (s *suite) daemonSetPod(t *testing.T) *corev1.Pod {
 	return &list.Items[0]
 }
 
-// quickStartApply is how the README's Kubernetes quick start applies a
-// manifest.
-const quickStartApply = "kubectl apply --server-side -f "
+// The README's Kubernetes quick start's lines this suite runs: the
+// standalone ConfigMap, applied, and the chart, installed.
+const (
+	quickStartApply   = "kubectl apply --server-side -f "
+	quickStartInstall = "helm install "
+)
 
-// testApply applies the files the README's Kubernetes quick start applies,
-// in its order, through the API server as its kubectl lines do, and checks
-// the pod, the tree and the spec.
-func (s *suite) testApply(t *testing.T, daemonSetFile string) {
-	s.rows.Expect(t, "the README quick start's `kubectl apply --server-side` lines (strict)", "the pod Running and Ready by its probe, 1 ready pod, tree and spec at the manifest's node paths")
+// testApply runs the README's Kubernetes quick start's lines, in its order,
+// as its kubectl and helm lines do (the API server for the first, the Helm
+// CLI against the cluster for the second), and checks the pod, the tree and
+// the spec.
+func (s *suite) testApply(t *testing.T, helm string) {
+	s.rows.Expect(t, "the README quick start's `kubectl apply --server-side` and `helm install --set nri.enabled=true` lines", "the pod Running and Ready by its probe (registered as the node's NRI plugin), 1 ready pod, tree and spec at the chart's node paths")
 	ctx := context.Background()
-	var files []string
+	var applied []string
+	var install []string
 	for _, step := range overlaytest.ReadmeShell(t)["Kubernetes quick start"] {
 		if file, ok := strings.CutPrefix(step, quickStartApply); ok {
-			files = append(files, filepath.Join(s.repo, file))
+			applied = append(applied, file)
+		}
+		if rest, ok := strings.CutPrefix(step, quickStartInstall); ok {
+			install = strings.Fields(rest)
 		}
 	}
-	require.Equal(t, []string{filepath.Join(s.repo, "deploy/kubernetes/standalone/nvml-mock-config.yaml"), daemonSetFile}, files, "the quick start applies the standalone ConfigMap, then the DaemonSet")
-	applied := time.Now()
-	for _, f := range files {
-		s.c.Apply(t, f)
-	}
+	require.Equal(t, []string{"deploy/kubernetes/standalone/nvml-mock-config.yaml"}, applied, "the quick start applies the standalone ConfigMap")
+	require.Equal(t, []string{"nvml-mock-sysfs", "deploy/helm/nvml-mock-sysfs", "-n", s.ds.Namespace, "--set", "nri.enabled=true"}, install,
+		"the quick start installs the chart as the node's NRI plugin, in the ConfigMap's namespace")
+	began := time.Now()
+	s.c.Apply(t, filepath.Join(s.repo, applied[0]))
+	install[1] = filepath.Join(s.repo, install[1])
+	out, err := s.c.Run(programs.HelmEnv(t.TempDir()), helm, append([]string{"install"}, install...)...)
+	require.NoError(t, err)
+	t.Logf("helm install:\n%s", out)
 	s.c.Wait(t, "DaemonSet "+s.ds.Name+": 1 ready pod", 3*time.Minute, func() error {
 		d, err := s.c.Client.AppsV1().DaemonSets(s.ds.Namespace).Get(ctx, s.ds.Name, metav1.GetOptions{})
 		if err != nil {
@@ -275,14 +276,14 @@ func (s *suite) testApply(t *testing.T, daemonSetFile string) {
 		}
 		return nil
 	})
-	readyIn := time.Since(applied)
+	readyIn := time.Since(began)
 	pod := s.daemonSetPod(t)
 	require.Equal(t, corev1.PodRunning, pod.Status.Phase)
 	require.True(t, kubetest.PodReady(pod), "Ready: %+v", pod.Status.Conditions)
 	require.Zero(t, pod.Status.ContainerStatuses[0].RestartCount)
 
 	want := machine(t, s.key, s.cm.Data[s.key])
-	_, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
+	_, err = writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
 	require.NoError(t, err, "a complete tree at the node's %s", s.root)
 	require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the tree has the ConfigMap's GPUs, as ghw lists them")
 	spec, err := cdi.ReadSpec(s.nodePath(s.spec), 0)
@@ -294,7 +295,7 @@ func (s *suite) testApply(t *testing.T, daemonSetFile string) {
 	d, err := s.c.Client.AppsV1().DaemonSets(s.ds.Namespace).Get(ctx, s.ds.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	kubetest.WriteObject(t, s.objects, "daemonset.json", d)
-	s.figure("DaemonSet applied -> 1 ready pod in %s", readyIn.Round(time.Millisecond))
+	s.figure("quick start applied and installed -> 1 ready pod, registered as the NRI plugin, in %s", readyIn.Round(time.Millisecond))
 }
 
 // labellerAccess makes the labellers' ServiceAccount, allowed what GFD
@@ -373,41 +374,48 @@ func (s *suite) labellerPod(t *testing.T, name, container, build string, inv pro
 	}
 	if served {
 		s.serve(t, pod, container)
+	} else {
+		optOut(pod)
 	}
 	return pod
 }
 
-// serve gives the pod's container our device: by the device-injector's
-// annotation where it is supplied, else by hostPath volumes of the same
-// mounts and the same variables the CDI spec holds (deploy.Mounts and
-// deploy.Env, their one home), the DaemonSet's --also-at included.
+// serve gives the pod's container our device: serve --nri, the node's NRI
+// plugin, serves every pod that does not opt out, so a served pod needs
+// nothing.
 //
 // A sabotaged run serves something else, so that the served rows that
-// need our tree turn red: no-tree serves nothing; escaped serves, by
-// hostPath volumes, a copy of the DaemonSet's tree as it is now with
-// plainly escaped links (overlaytest.PlainLinksCopy), which every reader
-// here resolves but deviceattribute's pcieRoot would refuse.
+// need our tree turn red: no-tree serves nothing (the pod opts out);
+// escaped serves, by hostPath volumes, a copy of the DaemonSet's tree as
+// it is now with plainly escaped links (overlaytest.PlainLinksCopy), which
+// every reader here resolves but deviceattribute's pcieRoot would refuse.
 func (s *suite) serve(t *testing.T, pod *corev1.Pod, container string) {
 	t.Helper()
 	switch s.sabotage {
 	case programs.SabotageNoTree:
+		optOut(pod)
 	case programs.SabotageEscaped:
 		s.serveRoot(t, pod, container, overlaytest.PlainLinksCopy(t, s.nodePath(s.root)))
-	default:
-		s.serveRoot(t, pod, container, s.root)
 	}
 }
 
-// serveRoot gives the pod's container the tree in root: the DaemonSet's by
-// the device-injector's annotation where it is supplied, any by hostPath
-// volumes. The reader of the re-profile gets the DaemonSet's tree this way
-// whatever the sabotage: it judges the writer, not a consumer.
+// optOut keeps serve --nri from serving a pod: a control that must run
+// without our tree.
+func optOut(pod *corev1.Pod) {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[nriplugin.InjectAnnotation] = "false"
+}
+
+// serveRoot gives the pod's container a tree other than the DaemonSet's
+// (which serve --nri serves), by hostPath volumes of the mounts and the
+// variables the CDI spec would hold for it (deploy.Mounts and deploy.Env,
+// their one home), the DaemonSet's --also-at included; the pod opts out of
+// serve --nri.
 func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string) {
 	t.Helper()
-	if root == s.root && s.injector {
-		pod.Annotations = map[string]string{injectAnnotation + container: "- " + device}
-		return
-	}
+	optOut(pod)
 	// The container root the render recorded (the DaemonSet's
 	// --container-root), where its links point.
 	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(s.nodePath(root)), root, "")
@@ -461,10 +469,7 @@ func (s *suite) servedGPUs(t *testing.T) int {
 
 // servedBy names how the served pods get our device, for the rows.
 func (s *suite) servedBy() string {
-	if s.injector {
-		return "`" + injectAnnotation + "<name>`"
-	}
-	return "hostPath volumes of `mounts` (" + programs.DeviceInjector + " not supplied)"
+	return "serve --nri, the pod asking nothing"
 }
 
 // gfdPod runs GFD once, publishing a NodeFeature object. A served pod
@@ -830,7 +835,9 @@ func (s *suite) waitNewTree(t *testing.T, what string, old writer.Marker) {
 
 // startReader runs a pod on the suite's node that scans the served links
 // directory of the node's tree until it is stopped (stopReader); a CPU
-// limit keeps its loop from starving the node's two cores.
+// limit keeps its loop from starving the node's two cores. serve --nri
+// serves it the DaemonSet's tree whatever the sabotage: it judges the
+// writer, not a consumer.
 func (s *suite) startReader(t *testing.T, name string) *corev1.Pod {
 	t.Helper()
 	ctx := context.Background()
@@ -841,7 +848,6 @@ func (s *suite) startReader(t *testing.T, name string) *corev1.Pod {
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}},
 		}}},
 	}
-	s.serveRoot(t, reader, "reader", s.root)
 	_, err := s.c.Client.CoreV1().Pods(reader.Namespace).Create(ctx, reader, metav1.CreateOptions{})
 	require.NoError(t, err)
 	running := s.c.WaitPod(t, reader.Namespace, reader.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })

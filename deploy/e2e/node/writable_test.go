@@ -56,8 +56,7 @@ const (
 	// the mount target of the writable spec's modules.alias stand-in (the
 	// host's /usr is read-only in the container).
 	writerImage = "localhost/nvml-mock-sysfs/writer:test"
-	// writerContainer is the writer pods' container, which the
-	// device-injector's annotation names.
+	// writerContainer is the writer pods' container.
 	writerContainer = "writer"
 	// The errors the controls must show, as the C library words them.
 	erofsText    = "Read-only file system"
@@ -111,9 +110,6 @@ func TestHelmWritable(t *testing.T) {
 	w.nsPID = w.node.Kubelet.PID
 	w.node.Runtime.Import(t, containerdtest.BinaryImage(t, containerdtest.NormalizedImage(image), bin), containerdtest.CRINamespace)
 	w.node.Runtime.Import(t, writerImageOf(t), containerdtest.CRINamespace)
-	if _, w.injector = w.node.Runtime.StartDeviceInjector(t); !w.injector {
-		t.Logf("%s not supplied: the writes run in served namespaces of the spec's mounts only, no pod", programs.DeviceInjector)
-	}
 	w.figure("node and programs ready in %s", time.Since(began).Round(time.Millisecond))
 
 	runSteps(t, []step{
@@ -189,7 +185,10 @@ func (w *helmWritable) helmRun(t *testing.T, args ...string) {
 // when writable is set, and reads its DaemonSet back.
 func (w *helmWritable) install(t *testing.T, writable bool) {
 	t.Helper()
-	args := []string{"install", fleetRelease, filepath.Join(w.repo, chartDir), "--namespace", w.ns, "--create-namespace", "--values", w.values}
+	// As the node's NRI plugin: the writer pods ask for nothing, and get
+	// the writable spec's edits through NRI (the FUSE view, no /dev/fuse).
+	args := []string{"install", fleetRelease, filepath.Join(w.repo, chartDir), "--namespace", w.ns, "--create-namespace", "--values", w.values,
+		"--set", "nri.enabled=true"}
 	if writable {
 		args = append(args, "--values", filepath.Join(w.repo, writableValues))
 	}
@@ -297,12 +296,12 @@ func mountTo(mounts []*specs.Mount, containerPath string) *specs.Mount {
 	return nil
 }
 
-// writerPod is a pod on the node given our CDI device by the
-// device-injector's annotation, running command in writerImage.
+// writerPod is a pod on the node that asks for nothing, served the spec's
+// edits by serve --nri, running command in writerImage.
 func (w *helmWritable) writerPod(name string, command ...string) *corev1.Pod {
 	volumes, mounts := kubetest.HostPathVolumes("host", []containerdtest.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}})
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: map[string]string{injectAnnotation + writerContainer: "- " + device}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
 		Spec: corev1.PodSpec{
 			NodeName: w.node.Name, RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false), TerminationGracePeriodSeconds: ptr.To[int64](0),
@@ -352,12 +351,10 @@ func (w *helmWritable) testDefault(t *testing.T) {
 	require.Contains(t, mountTo(mounts, "/sys/bus/pci/devices").Options, "ro")
 
 	gpu := w.gpus[0]
-	if w.injector {
-		done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(gpu)))
-		require.Equal(t, corev1.PodFailed, done.Status.Phase, "a write took on the read-only tree; log:\n%s", log)
-		require.Contains(t, log, erofsText)
-		w.figure("default install, a pod with the device: %q", errorLine(log))
-	}
+	done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(gpu)))
+	require.Equal(t, corev1.PodFailed, done.Status.Phase, "a write took on the read-only tree; log:\n%s", log)
+	require.Contains(t, log, erofsText)
+	w.figure("default install, a pod served by serve --nri: %q", errorLine(log))
 	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(gpu))
 	require.Error(t, err, "a write took on the read-only tree: %s", stdout)
 	require.Contains(t, stderr, erofsText)
@@ -479,24 +476,16 @@ func (w *helmWritable) testShared(t *testing.T) {
 	w.figure("the writable spec's mounts: %s", strings.Join(said, "; "))
 }
 
-// testBind binds the first GPU to vfio-pci by writes in a pod given our
-// device (where the device-injector is supplied), and the second in a
-// served namespace of the spec: each sees its driver link and vfio-dev
+// testBind binds the first GPU to vfio-pci by writes in a pod served by
+// serve --nri, and the second in a served namespace of the spec: each sees its driver link and vfio-dev
 // entry (the second vfio1, for the first holds vfio0), and the node's
 // view lists both under vfio-pci.
 func (w *helmWritable) testBind(t *testing.T) {
 	first, second := w.gpus[0], w.gpus[1]
-	if w.injector {
-		began := time.Now()
-		log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(first)))
-		require.Equal(t, "(null)\nvfio-pci\nvfio0\n", log, "the pod's writes and reads of %s", first)
-		w.figure("a pod given the device binds %s: %q, in %s", first, log, time.Since(began).Round(time.Millisecond))
-	} else {
-		stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(first))
-		require.NoError(t, err, stderr)
-		require.Equal(t, "(null)\nvfio-pci\nvfio0\n", stdout)
-		w.figure("a served namespace of the spec binds %s: %q", first, stdout)
-	}
+	began := time.Now()
+	log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(first)))
+	require.Equal(t, "(null)\nvfio-pci\nvfio0\n", log, "the pod's writes and reads of %s", first)
+	w.figure("a pod served by serve --nri binds %s: %q, in %s", first, log, time.Since(began).Round(time.Millisecond))
 	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(second))
 	require.NoError(t, err, "a served namespace of the spec: %s", stderr)
 	require.Equal(t, "(null)\nvfio-pci\nvfio1\n", stdout, "the served namespace's writes and reads of %s", second)
@@ -515,8 +504,7 @@ func (w *helmWritable) testBind(t *testing.T) {
 }
 
 // viewHolder is a container started on the view that outlives serve: a
-// pod given our device where the device-injector is supplied, else a
-// served namespace. read returns what it last read of the first GPU's
+// pod served by serve --nri. read returns what it last read of the first GPU's
 // driver_override, its error included.
 type viewHolder struct {
 	what string
@@ -527,38 +515,17 @@ type viewHolder struct {
 func (w *helmWritable) startHolder(t *testing.T) viewHolder {
 	t.Helper()
 	read := "cat /sys/bus/pci/devices/" + w.gpus[0] + "/driver_override 2>&1 || true"
-	if w.injector {
-		// It reads in a loop, into its log: crictl exec cannot reach the
-		// node's streaming server, which listens on the node's loopback.
-		pod := w.writerPod("holder", "/bin/sh", "-c", "while :; do "+read+"; sleep 0.2; done")
-		_, err := w.c.Client.CoreV1().Pods(w.ns).Create(context.Background(), pod, metav1.CreateOptions{})
-		require.NoError(t, err)
-		t.Cleanup(func() {
-			_ = w.c.Client.CoreV1().Pods(w.ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-		})
-		w.c.WaitPod(t, w.ns, pod.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
-		return viewHolder{what: "a running pod given the device", read: func(t *testing.T) string {
-			return lastLine(w.c.PodLog(t, w.ns, pod.Name))
-		}}
-	}
-	cmd := w.served(t).Command("sleep", "600")
-	require.NoError(t, cmd.Start())
+	// It reads in a loop, into its log: crictl exec cannot reach the
+	// node's streaming server, which listens on the node's loopback.
+	pod := w.writerPod("holder", "/bin/sh", "-c", "while :; do "+read+"; sleep 0.2; done")
+	_, err := w.c.Client.CoreV1().Pods(w.ns).Create(context.Background(), pod, metav1.CreateOptions{})
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		_ = w.c.Client.CoreV1().Pods(w.ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
-	// nsenter, unshare and the script's shell each exec the next: the
-	// process is sleep once the mounts are made.
-	w.c.Wait(t, "the served holder's mounts", 30*time.Second, func() error {
-		comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
-		if err != nil || strings.TrimSpace(string(comm)) != "sleep" {
-			return fmt.Errorf("the holder is %q (%v)", comm, err)
-		}
-		return nil
-	})
-	return viewHolder{what: "a served namespace of the spec", read: func(t *testing.T) string {
-		out, _ := exec.Command("nsenter", "--target", strconv.Itoa(cmd.Process.Pid), "--mount", "--", "sh", "-c", read).CombinedOutput()
-		return lastLine(string(out))
+	w.c.WaitPod(t, w.ns, pod.Name, 2*time.Minute, func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodRunning })
+	return viewHolder{what: "a running pod given the device", read: func(t *testing.T) string {
+		return lastLine(w.c.PodLog(t, w.ns, pod.Name))
 	}}
 }
 
