@@ -255,7 +255,20 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 	}
 	p.count(func(c *Counts) { c.Served++ })
 	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
-	return Adjustment(edits), nil, nil
+	return Adjustment(withoutHeld(edits, ctr)), nil, nil
+}
+
+// withoutHeld leaves out the mounts the container already has as they are
+// (a plugin before this one mounted our overlay where we would, as
+// nvml-mock's does configured to share it): NRI refuses two plugins'
+// mounts at one destination.
+func withoutHeld(e specs.ContainerEdits, ctr *api.Container) specs.ContainerEdits {
+	e.Mounts = slices.DeleteFunc(slices.Clone(e.Mounts), func(o *specs.Mount) bool {
+		return slices.ContainsFunc(ctr.GetMounts(), func(m *api.Mount) bool {
+			return filepath.Clean(m.GetDestination()) == o.ContainerPath && filepath.Clean(m.GetSource()) == o.HostPath
+		})
+	})
+	return e
 }
 
 // RemoveContainer forgets a container that ran without the tree.
@@ -321,17 +334,10 @@ func sameSource(m *api.Mount, e specs.ContainerEdits) bool {
 	return slices.ContainsFunc(e.Mounts, func(o *specs.Mount) bool { return filepath.Clean(m.GetSource()) == o.HostPath })
 }
 
-// hasOurs reports whether a container has our links directory mounted,
-// as a served one has.
+// hasOurs reports whether a container has one of our mounts, as a served
+// one has.
 func hasOurs(ctr *api.Container, e specs.ContainerEdits) bool {
-	for _, o := range e.Mounts {
-		if slices.ContainsFunc(ctr.GetMounts(), func(m *api.Mount) bool {
-			return filepath.Clean(m.GetDestination()) == o.ContainerPath && filepath.Clean(m.GetSource()) == o.HostPath
-		}) {
-			return true
-		}
-	}
-	return false
+	return len(withoutHeld(e, ctr).Mounts) < len(e.Mounts)
 }
 
 // hasOurDevice reports whether the container's CRI request names our CDI

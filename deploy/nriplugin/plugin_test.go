@@ -178,6 +178,20 @@ func (g *ociMounts) RemoveMount(dest string) {
 	g.spec.Mounts = slices.DeleteFunc(g.spec.Mounts, func(m rspec.Mount) bool { return m.Destination == dest })
 }
 
+// TestSharedOverlay: a plugin before ours that mounted our overlay where
+// we would (nvml-mock's, configured to share it) keeps it; we add the rest,
+// as NRI refuses two plugins' mounts at one destination.
+func TestSharedOverlay(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	startPlugin(t, sock, served(t), Policy{})
+	theirs := &api.Mount{Destination: "/opt/nvml-mock-sysfs", Source: "/var/lib/nvml-mock-sysfs", Type: "bind", Options: []string{"rbind", "ro"}}
+	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "c1", Name: "c", Mounts: []*api.Mount{theirs}})
+	require.NoError(t, err)
+	require.Len(t, adjust.GetMounts(), 1)
+	require.Equal(t, "/sys/bus/pci/devices", adjust.GetMounts()[0].GetDestination())
+}
+
 // TestAnotherMocksView: a container that already mounts a view that is not
 // the node's sysfs at /sys/devices or /sys/bus/pci/devices is left alone.
 func TestAnotherMocksView(t *testing.T) {

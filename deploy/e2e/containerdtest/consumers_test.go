@@ -29,7 +29,8 @@ func (s *served) consumerContainer(name, buildDir, mockNVML, out string, inv pro
 
 // The containers of the consumers' pod. On a node, GFD and the DRA
 // driver's kubelet plugin ask for no device: the pod's annotation names
-// ours per container, and an NRI plugin injects it. nvml-list stands for
+// ours per container, and serve --nri (--nri-inject annotated, so that a
+// container the annotation does not name is the control) serves it. nvml-list stands for
 // the DRA driver's discovery: it asks deviceattribute, the library the
 // driver publishes pcieRoot with, for the root of each bus id NVML lists.
 const (
@@ -38,14 +39,13 @@ const (
 )
 
 // testConsumers runs GPU Feature Discovery and nvml-list's deviceattribute
-// in CRI containers of a pod whose annotation has containerd's NRI
-// device-injector give them our CDI device, and, as the negative
-// controls, in containers of the same pod that the annotation does not
-// name. Their NVML is nvml-mock's where it is supplied, else our stand-in,
+// in CRI containers of a pod whose annotation has serve --nri give them
+// our CDI device's edits, and, as the negative controls, in containers of
+// the same pod that the annotation does not name. Their NVML is nvml-mock's where it is supplied, else our stand-in,
 // and the rows say which.
 func testConsumers(t *testing.T, s *served) {
 	nvml := programs.NeedNVML(t)
-	const route = "NRI device-injector, "
+	const route = "NRI serve --nri --nri-inject annotated, "
 	type row struct {
 		name, consumer, asks, want string
 		run                        func(t *testing.T)
@@ -120,18 +120,14 @@ func testConsumers(t *testing.T, s *served) {
 			}
 		}},
 	}
-	_, injector := s.h.StartDeviceInjector(t)
-	if injector {
-		pod = s.h.RunPod(t, containerdtest.Pod{Name: "consumers", Annotations: map[string]string{
-			"cdi-devices.noderesource.dev/container." + gfdContainer:  "- " + device,
-			"cdi-devices.noderesource.dev/container." + nvmlContainer: "- " + device,
-		}})
-	}
+	s.startServeNRI(t, false, "--nri-inject", "annotated")
+	pod = s.h.RunPod(t, containerdtest.Pod{Name: "consumers", Annotations: map[string]string{
+		"cdi-devices.noderesource.dev/container." + gfdContainer:  "- " + device,
+		"cdi-devices.noderesource.dev/container." + nvmlContainer: "- " + device,
+	}})
 	for _, r := range rows {
 		t.Run(r.name, func(t *testing.T) {
-			if !s.routes.expectWith(t, injector, programs.DeviceInjector, route+r.consumer, r.asks, r.want) {
-				return
-			}
+			s.routes.expect(t, route+r.consumer, r.asks, r.want)
 			r.run(t)
 		})
 	}

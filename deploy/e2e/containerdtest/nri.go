@@ -59,6 +59,9 @@ func (h *Harness) StartNRIPlugin(t testing.TB, name string, cmd *exec.Cmd) *NRIP
 	return p
 }
 
+// PID is the plugin's process.
+func (p *NRIPlugin) PID() int { return p.cmd.Process.Pid }
+
 // Log is what the plugin printed so far.
 func (p *NRIPlugin) Log() string {
 	b, _ := os.ReadFile(p.LogFile)

@@ -58,7 +58,7 @@ type served struct {
 	routes *routes
 }
 
-func (s *served) cli(t *testing.T, args ...string) string {
+func (s *served) cli(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(s.bin, args...).CombinedOutput()
 	require.NoError(t, err, "nvml-mock-sysfs %s: %s", strings.Join(args, " "), out)
@@ -67,7 +67,7 @@ func (s *served) cli(t *testing.T, args ...string) string {
 
 // serve renders the profile file (made servable for the mock NVML) and
 // writes our spec into the harness's CDI directory.
-func serve(t *testing.T, h *containerdtest.Harness, profileFile string) *served {
+func serve(t testing.TB, h *containerdtest.Harness, profileFile string) *served {
 	t.Helper()
 	s := &served{h: h, bin: overlaytest.BuildBinary(t), routes: &routes{}}
 	file, err := filepath.Abs(profileFile)
@@ -235,8 +235,8 @@ func TestContainerd(t *testing.T) {
 const newestShape = "../../../testdata/profiles/vera-rubin-tray.yaml"
 
 // TestContainerdNewestShape serves newestShape through containerd as a
-// pod is served (CRI CDI_devices, and the NRI device-injector for GFD and
-// the DRA driver's discovery, with their unserved negative controls), so
+// pod is served (CRI CDI_devices, and serve --nri for GFD and the DRA
+// driver's discovery, with their unserved negative controls), so
 // the runtime suite runs nvml-mock's newest shape in every make test, not
 // only when profileEnv names it. Its rows are not docs/evidence/runtime.md's.
 func TestContainerdNewestShape(t *testing.T) {
@@ -297,37 +297,29 @@ func testNRI(t *testing.T, s *served) {
 	t.Run("serve --nri", func(t *testing.T) {
 		testServeNRI(t, s)
 	})
+	// containerd/nri's device-injector, where supplied, as the one
+	// compatibility row: serve --nri serves every route it served. Its
+	// control, in the same pod, is a container neither annotation names.
 	t.Run("device-injector", func(t *testing.T) {
 		_, injector := s.h.StartDeviceInjector(t)
-		t.Run("CDI annotation", func(t *testing.T) {
-			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "`cdi-devices.noderesource.dev/container.<name>`", "verify passes") {
-				return
-			}
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-cdi", Annotations: map[string]string{
-				"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
-			}}, s.verifyContainer("gpu-feature-discovery"))
-			s.requireAllGreen(t, code, r)
-		})
-		t.Run("mounts annotation", func(t *testing.T) {
-			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "`mounts.noderesource.dev/container.<name>` (`mounts --format json`)", "verify passes") {
-				return
-			}
-			mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-mounts", Annotations: map[string]string{
-				"mounts.noderesource.dev/container.nfd-worker": mounts,
-			}}, s.verifyContainer("nfd-worker"))
-			s.requireAllGreen(t, code, r)
-		})
-		t.Run("no annotation fails", func(t *testing.T) {
-			if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector", "nothing", "verify fails: no links directory mounted") {
-				return
-			}
-			c := s.verifyContainer("unannotated")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-none"}, c)
-			require.Equal(t, 1, code)
-			require.Contains(t, r.FailedChecks(), verify.LinksMount)
-		})
+		if !s.routes.expectWith(t, injector, programs.DeviceInjector, "NRI device-injector (compatibility)",
+			"`cdi-devices.noderesource.dev/container.<name>`, or `mounts.noderesource.dev/container.<name>` (`mounts --format json`)",
+			"verify passes in each container named; fails in one neither names") {
+			return
+		}
+		mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
+		pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-injector", Annotations: map[string]string{
+			"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
+			"mounts.noderesource.dev/container.nfd-worker":                  mounts,
+		}})
+		for _, name := range []string{"gpu-feature-discovery", "nfd-worker"} {
+			res := pod.Run(t, s.verifyContainer(name))
+			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
+		}
+		c := s.verifyContainer("unannotated")
+		c.Args = append(c.Args, "--profile", profileInImage)
+		res := pod.Run(t, c)
+		requireUnserved(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 	})
 
 	t.Run("nvml-mock-nri", func(t *testing.T) {
@@ -363,6 +355,18 @@ func testNRI(t *testing.T, s *served) {
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-devices", Annotations: map[string]string{
 				"nvml-mock.nvidia.com/devices": "true",
 			}}, pairedVerify())
+			s.requireAllGreen(t, code, r)
+		})
+		// Both plugins on one node: theirs (index 10) gives a pod that asks
+		// for nothing the overlay and NVML's environment, ours (90, node-
+		// wide) the links directory; the overlay both mount is theirs,
+		// which ours sees and does not mount again.
+		t.Run("beside serve --nri", func(t *testing.T) {
+			if !s.routes.expectWith(t, supplied, programs.NvmlMockNRI, "NRI nvml-mock-nri (shims without libpcimocksys) beside serve --nri", "nothing", "verify passes, NVML's GPUs = sysfs's: NVML's environment from theirs, the links directory from ours") {
+				return
+			}
+			s.startServeNRI(t, false)
+			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nvml-mock-beside-serve"}, pairedVerify())
 			s.requireAllGreen(t, code, r)
 		})
 		// Negative control: the plugin's defaults, a pod that leaves them.

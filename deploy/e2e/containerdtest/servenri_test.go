@@ -38,7 +38,7 @@ type nriServe struct {
 // always: serve re-renders whatever root it is given, so the escaped copy
 // or the empty root of the other routes would be mended, and its rows
 // would not read the sabotage.
-func (s *served) startServeNRI(t *testing.T, unrendered bool, flags ...string) *nriServe {
+func (s *served) startServeNRI(t testing.TB, unrendered bool, flags ...string) *nriServe {
 	t.Helper()
 	dir := t.TempDir()
 	args := []string{"serve", "--nri", "--nri-socket", s.h.NRISocket, "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug",
@@ -55,7 +55,7 @@ func (s *served) startServeNRI(t *testing.T, unrendered bool, flags ...string) *
 }
 
 // serveAddr is the address serve's log says it listens on.
-func serveAddr(t *testing.T, p *containerdtest.NRIPlugin) string {
+func serveAddr(t testing.TB, p *containerdtest.NRIPlugin) string {
 	t.Helper()
 	var addr string
 	podtest.Until(t, 10*time.Second, "serve's listening address in its log", func() (bool, string) {
@@ -73,7 +73,7 @@ func serveAddr(t *testing.T, p *containerdtest.NRIPlugin) string {
 }
 
 // metric is the value of a line of serve's /metrics.
-func (n *nriServe) metric(t *testing.T, name string) int {
+func (n *nriServe) metric(t testing.TB, name string) int {
 	t.Helper()
 	code, body, err := podtest.Probe(n.metrics)
 	require.NoError(t, err)

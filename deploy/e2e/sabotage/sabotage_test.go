@@ -67,15 +67,18 @@ func suites() []suite {
 		criDevices  = "CRI | `CDI_devices` (a device plugin's or DRA driver's answer)"
 		criAnnotate = "CRI | a `cdi.k8s.io/` annotation"
 		merged      = "CRI, nvml-mock's spec merged | `CDI_devices` `nvidia.com/gpu=all`"
-		nriCDI      = "NRI device-injector | `cdi-devices.noderesource.dev/container.<name>`"
-		nriMounts   = "NRI device-injector | `mounts.noderesource.dev/container.<name>` (`mounts --format json`)"
+		injector    = "NRI device-injector (compatibility) | `cdi-devices.noderesource.dev/container.<name>`, or `mounts.noderesource.dev/container.<name>` (`mounts --format json`)"
 		mockNRI     = "NRI nvml-mock-nri (shims without libpcimocksys) | `nvml-mock.nvidia.com/devices: \"true\"`"
-		nvmlList    = "NRI device-injector, deviceattribute on NVML's bus ids (nvml-list) | `cdi-devices.noderesource.dev/container.<name>`"
+		nvmlList    = "NRI serve --nri --nri-inject annotated, deviceattribute on NVML's bus ids (nvml-list) | `cdi-devices.noderesource.dev/container.<name>`"
+		gfdServed   = "NRI serve --nri --nri-inject annotated, GPU Feature Discovery | `cdi-devices.noderesource.dev/container.<name>`"
 	)
 	// serve --nri's rows that read the tree. A sabotaged run serves it a
-	// root it cannot render, so both sabotages turn them red; its controls
-	// and its rows of an unrendered tree stay green.
-	serveNRI := []string{
+	// root it cannot render (serve re-renders any root it is given, so it
+	// cannot serve the escaped copy), so both sabotages turn them red, the
+	// consumers it serves among them; its controls and its rows of an
+	// unrendered tree stay green.
+	serveNRI := []string{gfdServed, nvmlList,
+		"NRI nvml-mock-nri (shims without libpcimocksys) beside serve --nri | nothing",
 		"NRI serve --nri (node-wide, the default) | nothing",
 		"NRI serve --nri (node-wide, the default) | nothing; the node's `/sys` mounted at `/sys` (GFD's own chart)",
 		"NRI serve --nri (node-wide, the default) | `cdi-devices.noderesource.dev/container.<name>` naming `mock.nvidia.com/pcisysfs=gpu0`",
@@ -98,14 +101,13 @@ func suites() []suite {
 			name: "containerd", pkg: "./deploy/e2e/containerdtest",
 			run: "^TestContainerd$", matrixEnv: "NVML_MOCK_SYSFS_RUNTIME_MATRIX",
 			red: map[string][]string{
-				programs.SabotageEscaped: append([]string{ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList}, serveNRI...),
+				programs.SabotageEscaped: append([]string{ctrDevice, criDevices, criAnnotate, merged, injector, mockNRI}, serveNRI...),
 				// With no tree, nvml-mock-nri's overlay is empty too, so
 				// its two controls that need the overlay turn red, and GFD
 				// no longer finds its GPUs.
-				programs.SabotageNoTree: append([]string{ctrDevice, criDevices, criAnnotate, merged, nriCDI, nriMounts, mockNRI, nvmlList,
+				programs.SabotageNoTree: append([]string{ctrDevice, criDevices, criAnnotate, merged, injector, mockNRI,
 					"NRI nvml-mock-nri, its defaults | `nvml-mock.nvidia.com/devices: \"true\"`",
-					"NRI nvml-mock-nri (shims without libpcimocksys) | nothing",
-					"NRI device-injector, GPU Feature Discovery | `cdi-devices.noderesource.dev/container.<name>`"}, serveNRI...),
+					"NRI nvml-mock-nri (shims without libpcimocksys) | nothing"}, serveNRI...),
 			},
 		},
 		{
