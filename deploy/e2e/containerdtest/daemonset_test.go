@@ -227,9 +227,7 @@ func TestDaemonSetPod(t *testing.T) {
 		s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 
 		// Negative control: the same container without the device.
-		c = s.verifyContainer("plain")
-		c.Args = append(c.Args, "--profile", profileInImage)
-		res = pod.Run(t, c)
+		res = pod.Run(t, s.unservedContainer("plain"))
 		require.Equal(t, 1, res.ExitCode)
 		require.Contains(t, report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks(), verify.LinksMount)
 	})

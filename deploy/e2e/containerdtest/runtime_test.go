@@ -138,6 +138,15 @@ func (s *served) verifyContainer(name string) containerdtest.Container {
 	}
 }
 
+// unservedContainer is verifyContainer for a control that gets no overlay:
+// verify reads the profile to expect from its mount, where a served one
+// reads the overlay's.
+func (s *served) unservedContainer(name string) containerdtest.Container {
+	c := s.verifyContainer(name)
+	c.Args = append(c.Args, "--profile", profileInImage)
+	return c
+}
+
 // verifyIn runs a verify container in a new pod and returns its report.
 func (s *served) verifyIn(t *testing.T, pod containerdtest.Pod, c containerdtest.Container) (int, *compat.Report) {
 	t.Helper()
@@ -199,8 +208,7 @@ func TestContainerd(t *testing.T) {
 		})
 		t.Run("plain container fails", func(t *testing.T) {
 			s.routes.expect(t, "CRI", "nothing", "verify fails: no links directory, no overlay, no pcieRoot")
-			c := s.verifyContainer("plain")
-			c.Args = append(c.Args, "--profile", profileInImage)
+			c := s.unservedContainer("plain")
 			res := pod.Run(t, c)
 			require.Equal(t, 1, res.ExitCode)
 			failed := report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks()
@@ -277,9 +285,8 @@ func testMergedSpec(t *testing.T, s *served) {
 		},
 	})
 	require.NoError(t, err)
-	c := s.verifyContainer("merged")
+	c := s.unservedContainer("merged")
 	c.CDIDevices = []string{kind + "=all"}
-	c.Args = append(c.Args, "--profile", profileInImage)
 
 	code, r := s.verifyIn(t, containerdtest.Pod{Name: "before-merge"}, c)
 	require.Equal(t, 1, code, "before the merge")
@@ -310,14 +317,13 @@ func testNRI(t *testing.T, s *served) {
 		mounts := s.cli(t, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
 		pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-injector", Annotations: map[string]string{
 			"cdi-devices.noderesource.dev/container.gpu-feature-discovery": "- " + device,
-			"mounts.noderesource.dev/container.nfd-worker":                  mounts,
+			"mounts.noderesource.dev/container.nfd-worker":                 mounts,
 		}})
 		for _, name := range []string{"gpu-feature-discovery", "nfd-worker"} {
 			res := pod.Run(t, s.verifyContainer(name))
 			s.requireAllGreen(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 		}
-		c := s.verifyContainer("unannotated")
-		c.Args = append(c.Args, "--profile", profileInImage)
+		c := s.unservedContainer("unannotated")
 		res := pod.Run(t, c)
 		requireUnserved(t, res.ExitCode, report(t, res.ExitCode, res.Stdout, res.Stderr))
 	})

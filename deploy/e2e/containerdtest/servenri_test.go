@@ -101,6 +101,14 @@ func (n *nriServe) logged(msg, pod string) bool {
 	return false
 }
 
+// requireUnservedIn runs an unserved verify container in a new pod and
+// requires it to fail for want of our links directory.
+func (s *served) requireUnservedIn(t *testing.T, pod containerdtest.Pod, name string) {
+	t.Helper()
+	code, r := s.verifyIn(t, pod, s.unservedContainer(name))
+	requireUnserved(t, code, r)
+}
+
 // requireUnserved requires a verify that failed for want of our links
 // directory: the container was not served.
 func requireUnserved(t *testing.T, code int, r interface{ FailedChecks() []string }) {
@@ -131,24 +139,17 @@ func testServeNRI(t *testing.T, s *served) {
 		})
 		t.Run("opted out", func(t *testing.T) {
 			s.routes.expect(t, node, "`nvml-mock.nvidia.com/inject: \"false\"` (nvml-mock's opt-out)", "verify fails: no links directory mounted")
-			c := s.verifyContainer("gfd")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}, c)
-			requireUnserved(t, code, r)
+			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}, "gfd")
 		})
 		t.Run("kube-system", func(t *testing.T) {
 			s.routes.expect(t, node, "nothing, in `kube-system`", "verify fails: no links directory mounted")
-			c := s.verifyContainer("proxy")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-system", Namespace: "kube-system"}, c)
-			requireUnserved(t, code, r)
+			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-system", Namespace: "kube-system"}, "proxy")
 		})
 		t.Run("another mock's view", func(t *testing.T) {
 			s.routes.expect(t, node, "nothing; another mock's tree mounted at `/sys/devices`", "left as it is, serve logs it: verify fails")
 			other := filepath.Join(t.TempDir(), "sys-devices")
 			require.NoError(t, os.MkdirAll(filepath.Join(other, "system/cpu"), 0o755))
-			c := s.verifyContainer("other")
-			c.Args = append(c.Args, "--profile", profileInImage)
+			c := s.unservedContainer("other")
 			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: other, ContainerPath: deploy.WholeDevicesDir, ReadOnly: true})
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other"}, c)
 			requireUnserved(t, code, r)
@@ -187,10 +188,7 @@ func testServeNRI(t *testing.T, s *served) {
 		})
 		t.Run("no annotation", func(t *testing.T) {
 			s.routes.expect(t, annotated, "nothing", "verify fails: no links directory mounted")
-			c := s.verifyContainer("plain")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-unasked"}, c)
-			requireUnserved(t, code, r)
+			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-unasked"}, "plain")
 		})
 	})
 
@@ -204,10 +202,7 @@ func testServeNRI(t *testing.T, s *served) {
 		})
 		t.Run("another label", func(t *testing.T) {
 			s.routes.expect(t, selected, "nothing; labelled `app=other`, in `gpu`", "verify fails: no links directory mounted")
-			c := s.verifyContainer("other")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other-label", Namespace: "gpu", Labels: map[string]string{"app": "other"}}, c)
-			requireUnserved(t, code, r)
+			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-other-label", Namespace: "gpu", Labels: map[string]string{"app": "other"}}, "other")
 		})
 	})
 
@@ -223,10 +218,7 @@ func testServeNRI(t *testing.T, s *served) {
 		})
 		t.Run("node-wide", func(t *testing.T) {
 			s.routes.expect(t, unrendered, "nothing", "starts without the tree, counted in `/metrics`")
-			c := s.verifyContainer("system")
-			c.Args = append(c.Args, "--profile", profileInImage)
-			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-unrendered"}, c)
-			requireUnserved(t, code, r)
+			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-unrendered"}, "system")
 			require.Equal(t, 1, n.metric(t, `nvml_mock_sysfs_nri_containers_total{result="unrendered"}`))
 		})
 	})
@@ -256,9 +248,6 @@ func testServeNRI(t *testing.T, s *served) {
 
 	t.Run("plugin off", func(t *testing.T) {
 		s.routes.expect(t, route+" off", "nothing", "verify fails: no links directory mounted")
-		c := s.verifyContainer("plain")
-		c.Args = append(c.Args, "--profile", profileInImage)
-		code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-off"}, c)
-		requireUnserved(t, code, r)
+		s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-off"}, "plain")
 	})
 }
