@@ -1,9 +1,11 @@
 package containerdtest
 
 import (
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -55,6 +57,59 @@ const (
 	// InConsumerOutput is a directory a consumer may write.
 	InConsumerOutput = "/out"
 )
+
+// LinkedImage is an image of files (cgo programs and shared libraries of
+// the host's build) with every library they link, as ldd resolves it on
+// the host, at the path ldd names: for a pod whose manifest mounts nothing
+// of ours, such as a stock chart's (which ConsumerBaseImage's host /usr
+// would need). Env is the image's.
+func LinkedImage(t testing.TB, name string, files []ociimage.File, env []string) ociimage.Image {
+	t.Helper()
+	img := ociimage.Image{Name: name, Env: env}
+	have := map[string]bool{}
+	add := func(f ociimage.File) {
+		if !have[f.Path] {
+			have[f.Path] = true
+			img.Files = append(img.Files, f)
+		}
+	}
+	for _, f := range files {
+		add(f)
+		if f.Source == "" || !dynamicELF(t, f.Source) {
+			continue
+		}
+		out, err := exec.Command("ldd", f.Source).Output()
+		require.NoError(t, err, "ldd %s", f.Source)
+		for _, line := range strings.Split(string(out), "\n") {
+			// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+			// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no file.
+			fields := strings.Fields(line)
+			if len(fields) >= 3 && fields[1] == "=>" {
+				fields = fields[2:]
+			}
+			if len(fields) == 0 || !strings.HasPrefix(fields[0], "/") {
+				continue
+			}
+			real, err := filepath.EvalSymlinks(fields[0])
+			require.NoError(t, err)
+			add(ociimage.File{Path: fields[0], Source: real, Mode: 0o755})
+		}
+	}
+	return img
+}
+
+// dynamicELF reports whether file is an ELF object with a dynamic
+// section, whose libraries ldd lists (a data file or a static program has
+// none).
+func dynamicELF(t testing.TB, file string) bool {
+	t.Helper()
+	f, err := elf.Open(file)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return f.Section(".dynamic") != nil
+}
 
 // ConsumerBaseImage is the consumer image.
 func ConsumerBaseImage() ociimage.Image {

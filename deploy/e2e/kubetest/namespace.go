@@ -176,7 +176,10 @@ func (c *Cluster) enterNamespace(t testing.TB) {
 // namespaceScript is what a namespace's init runs, as sh, in a new mount
 // namespace with its own /proc: a private /run; the kubelet's sysctls
 // bound to the cluster's copies (every kubelet writes the same values); a
-// private /etc/hosts, /var/log and /var/lib, the host's /var/lib entries
+// private /etc (the host's under an overlay whose writes stay beside
+// hosts, so that a pod's hostPath below /etc, such as GFD's chart's
+// /etc/kubernetes/node-feature-discovery/features.d, never reaches the
+// host) with its own /etc/hosts; a private /var/log and /var/lib, the host's /var/lib entries
 // bound back in but the kubelet's and the CNI plugins' own; loopback up.
 // The control plane's namespace binds the host's /var/lib aside first
 // (below Dir); a worker's, nested in it, finds it there. It then touches
@@ -191,7 +194,10 @@ func (c *Cluster) namespaceScript(t testing.TB, hosts, ready string, controlPlan
 		lines = append(lines, "mount --bind "+q(c.sysctlCopy(s.name))+" "+q("/proc/sys/"+s.name))
 	}
 	hostVarLib := filepath.Join(c.Dir, "host-var-lib")
+	etc := filepath.Join(filepath.Dir(hosts), "etc")
 	lines = append(lines,
+		"mkdir -p "+q(etc+"/upper")+" "+q(etc+"/work"),
+		"mount -t overlay overlay -o "+q("lowerdir=/etc,upperdir="+etc+"/upper,workdir="+etc+"/work")+" /etc",
 		"mount --bind "+q(hosts)+" /etc/hosts",
 		"mount -t tmpfs -o mode=0755 tmpfs /var/log")
 	if controlPlane {

@@ -177,6 +177,7 @@ func TestNode(t *testing.T) {
 		{"the quick start installs a Ready DaemonSet that renders", func(t *testing.T) { s.testApply(t, helm) }, false},
 		{"GFD labels the Node", s.testGFD, true},
 		{"nfd-worker labels the Node", s.testNFDWorker, true},
+		{"GFD's own chart labels the Node", s.testStockGFD, true},
 		{"a re-profile through the ConfigMap", s.testReprofile, true},
 		{"E2E_PROFILES through the ConfigMap", s.testExtraProfiles, true},
 		{"a bad profile makes the pod not Ready", s.testBadProfile, true},
@@ -538,13 +539,20 @@ func machineLabel(t *testing.T, m *profile.Machine) string {
 // fetched).
 func nfdCRDs(t *testing.T) string {
 	t.Helper()
-	cmd := exec.Command("go", "mod", "download", "-json", programs.NFDModule+"@"+programs.NFDVersion)
+	return filepath.Join(moduleDir(t, programs.NFDModule, programs.NFDVersion), "deployment/base/nfd-crds/nfd-api-crds.yaml")
+}
+
+// moduleDir is a module's directory in the module cache, as the Go module
+// proxy's zip of it holds it (the programs' builds fetched it).
+func moduleDir(t *testing.T, module, version string) string {
+	t.Helper()
+	cmd := exec.Command("go", "mod", "download", "-json", module+"@"+version)
 	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	out, err := cmd.Output()
-	require.NoError(t, err, "go mod download %s@%s", programs.NFDModule, programs.NFDVersion)
+	require.NoError(t, err, "go mod download %s@%s", module, version)
 	var mod struct{ Dir string }
 	require.NoError(t, json.Unmarshal(out, &mod))
-	return filepath.Join(mod.Dir, "deployment/base/nfd-crds/nfd-api-crds.yaml")
+	return mod.Dir
 }
 
 // testGFD runs GFD in pods: first one not served the tree (the negative
@@ -617,15 +625,28 @@ func (s *suite) readmeLabels(t *testing.T) (keys, header, row []string) {
 // mounted over /host-sys/bus/pci/devices; the node's own devices' links
 // resolve into /host-sys/devices.
 func (s *suite) nfdPod(t *testing.T, name string, served bool) *corev1.Pod {
+	return s.nfdWorkerPod(t, name, served, false)
+}
+
+// nfdWorkerPod is nfdPod, with local the worker's local source too: the
+// feature files of the node's features.d (GFD's, from its own chart),
+// mounted where the worker reads them, as node-feature-discovery's chart
+// mounts them.
+func (s *suite) nfdWorkerPod(t *testing.T, name string, served, local bool) *corev1.Pod {
 	inv, err := programs.NFDWorkerRun{
 		Binary:               containerdtest.InConsumerBuild + "/nfd-worker",
 		NodeName:             s.node.Name,
 		DeviceClassWhitelist: gpuOperatorPCI.classes,
 		DeviceLabelFields:    gpuOperatorPCI.fields,
 		Publish:              true,
+		Local:                local,
 	}.Invocation()
 	require.NoError(t, err)
-	return s.labellerPod(t, name, "nfd-worker", s.nfd, inv, served, containerdtest.Mount{HostPath: "/sys", ContainerPath: "/host-sys", ReadOnly: true})
+	mounts := []containerdtest.Mount{{HostPath: "/sys", ContainerPath: "/host-sys", ReadOnly: true}}
+	if local {
+		mounts = append(mounts, containerdtest.Mount{HostPath: programs.NFDFeaturesDir, ContainerPath: programs.NFDFeaturesDir, ReadOnly: true})
+	}
+	return s.labellerPod(t, name, "nfd-worker", s.nfd, inv, served, mounts...)
 }
 
 // pciLabels are nfd-worker's PCI labels among the Node's.

@@ -182,14 +182,26 @@ type NFDWorkerRun struct {
 	// for nfd-master to put on the Node; Kubeconfig empty then means the
 	// in-cluster config of a pod's ServiceAccount.
 	Publish bool
+	// Local adds the local source: the files other programs write to
+	// NFDFeaturesDir (GFD without the NodeFeature API writes its labels
+	// there), whose labels the worker publishes as its own.
+	Local bool
 }
+
+// NFDFeaturesDir is where nfd-worker's local source reads feature files,
+// and where GFD writes its own without the NodeFeature API.
+const NFDFeaturesDir = "/etc/kubernetes/node-feature-discovery/features.d"
 
 // Invocation runs the worker once; its labels go to its log (and, with
 // Publish, to the API server).
 func (r NFDWorkerRun) Invocation() (Invocation, error) {
 	node := r.NodeName
 	node = cmp.Or(node, "nvml-mock-sysfs-e2e")
-	args := []string{r.Binary, "-oneshot", "-feature-sources=pci", "-label-sources=pci", "-port", "0", "-v", "1"}
+	sources := "pci"
+	if r.Local {
+		sources = "pci,local"
+	}
+	args := []string{r.Binary, "-oneshot", "-feature-sources=" + sources, "-label-sources=" + sources, "-port", "0", "-v", "1"}
 	if !r.Publish {
 		args = append(args, "-no-publish")
 	}

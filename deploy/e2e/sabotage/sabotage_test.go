@@ -120,6 +120,7 @@ func suites() []suite {
 				programs.SabotageNoTree: {
 					"GFD pod served our device",
 					"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
+					"GFD's own chart (v0.17.4, values only), its pod asking nothing",
 					"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
 				},
 			},

@@ -1,0 +1,190 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+)
+
+// GPU Feature Discovery's own Helm chart, as the module proxy's zip of
+// its module holds it, installed unedited: values only.
+const (
+	stockChartPath    = "deployments/helm/nvidia-device-plugin"
+	stockRelease      = "nvidia-device-plugin"
+	stockNamespace    = "nvidia-device-plugin"
+	stockGFDContainer = "gpu-feature-discovery-ctr"
+	// gpuPresent is the Node label the chart's affinity asks for, which
+	// nvml-mock's chart puts on a mock GPU node.
+	gpuPresent = "nvidia.com/gpu.present"
+	// labelTimestamp is the label GFD adds unless --no-timestamp, as the
+	// chart runs it: only the stock pod's labels carry it here.
+	labelTimestamp = "nvidia.com/gfd.timestamp"
+)
+
+// stockGFDValues are the values the chart is installed with: GFD alone
+// (no device plugin, which needs a kubelet device-plugin socket and
+// /dev/nvidia*; no node-feature-discovery subchart, whose images no
+// registry here serves: the suite's nfd-master and nfd-worker stand in).
+func stockGFDValues() []string {
+	return []string{"--set", "gfd.enabled=true", "--set", "devicePlugin.enabled=false", "--set", "nfd.enabled=false"}
+}
+
+// gfdImage is the chart's image, v0.17.4's gpu-feature-discovery built
+// from the module proxy, under the name the chart asks the node for; the
+// NVML the suite's pods load (nvml-mock's where supplied, else our
+// stand-in) and the ConfigMap's profile beside it, named by the image's
+// environment, since the chart mounts no NVML.
+func (s *suite) gfdImage(t *testing.T) ociimage.Image {
+	t.Helper()
+	profile := filepath.Join(t.TempDir(), "config.yaml")
+	require.NoError(t, os.WriteFile(profile, []byte(s.cm.Data[s.key]), 0o644))
+	const nvmlDir, profileAt = "/usr/lib/nvml-mock", "/etc/nvml-mock/config.yaml"
+	files := []ociimage.File{
+		{Path: "/usr/bin/gpu-feature-discovery", Source: filepath.Join(s.gfd, "gpu-feature-discovery"), Mode: 0o755},
+		{Path: nvmlDir + "/" + programs.MockNVML, Source: filepath.Join(s.nvml.Dir, programs.MockNVML), Mode: 0o755},
+		{Path: profileAt, Source: profile, Mode: 0o644},
+	}
+	if s.nvml.StandIn {
+		files = append(files, ociimage.File{Path: nvmlDir + "/" + programs.StandInConverter, Source: filepath.Join(s.nvml.Dir, programs.StandInConverter), Mode: 0o755})
+	}
+	return containerdtest.LinkedImage(t, "nvcr.io/nvidia/k8s-device-plugin:"+programs.GFDVersion, files,
+		append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, programs.NVMLEnv(nvmlDir, profileAt)...))
+}
+
+// testStockGFD installs GFD's own chart with Helm, values only, and checks
+// that its pod, which carries no annotation and no hostPath of ours, labels
+// the Node through serve --nri: GFD writes its labels to the node's
+// features.d, and nfd-worker's local source publishes them. The control
+// is the same chart with one more value, the pod annotation that opts the
+// pod out of serve --nri: GFD then exits, as v0.17.4 does without the PCI
+// sysfs of NVML's GPUs. A sabotaged run (no tree) installs the control's
+// values for both.
+func (s *suite) testStockGFD(t *testing.T) {
+	ctx := context.Background()
+	helm := programs.NeedBinary(t, programs.Helm())
+	chart := filepath.Join(moduleDir(t, programs.GFDModule, programs.GFDVersion), stockChartPath)
+	want := machine(t, s.key, s.cm.Data[s.key])
+	s.c.Runtime.Import(t, s.gfdImage(t), containerdtest.CRINamespace)
+	node, err := s.c.Client.CoreV1().Nodes().Patch(ctx, s.node.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+gpuPresent+`":"true"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = s.c.Client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+gpuPresent+`":null}}}`), metav1.PatchOptions{})
+	})
+	home := t.TempDir()
+	install := func(t *testing.T, extra ...string) {
+		t.Helper()
+		args := append([]string{"install", stockRelease, chart, "--namespace", stockNamespace, "--create-namespace"}, stockGFDValues()...)
+		out, err := s.c.Run(programs.HelmEnv(home), helm, append(args, extra...)...)
+		require.NoError(t, err)
+		t.Logf("helm install GFD's chart:\n%s", out)
+		t.Cleanup(func() {
+			if out, err := s.c.Run(programs.HelmEnv(home), helm, "uninstall", stockRelease, "--namespace", stockNamespace, "--wait"); err != nil {
+				t.Errorf("helm uninstall GFD's chart: %v\n%s", err, out)
+			}
+		})
+	}
+	optOut := []string{"--set-json", `podAnnotations={"` + nriplugin.InjectAnnotation + `":"false"}`}
+	features := s.nodePath(filepath.Join(programs.NFDFeaturesDir, "gfd"))
+
+	t.Run("opted out", func(t *testing.T) {
+		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod opted out (`podAnnotations`)", "GFD exits: no PCI vendor for NVML's GPUs; no labels written")
+		install(t, optOut...)
+		pod := s.stockGFDPod(t)
+		var log string
+		s.c.Wait(t, "GFD's container exited", 2*time.Minute, func() error {
+			p, err := s.c.Client.CoreV1().Pods(stockNamespace).Get(ctx, pod, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.Name == stockGFDContainer && (c.State.Terminated != nil || c.LastTerminationState.Terminated != nil) {
+					b, err := s.c.Client.CoreV1().Pods(stockNamespace).GetLogs(pod, &corev1.PodLogOptions{Container: stockGFDContainer, Previous: c.State.Terminated == nil}).DoRaw(ctx)
+					log = string(b)
+					return err
+				}
+			}
+			return fmt.Errorf("GFD's container has not exited: %+v", p.Status.ContainerStatuses)
+		})
+		require.Contains(t, log, "unable to read PCI device vendor id", "GFD's own reason")
+		_, err := os.Stat(features)
+		require.ErrorIs(t, err, os.ErrNotExist, "GFD wrote labels")
+	})
+
+	t.Run("served", func(t *testing.T) {
+		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod asking nothing", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine, and `%s`, from GFD's own pod (through nfd-worker's local source; %s)",
+			labelMode, labelCount, len(want.GPUs()), labelMachine, labelTimestamp, s.nvml.Name()))
+		var values []string
+		if s.sabotage == programs.SabotageNoTree {
+			values = optOut
+		}
+		began := time.Now()
+		install(t, values...)
+		var labels map[string]string
+		s.c.Wait(t, "GFD's labels in the node's "+programs.NFDFeaturesDir, 2*time.Minute, func() error {
+			data, err := os.ReadFile(features)
+			if err != nil {
+				return err
+			}
+			labels, err = programs.ParseGFDLabels(data)
+			if err != nil || labels[labelTimestamp] == "" {
+				return fmt.Errorf("%q: %v", data, err)
+			}
+			return nil
+		})
+		require.Equal(t, "compute", labels[labelMode], "GFD's labels: %v", labels)
+		require.Equal(t, fmt.Sprint(len(want.GPUs())), labels[labelCount])
+		require.Equal(t, machineLabel(t, want), labels[labelMachine])
+		worker := s.nfdWorkerPod(t, "nfd-worker-local", true, true)
+		s.c.RunPod(t, worker)
+		got := s.waitLabels(t, "the stock GFD's labels", wantLabels(map[string]string{
+			labelTimestamp: labels[labelTimestamp], labelMode: "compute", labelCount: labels[labelCount], labelMachine: labels[labelMachine],
+		}))
+		s.figure("GFD's own chart installed -> Node %s=%s from its pod in %s", labelTimestamp, got[labelTimestamp], time.Since(began).Round(time.Millisecond))
+	})
+	// nfd-worker publishes its NodeFeature again without the local source,
+	// as the next steps have it: the stock GFD's labels leave the Node.
+	require.NoError(t, os.RemoveAll(filepath.Dir(features)), "the node's features.d, in the node's private /etc")
+	s.c.RunPod(t, s.nfdPod(t, "nfd-worker-after-stock", true))
+	s.waitLabels(t, "without the stock GFD's labels", func(l map[string]string) error {
+		if v, ok := l[labelTimestamp]; ok {
+			return fmt.Errorf("%s=%s still", labelTimestamp, v)
+		}
+		return nil
+	})
+}
+
+// stockGFDPod is the name of the chart's GFD pod on the suite's node, once
+// there is one.
+func (s *suite) stockGFDPod(t *testing.T) string {
+	t.Helper()
+	var name string
+	s.c.Wait(t, "GFD's chart's pod", 2*time.Minute, func() error {
+		list, err := s.c.Client.CoreV1().Pods(stockNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "spec.nodeName=" + s.node.Name})
+		if err != nil {
+			return err
+		}
+		for _, p := range list.Items {
+			if strings.Contains(p.Name, "gpu-feature-discovery") {
+				name = p.Name
+				return nil
+			}
+		}
+		return fmt.Errorf("no GFD pod on %s yet\nevents:\n%s", s.node.Name, s.c.Events(stockNamespace))
+	})
+	return name
+}
