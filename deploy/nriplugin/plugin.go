@@ -188,6 +188,15 @@ func (p *Plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, containe
 	for _, pod := range pods {
 		byID[pod.GetId()] = pod
 	}
+	// Containers removed while the plugin was away run without the tree
+	// no more.
+	p.mu.Lock()
+	for id := range p.unserved {
+		if !slices.ContainsFunc(containers, func(c *api.Container) bool { return c.GetId() == id }) {
+			delete(p.unserved, id)
+		}
+	}
+	p.mu.Unlock()
 	edits, _ := p.opts.Edits()
 	for _, ctr := range containers {
 		pod := byID[ctr.GetPodSandboxId()]

@@ -324,13 +324,21 @@ func TestRuntimeRestarts(t *testing.T) {
 	missed := &api.Container{Id: "missed", PodSandboxId: "pod-default", Name: "meanwhile", State: api.ContainerState_CONTAINER_RUNNING}
 	system := &api.Container{Id: "system", PodSandboxId: "pod-kube-system", Name: "proxy", State: api.ContainerState_CONTAINER_RUNNING}
 	began := time.Now()
-	startRuntimeProcess(t, sock, runtimeState{Pods: []*api.PodSandbox{pod("default", nil, nil), pod("kube-system", nil, nil)},
+	kill = startRuntimeProcess(t, sock, runtimeState{Pods: []*api.PodSandbox{pod("default", nil, nil), pod("kube-system", nil, nil)},
 		Containers: []*api.Container{servedCtr, missed, system}})
 	waitRegistered(t, p, 2)
 	t.Logf("registered again %s after the runtime came back", time.Since(began).Round(time.Millisecond))
 	c := p.Counts()
 	require.Equal(t, 1, c.Missed)
 	require.Equal(t, []string{"default/p/meanwhile"}, c.Unserved)
+
+	// Removed while the plugin was away again: it runs without the tree no
+	// more.
+	kill()
+	require.Eventually(t, func() bool { return !p.Counts().Registered }, 10*time.Second, 10*time.Millisecond, "the plugin saw the runtime go")
+	startRuntimeProcess(t, sock, runtimeState{Pods: []*api.PodSandbox{pod("default", nil, nil)}, Containers: []*api.Container{servedCtr}})
+	waitRegistered(t, p, 3)
+	require.Empty(t, p.Counts().Unserved)
 }
 
 func TestNewRefusesABadIndex(t *testing.T) {
