@@ -44,7 +44,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: testsummary EVENTS.json...")
 		os.Exit(2)
 	}
-	s := summary{notRun: map[string]int{}, seeds: map[string]string{}, failedIn: map[string]bool{}}
+	s := summary{notRun: map[string]int{}, seen: map[string]bool{}, seeds: map[string]string{}, failedIn: map[string]bool{}}
 	for _, file := range os.Args[1:] {
 		if err := s.read(file); err != nil {
 			fmt.Fprintf(os.Stderr, "testsummary: %v\n", err)
@@ -100,9 +100,6 @@ func (s *summary) read(file string) error {
 		return err
 	}
 	defer f.Close()
-	if s.seen == nil {
-		s.seen = map[string]bool{}
-	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	for sc.Scan() {

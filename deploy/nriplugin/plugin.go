@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -109,14 +110,18 @@ func (p *Plugin) Counts() Counts {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.counts
-	c.Unserved = slices.Sorted(func(yield func(string) bool) {
-		for _, name := range p.unserved {
-			if !yield(name) {
-				return
-			}
-		}
-	})
+	c.Unserved = slices.Sorted(maps.Values(p.unserved))
 	return c
+}
+
+// Ready says why the plugin is not registered with the runtime now, or
+// nil when it is: serve is not ready while it is not.
+func (p *Plugin) Ready() error {
+	c := p.Counts()
+	if !c.Registered {
+		return fmt.Errorf("NRI plugin not registered with %s: %s", p.opts.Socket, cmp.Or(c.Err, "not yet"))
+	}
+	return nil
 }
 
 // Run registers with the runtime and serves its requests until ctx ends.

@@ -345,3 +345,14 @@ func TestNewRefusesABadIndex(t *testing.T) {
 	_, err := New(Options{Index: "9", Edits: (&tree{}).Edits})
 	require.EqualError(t, err, `nri plugin index "9": want two digits, as NRI orders plugins`)
 }
+
+// TestReadyNamesTheSocket: unregistered, the reason names the socket the
+// plugin dials, the default where none is given.
+func TestReadyNamesTheSocket(t *testing.T) {
+	p, err := New(Options{Edits: (&tree{}).Edits})
+	require.NoError(t, err)
+	require.EqualError(t, p.Ready(), "NRI plugin not registered with "+DefaultSocket+": not yet")
+	sock := socket(t)
+	startRuntime(t, sock, nil, nil)
+	require.NoError(t, startPlugin(t, sock, served(t), Policy{}).Ready())
+}

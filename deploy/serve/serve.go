@@ -619,9 +619,7 @@ func (s *Server) Ready() error {
 		}
 	}
 	if s.nri != nil {
-		if c := s.nri.Counts(); !c.Registered {
-			return fmt.Errorf("NRI plugin not registered with %s: %s", s.opts.NRI.Socket, cmp.Or(c.Err, "not yet"))
-		}
+		return s.nri.Ready()
 	}
 	return nil
 }

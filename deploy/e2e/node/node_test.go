@@ -469,9 +469,7 @@ func (s *suite) servedGPUs(t *testing.T) int {
 }
 
 // servedBy names how the served pods get our device, for the rows.
-func (s *suite) servedBy() string {
-	return "serve --nri, the pod asking nothing"
-}
+const servedBy = "serve --nri, the pod asking nothing"
 
 // gfdPod runs GFD once, publishing a NodeFeature object. A served pod
 // reads the render's machine type: our CDI device sets GFD's
@@ -571,7 +569,7 @@ func (s *suite) testGFD(t *testing.T) {
 		require.NotContains(t, s.nodeLabels(t), labelMode)
 	})
 	t.Run("served", func(t *testing.T) {
-		s.rows.Expect(t, "GFD pod served our device", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine (by %s; %s)", labelMode, labelCount, len(want.GPUs()), labelMachine, s.servedBy(), s.nvml.Name()))
+		s.rows.Expect(t, "GFD pod served our device", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine (by %s; %s)", labelMode, labelCount, len(want.GPUs()), labelMachine, servedBy, s.nvml.Name()))
 		began := time.Now()
 		s.c.RunPod(t, s.gfdPod(t, "gfd-served", true))
 		labels := s.waitLabels(t, "GFD's labels", wantLabels(map[string]string{
@@ -678,7 +676,7 @@ func (s *suite) testNFDWorker(t *testing.T) {
 		require.NotContains(t, own, labelNVIDIA)
 	})
 	t.Run("served", func(t *testing.T) {
-		s.rows.Expect(t, "nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)", "Node `"+labelNVIDIA+"`, the node's own devices' labels kept (by "+s.servedBy()+")")
+		s.rows.Expect(t, "nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)", "Node `"+labelNVIDIA+"`, the node's own devices' labels kept (by "+servedBy+")")
 		t.Logf("nfd-worker's log:\n%s", s.c.RunPod(t, s.nfdPod(t, "nfd-worker-served", true)))
 		labels := s.waitLabels(t, labelNVIDIA, wantLabels(map[string]string{labelNVIDIA: "true"}))
 		for k, v := range own {
