@@ -356,7 +356,8 @@ func (f *fleet) testWithoutTree(t *testing.T) {
 		p := f.profiles[i]
 		t.Run(s.node.Name, func(t *testing.T) {
 			if served {
-				f.rows.Expect(t, "GFD and nfd-worker, served", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine`, `pci-10de.present` (%s)", gfdProduct(p), len(p.m.GPUs()), s.nvml.Name()))
+				_, said := profileLabels(t, p)
+				f.rows.Expect(t, "GFD and nfd-worker, served", s.node.Name, said+" ("+s.nvml.Name()+")")
 				f.labelNode(t, s, p)
 				return
 			}
@@ -400,10 +401,23 @@ func (f *fleet) labelNode(t *testing.T, s *suite, p fleetProfile) map[string]str
 	t.Helper()
 	s.c.RunPod(t, s.gfdPod(t, s.node.Name+"-gfd-"+p.slug, true))
 	s.c.RunPod(t, s.nfdPod(t, s.node.Name+"-nfd-"+p.slug, true))
-	return s.waitLabels(t, p.name+"'s labels", wantLabels(map[string]string{
-		labelMode: "compute", labelCount: fmt.Sprint(len(p.m.GPUs())), labelMachine: machineLabel(t, p.m),
-		labelProduct: gfdProduct(p), labelNVIDIA: "true",
-	}))
+	want, _ := profileLabels(t, p)
+	return s.waitLabels(t, p.name+"'s labels", wantLabels(want))
+}
+
+// profileLabels are the labels GFD and nfd-worker must put on a node
+// served p, and how a row says them: gpu.machine only where the profile
+// names a machine (a PCIe board's names none, and GFD labels the node's
+// own DMI name, which the check could not tell from a wrong render).
+func profileLabels(t *testing.T, p fleetProfile) (map[string]string, string) {
+	t.Helper()
+	want := map[string]string{labelMode: "compute", labelCount: fmt.Sprint(len(p.m.GPUs())), labelProduct: gfdProduct(p), labelNVIDIA: "true"}
+	machine := "not judged (the profile names no machine)"
+	if p.m.ProductName != "" {
+		want[labelMachine] = machineLabel(t, p.m)
+		machine = want[labelMachine]
+	}
+	return want, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine` %s, `pci-10de.present`", gfdProduct(p), len(p.m.GPUs()), machine)
 }
 
 // gfdProduct is the gpu.product GFD gives the profile's GPUs: NVML's name
@@ -443,12 +457,13 @@ func (f *fleet) testLabels(t *testing.T) {
 	for i, s := range f.nodes {
 		p := f.profiles[i]
 		t.Run(s.node.Name, func(t *testing.T) {
-			f.rows.Expect(t, "each Node's labels (GFD, nfd-worker, served)", s.node.Name, fmt.Sprintf("`gpu.product` %s, `gpu.count` %d, `gpu.machine` %s, `pci-10de.present` (%s)", gfdProduct(p), len(p.m.GPUs()), machineLabel(t, p.m), s.nvml.Name()))
+			want, said := profileLabels(t, p)
+			f.rows.Expect(t, "each Node's labels (GFD, nfd-worker, served)", s.node.Name, said+" ("+s.nvml.Name()+")")
 			if i > 0 {
 				f.labelNode(t, s, p)
 			}
 			labels := s.nodeLabels(t)
-			for k, v := range map[string]string{labelProduct: gfdProduct(p), labelCount: fmt.Sprint(len(p.m.GPUs())), labelMachine: machineLabel(t, p.m), labelNVIDIA: "true"} {
+			for k, v := range want {
 				require.Equal(t, v, labels[k], "%s: %s", s.node.Name, k)
 			}
 		})
