@@ -33,6 +33,9 @@ const (
 	// labelTimestamp is the label GFD adds unless --no-timestamp, as the
 	// chart runs it: only the stock pod's labels carry it here.
 	labelTimestamp = "nvidia.com/gfd.timestamp"
+	// gfdExitLine is the line GFD v0.17.4 ends a failed start with, the
+	// reason after it.
+	gfdExitLine = "error creating labeler"
 )
 
 // stockGFDValues are the values the chart is installed with: GFD alone
@@ -105,8 +108,11 @@ func (s *suite) testStockGFD(t *testing.T) {
 		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod opted out (`podAnnotations`)", "GFD exits: no PCI vendor for NVML's GPUs; no labels written")
 		install(t, optOut...)
 		pod := s.stockGFDPod(t)
+		// The log of a run that ended: the kubelet restarts the container,
+		// so the one read may be a new run's, begun between the status and
+		// the read; then the next try reads the ended one's.
 		var log string
-		s.c.Wait(t, "GFD's container exited", 2*time.Minute, func() error {
+		s.c.Wait(t, "GFD's container exited, its log read whole", 2*time.Minute, func() error {
 			p, err := s.c.Client.CoreV1().Pods(stockNamespace).Get(ctx, pod, metav1.GetOptions{})
 			if err != nil {
 				return err
@@ -114,7 +120,9 @@ func (s *suite) testStockGFD(t *testing.T) {
 			for _, c := range p.Status.ContainerStatuses {
 				if c.Name == stockGFDContainer && (c.State.Terminated != nil || c.LastTerminationState.Terminated != nil) {
 					b, err := s.c.Client.CoreV1().Pods(stockNamespace).GetLogs(pod, &corev1.PodLogOptions{Container: stockGFDContainer, Previous: c.State.Terminated == nil}).DoRaw(ctx)
-					log = string(b)
+					if log = string(b); err == nil && !strings.Contains(log, gfdExitLine) {
+						err = fmt.Errorf("the log read has no %q yet:\n%s", gfdExitLine, log)
+					}
 					return err
 				}
 			}
