@@ -35,18 +35,18 @@ func BenchmarkServeNRI(b *testing.B) {
 			without = append(without, creations(b, s, fmt.Sprintf("without-%d", r), perRound)...)
 			n := s.startServeNRI(b, false)
 			with = append(with, creations(b, s, fmt.Sprintf("with-%d", r), perRound)...)
-			h.StopNRIPlugin(b, n.plugin)
+			h.StopNRIPlugin(b, n.Plugin)
 		}
 		// The memory: registered and rendered, then after the creations.
 		n := s.startServeNRI(b, false)
 		podtest.Until(b, 30*time.Second, "serve's first sync", func() (bool, string) {
-			return n.metric(b, "nvml_mock_sysfs_syncs_total") > 0, n.plugin.Log()
+			return n.Metric(b, "nvml_mock_sysfs_syncs_total") > 0, n.Plugin.Log()
 		})
-		idle, _ = memory(b, n.plugin.PID())
+		idle, _ = memory(b, n.Plugin.PID())
 		creations(b, s, "memory", served)
-		require.Equal(b, served, n.metric(b, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
-		after, peak = memory(b, n.plugin.PID())
-		h.StopNRIPlugin(b, n.plugin)
+		require.Equal(b, served, n.Metric(b, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
+		after, peak = memory(b, n.Plugin.PID())
+		h.StopNRIPlugin(b, n.Plugin)
 	}
 	p50w, p99w := percentile(without, 50), percentile(without, 99)
 	p50s, p99s := percentile(with, 50), percentile(with, 99)

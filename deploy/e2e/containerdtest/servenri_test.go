@@ -1,13 +1,8 @@
 package containerdtest_test
 
 import (
-	"bufio"
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -21,84 +16,11 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
-// servePluginName is serve --nri as containerd names it: index-name.
-const servePluginName = nriplugin.DefaultIndex + "-" + nriplugin.DefaultName
-
-// nriServe is a running serve --nri: the node's NRI plugin.
-type nriServe struct {
-	plugin  *containerdtest.NRIPlugin
-	metrics string // its /metrics URL
-}
-
-// startServeNRI runs serve --nri with flags on s's tree, as the chart's
-// DaemonSet runs it, until containerd has it connected and synchronized.
-// Its spec goes beside the CDI directory, not in it: the one there is
-// the other routes'. unrendered serves a root serve cannot render (a
-// fleet map that gives the node no profile), as a sabotaged run does
-// always: serve re-renders whatever root it is given, so the escaped copy
-// or the empty root of the other routes would be mended, and its rows
-// would not read the sabotage.
-func (s *served) startServeNRI(t testing.TB, unrendered bool, flags ...string) *nriServe {
+// startServeNRI runs serve --nri with flags on s's tree, or, unrendered,
+// on a root it cannot render.
+func (s *served) startServeNRI(t testing.TB, unrendered bool, flags ...string) *containerdtest.ServeNRI {
 	t.Helper()
-	dir := t.TempDir()
-	args := []string{"serve", "--nri", "--nri-socket", s.h.NRISocket, "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "debug",
-		"--host-devices", "merge", "--also-at", "/host-sys/bus/pci/devices", "--output", filepath.Join(dir, "nvml-mock-sysfs.yaml")}
-	if unrendered || programs.Sabotage(t) != "" {
-		fleet := filepath.Join(dir, "fleet.yaml")
-		require.NoError(t, os.WriteFile(fleet, []byte("nodes: {}\n"), 0o644))
-		args = append(args, "--root", filepath.Join(dir, "unrendered"), "--fleet", fleet, "--node-name", "this-node")
-	} else {
-		args = append(args, "--root", s.root, "--profile", s.profile)
-	}
-	p := s.h.StartNRIPlugin(t, servePluginName, exec.Command(s.bin, append(args, flags...)...))
-	return &nriServe{plugin: p, metrics: "http://" + serveAddr(t, p) + "/metrics"}
-}
-
-// serveAddr is the address serve's log says it listens on.
-func serveAddr(t testing.TB, p *containerdtest.NRIPlugin) string {
-	t.Helper()
-	var addr string
-	podtest.Until(t, 10*time.Second, "serve's listening address in its log", func() (bool, string) {
-		sc := bufio.NewScanner(strings.NewReader(p.Log()))
-		for sc.Scan() {
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "serving" {
-				addr = rec.Addr
-				return true, ""
-			}
-		}
-		return false, p.Log()
-	})
-	return addr
-}
-
-// metric is the value of a line of serve's /metrics.
-func (n *nriServe) metric(t testing.TB, name string) int {
-	t.Helper()
-	code, body, err := podtest.Probe(n.metrics)
-	require.NoError(t, err)
-	require.Equal(t, 200, code)
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			n, err := strconv.Atoi(v)
-			require.NoError(t, err, line)
-			return n
-		}
-	}
-	t.Fatalf("no %s in /metrics:\n%s", name, body)
-	return 0
-}
-
-// logged reports whether serve logged a record with msg whose pod is pod.
-func (n *nriServe) logged(msg, pod string) bool {
-	sc := bufio.NewScanner(strings.NewReader(n.plugin.Log()))
-	for sc.Scan() {
-		var rec struct{ Msg, Pod string }
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == msg && rec.Pod == pod {
-			return true
-		}
-	}
-	return false
+	return s.h.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: s.root, Profile: s.profile, Unrendered: unrendered, Flags: flags})
 }
 
 // requireUnservedIn runs an unserved verify container in a new pod and
@@ -153,7 +75,7 @@ func testServeNRI(t *testing.T, s *served) {
 			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: other, ContainerPath: deploy.WholeDevicesDir, ReadOnly: true})
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other"}, c)
 			requireUnserved(t, code, r)
-			require.True(t, n.logged("container already mounts another view of the PCI sysfs; not stacking ours on it", "default/nri-serve-other"), "serve says so:\n%s", n.plugin.Log())
+			require.True(t, n.Logged("container already mounts another view of the PCI sysfs; not stacking ours on it", "default/nri-serve-other"), "serve says so:\n%s", n.Plugin.Log())
 		})
 		t.Run("bad input", func(t *testing.T) {
 			s.routes.expect(t, node, "`cdi-devices.noderesource.dev/container.<name>` naming `"+deploy.DefaultKind+"=gpu0`", "creation refused, one line")
@@ -167,7 +89,7 @@ func testServeNRI(t *testing.T, s *served) {
 			s.requireAllGreen(t, code, r)
 		})
 		if programs.Sabotage(t) == "" {
-			require.Positive(t, n.metric(t, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
+			require.Positive(t, n.Metric(t, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
 		}
 	})
 
@@ -219,7 +141,7 @@ func testServeNRI(t *testing.T, s *served) {
 		t.Run("node-wide", func(t *testing.T) {
 			s.routes.expect(t, unrendered, "nothing", "starts without the tree, counted in `/metrics`")
 			s.requireUnservedIn(t, containerdtest.Pod{Name: "nri-serve-unrendered"}, "system")
-			require.Equal(t, 1, n.metric(t, `nvml_mock_sysfs_nri_containers_total{result="unrendered"}`))
+			require.Equal(t, 1, n.Metric(t, `nvml_mock_sysfs_nri_containers_total{result="unrendered"}`))
 		})
 	})
 
@@ -230,15 +152,15 @@ func testServeNRI(t *testing.T, s *served) {
 			pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-serve-away"})
 			pod.Start(t, containerdtest.Container{Name: "meanwhile", Image: containerdtest.PauseImage})
 			n := s.startServeNRI(t, false)
-			require.Equal(t, 1, n.metric(t, "nvml_mock_sysfs_nri_unserved_containers"), "serve's log:\n%s", n.plugin.Log())
-			require.True(t, n.logged("container runs without the tree: created while the plugin was away or the tree was not complete; restart it to serve it", "default/nri-serve-away"))
+			require.Equal(t, 1, n.Metric(t, "nvml_mock_sysfs_nri_unserved_containers"), "serve's log:\n%s", n.Plugin.Log())
+			require.True(t, n.Logged("container runs without the tree: created while the plugin was away or the tree was not complete; restart it to serve it", "default/nri-serve-away"))
 		})
 		t.Run("containerd", func(t *testing.T) {
 			s.routes.expect(t, restarts, "nothing, created after containerd restarted", "serve registers again by itself; verify passes")
 			n := s.startServeNRI(t, false)
 			away := s.h.Restart(t)
 			again := podtest.Until(t, 30*time.Second, "serve registered again", func() (bool, string) {
-				return n.metric(t, "nvml_mock_sysfs_nri_registrations_total") == 2 && n.metric(t, "nvml_mock_sysfs_nri_registered") == 1, n.plugin.Log()
+				return n.Metric(t, "nvml_mock_sysfs_nri_registrations_total") == 2 && n.Metric(t, "nvml_mock_sysfs_nri_registered") == 1, n.Plugin.Log()
 			})
 			t.Logf("FIGURES containerd away %s; serve registered again %s after it was back", away.Round(time.Millisecond), again.Round(time.Millisecond))
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-after-restart"}, s.verifyContainer("gfd"))

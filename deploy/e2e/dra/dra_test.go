@@ -32,7 +32,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
@@ -77,9 +76,6 @@ type suite struct {
 	// checks are the rows of every profile's checks, the table make test's
 	// sabotage suite reads.
 	checks docmatrix.Rows
-	// injector is whether containerd/nri's device-injector is supplied,
-	// which serves the claim's pod our tree.
-	injector bool
 	// dranet is the supplied dranet, "" without it: the rows of the HCAs
 	// are then not run.
 	dranet string
@@ -135,8 +131,6 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t)
 	began := time.Now()
-	// Without the device-injector, which serves the claim's pod our tree,
-	// the rows of that pod are not run.
 	plugin, mockNVML, missing := suppliedDriver(t)
 	if missing != "" {
 		notRunDRA(t, profiles, missing)
@@ -157,10 +151,6 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
 
 	s.c = kubetest.Start(t, kubetest.Options{FeatureGates: opts.featureGates})
-	// The route docs/user/dra.md gives DRA workloads: an annotation naming
-	// our device, which containerd/nri's device-injector turns into a CDI
-	// injection beside the claim's devices.
-	_, s.injector = s.c.Runtime.StartDeviceInjector(t)
 	s.c.Runtime.Import(t, ociimage.Image{
 		Name: verifyImage,
 		Files: []ociimage.File{
@@ -342,17 +332,6 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 			f(t)
 		})
 	}
-	// checkServed is check for the rows of the claim's pod, which the
-	// device-injector serves our tree.
-	checkServed := func(name, want string, f func(t *testing.T)) {
-		check(name, want, func(t *testing.T) {
-			if !s.injector {
-				s.checks.NotRun(t, programs.NotRun(t.Name(), programs.DeviceInjector))
-				return
-			}
-			f(t)
-		})
-	}
 
 	// The negative control first: plainly escaped links lose pcieRoot.
 	check(checkEscaped, "no device has a pcieRoot", func(t *testing.T) {
@@ -484,7 +463,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	if c := got["fit"]; c != nil {
 		spec = filepath.Join(s.c.Runtime.CDIDir, claimSpecPrefix+string(c.UID)+".yaml")
 	}
-	checkServed(checkVerify, "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
+	check(checkVerify, "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
 		pod := podNamed["fit"]
 		require.NotNil(t, pod, "pod fit")
 		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", unschedulable(pod))
@@ -495,7 +474,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// Deleting the pod unprepares the claim: with the claim still there,
 	// the kubelet calls NodeUnprepareResources and the driver removes the
 	// claim's spec. Only then go the other pod and the claims.
-	checkServed(checkUnprepare, "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
+	check(checkUnprepare, "the pod's deletion alone removes the claim's CDI spec", func(t *testing.T) {
 		_, err := os.Stat(spec)
 		require.NoError(t, err, "the claim's CDI spec, before the pod's deletion")
 		s.remove(t, []string{"fit"}, nil)
@@ -597,18 +576,20 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	x.plan, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err, "render %s", p.Name)
 	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
-	// What the plugin and our CDI spec (which the verify pod's annotation
-	// names) serve: the tree, or in a sabotaged run its plainly escaped
-	// copy or nothing (an empty directory, the spec without mounts).
-	specRoot, flags := programs.SabotagedRoot(t, s.sabotage, x.root)
+	// What the plugin is served: the tree, or in a sabotaged run its
+	// plainly escaped copy or nothing.
 	x.served = x.root
 	switch s.sabotage {
 	case programs.SabotageEscaped:
-		x.served, specRoot = x.escaped, x.escaped
+		x.served = x.escaped
 	case programs.SabotageNoTree:
 		x.served = ""
 	}
-	s.c.WriteCDISpec(t, s.bin, specRoot, flags...)
+	// The claims' pods get the tree as any pod on a node does: serve, the
+	// node's NRI plugin, node-wide (its default), rendering the profile
+	// into a root of its own; they ask for nothing. In a sabotaged run it
+	// serves a root it cannot render, so they start without the tree.
+	s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: filepath.Join(t.TempDir(), "served"), Profile: p.File})
 	return x
 }
 
@@ -837,7 +818,6 @@ func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClai
 func (s *suite) verifyPod(t *testing.T, name, claim string) {
 	t.Helper()
 	pod := s.pod(name, claim)
-	pod.Annotations = map[string]string{"cdi-devices.noderesource.dev/container.verify": "- " + deploy.DefaultKind + "=" + deploy.DeviceName + "\n"}
 	pod.Spec.InitContainers = []corev1.Container{{
 		Name: "verify", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
 		Command:   []string{"/nvml-mock-sysfs", "verify", "--format", "json"},

@@ -681,16 +681,12 @@ func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, attr
 // got: the kubelet prepares each driver's devices, the NVIDIA driver's
 // GPU by its CDI spec and dranet's HCA by moving its netdev into the pod,
 // which a mock HCA has not. Where a driver refuses, the row holds its
-// own words; the pod must then not run. verify runs in it where the
-// device-injector, which serves it the tree, is supplied.
+// own words; the pod must then not run. verify runs in it, served the
+// tree by serve --nri.
 func (s *suite) prepareAligned(t *testing.T, a asked, n *nicRow, check func(string, string, func(*testing.T))) {
 	check(checkNICPrepare, "the pod runs, or the kubelet reports the driver's own error", func(t *testing.T) {
 		s.createClaim(t, a.name, a.attribute, a.reqs...)
-		if s.injector {
-			s.verifyPod(t, a.name, a.name)
-		} else {
-			s.holdPod(t, a.name, a.name)
-		}
+		s.verifyPod(t, a.name, a.name)
 		defer s.remove(t, []string{a.name}, []string{a.name})
 		var failed string
 		pod := s.c.WaitPod(t, namespace, a.name, podTimeout, func(p *corev1.Pod) bool {
@@ -702,11 +698,8 @@ func (s *suite) prepareAligned(t *testing.T, a asked, n *nicRow, check func(stri
 		})
 		require.Empty(t, notScheduled(pod), "pod %s: its claim (%s) was allocated in its own round", a.name, a.what)
 		switch {
-		case pod.Status.Phase == corev1.PodRunning && s.injector:
-			n.prepare = "pod runs: " + s.judgeVerify(t, pod, 1)
-			return
 		case pod.Status.Phase == corev1.PodRunning:
-			n.prepare = "pod runs (verify in it needs the device-injector, not supplied)"
+			n.prepare = "pod runs: " + s.judgeVerify(t, pod, 1)
 			return
 		}
 		require.NotEmpty(t, failed, "pod %s %s, with no prepare failure reported:\n%s", a.name, pod.Status.Phase, s.c.Events(namespace))
