@@ -3,7 +3,7 @@
 // failed and were skipped, and which were skipped, so a run that quietly
 // skipped coverage says so in its last line; then how many rows were not
 // run because their program was not supplied (NVML_MOCK_SYSFS_PROGRAMS), by
-// program. Before it, for each package with a failed test that ran in a
+// program, and which rows were not run for a reason of their own. Before it, for each package with a failed test that ran in a
 // shuffled order, the command that replays that order. It exits 1 when a
 // test failed.
 //
@@ -31,10 +31,14 @@ type event struct {
 }
 
 // notRun matches the line a suite logs for a row it did not run
-// (programs.NotRun), as t.Log prints it: "file.go:12: not run: PROGRAM not
-// supplied: ROW". A matrix that quotes the line in a cell (the sabotage
-// suite logs the matrices of its runs) does not match.
-var notRun = regexp.MustCompile(`^\s*\S+\.go:\d+: not run: (\S+) not supplied: (.+)$`)
+// (docmatrix.Rows.NotRun, programs.NotRunPrefix), as t.Log prints it:
+// "file.go:12: not run: WHY". A matrix that quotes the line in a cell (the
+// sabotage suite logs the matrices of its runs) does not match.
+var notRun = regexp.MustCompile(`^\s*\S+\.go:\d+: not run: (.+)$`)
+
+// notSupplied matches the why of a row not run because its program was
+// not supplied (programs.NotRun): "PROGRAM not supplied: ROW".
+var notSupplied = regexp.MustCompile(`^(\S+) not supplied: `)
 
 // shuffled matches the line a test binary run with -shuffle prints first.
 var shuffled = regexp.MustCompile(`^-test\.shuffle (\d+)$`)
@@ -44,7 +48,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: testsummary EVENTS.json...")
 		os.Exit(2)
 	}
-	s := summary{notRun: map[string]int{}, seen: map[string]bool{}, seeds: map[string]string{}, failedIn: map[string]bool{}}
+	s := summary{notSupplied: map[string]int{}, seen: map[string]bool{}, seeds: map[string]string{}, failedIn: map[string]bool{}}
 	for _, file := range os.Args[1:] {
 		if err := s.read(file); err != nil {
 			fmt.Fprintf(os.Stderr, "testsummary: %v\n", err)
@@ -66,9 +70,12 @@ func main() {
 type summary struct {
 	passed, failed int
 	skipped        []string
-	// notRun counts the rows not run by the program not supplied.
-	notRun map[string]int
-	seen   map[string]bool // the not-run lines counted, by package
+	// notSupplied counts the rows not run by the program not supplied;
+	// notRun names the tests of rows not run for another reason, one a
+	// row.
+	notSupplied map[string]int
+	notRun      []string
+	seen        map[string]bool // the not-run lines counted, by package
 	// seeds is each shuffled package's seed; failedIn the packages with a
 	// failed test.
 	seeds    map[string]string
@@ -80,20 +87,24 @@ func (s summary) line() string {
 	if len(s.skipped) > 0 {
 		line += ": " + strings.Join(s.skipped, ", ")
 	}
-	if len(s.notRun) > 0 {
+	if len(s.notSupplied) > 0 {
 		n := 0
 		var by []string
-		for _, p := range slices.Sorted(maps.Keys(s.notRun)) {
-			n += s.notRun[p]
-			by = append(by, fmt.Sprintf("%s %d", p, s.notRun[p]))
+		for _, p := range slices.Sorted(maps.Keys(s.notSupplied)) {
+			n += s.notSupplied[p]
+			by = append(by, fmt.Sprintf("%s %d", p, s.notSupplied[p]))
 		}
 		line += fmt.Sprintf("; %d rows not run, their programs not supplied (%s)", n, strings.Join(by, ", "))
+	}
+	if len(s.notRun) > 0 {
+		line += fmt.Sprintf("; %d rows not run for a reason of their own, which their tests log: %s", len(s.notRun), strings.Join(s.notRun, ", "))
 	}
 	return line
 }
 
 // read adds the events of file: a test's last pass, fail or skip, each
-// distinct not-run line of a test's output, and a shuffled package's seed.
+// distinct not-run line of a test's output (by program, where its program
+// was not supplied; by test otherwise), and a shuffled package's seed.
 func (s *summary) read(file string) error {
 	f, err := os.Open(file)
 	if err != nil {
@@ -123,12 +134,15 @@ func (s *summary) read(file string) error {
 		case "skip":
 			s.skipped = append(s.skipped, name)
 		case "output":
-			if m := notRun.FindStringSubmatch(strings.TrimRight(e.Output, "\n")); m != nil {
-				key := e.Package + " " + m[0]
-				if !s.seen[key] {
-					s.seen[key] = true
-					s.notRun[m[1]]++
-				}
+			m := notRun.FindStringSubmatch(strings.TrimRight(e.Output, "\n"))
+			if m == nil || s.seen[e.Package+" "+m[0]] {
+				continue
+			}
+			s.seen[e.Package+" "+m[0]] = true
+			if p := notSupplied.FindStringSubmatch(m[1]); p != nil {
+				s.notSupplied[p[1]]++
+			} else {
+				s.notRun = append(s.notRun, name)
 			}
 		}
 	}

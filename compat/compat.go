@@ -59,9 +59,12 @@ type Report struct {
 	Results []Result `json:"results"`
 }
 
-// OK reports whether every row passed.
+// OK reports whether the report has rows and every one passed: a report
+// of no row checked nothing (a run that stopped early, or a log that
+// parsed as an empty report), so it is no pass, for verify's exit status
+// or a suite that judges it.
 func (r *Report) OK() bool {
-	return !slices.ContainsFunc(r.Results, func(x Result) bool { return !x.OK })
+	return len(r.Results) > 0 && !slices.ContainsFunc(r.Results, func(x Result) bool { return !x.OK })
 }
 
 // Failures returns the rows that failed.

@@ -352,3 +352,11 @@ func TestHCAsAroundHostDevices(t *testing.T) {
 	require.NotEqual(t, "0000:54:00.0", p.Tree.HCAs[0].Node.Address.String(), "the HCA moved off the host's bus")
 	requireOK(t, compat.Run(p.Machine, filepath.Join(root, "sys")))
 }
+
+// TestReportOfNoRowIsNoPass: a report with no row checked nothing, so it
+// is not OK, though no row of it failed.
+func TestReportOfNoRowIsNoPass(t *testing.T) {
+	require.False(t, (&compat.Report{}).OK())
+	require.Empty(t, (&compat.Report{}).Failures())
+	require.True(t, (&compat.Report{Results: []compat.Result{{Check: "c", OK: true}}}).OK())
+}

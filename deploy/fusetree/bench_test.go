@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // sysfsTree writes a tree shaped like a node's PCI sysfs: 48 devices, each
@@ -98,7 +100,7 @@ func BenchmarkWalk(b *testing.B) {
 		}
 	})
 	b.Run("fuse", func(b *testing.B) {
-		requireFUSE(b)
+		overlaytest.RequireFUSE(b)
 		mp := b.TempDir()
 		mount(b, Options{Backing: backing, MountPoint: mp})
 		walkAll(b, mp)
@@ -108,7 +110,7 @@ func BenchmarkWalk(b *testing.B) {
 		}
 	})
 	b.Run("fuse-cold", func(b *testing.B) {
-		requireFUSE(b)
+		overlaytest.RequireFUSE(b)
 		mp := b.TempDir()
 		for range b.N {
 			b.StopTimer()
@@ -126,7 +128,7 @@ func BenchmarkWalk(b *testing.B) {
 		}
 	})
 	b.Run("fuse-nocache", func(b *testing.B) {
-		requireFUSE(b)
+		overlaytest.RequireFUSE(b)
 		mp := b.TempDir()
 		mount(b, Options{Backing: backing, MountPoint: mp, EntryTimeout: -1, AttrTimeout: -1, NegativeTimeout: -1})
 		for range b.N {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // fakeController stands for the renderer: "ctl", "ctl2" and "ctl3" take
@@ -230,7 +232,7 @@ func errnoOf(err error) syscall.Errno {
 }
 
 func TestReadsMatchBacking(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	srv := mount(t, Options{Backing: backing, MountPoint: mp, Controller: &fakeController{}})
@@ -254,7 +256,7 @@ func TestReadsMatchBacking(t *testing.T) {
 }
 
 func TestRefusesChanges(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{}
@@ -328,7 +330,7 @@ func TestRefusesChanges(t *testing.T) {
 }
 
 func TestControlWrite(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{}
@@ -393,7 +395,7 @@ func TestControlWrite(t *testing.T) {
 }
 
 func TestWriteErrno(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{}
@@ -484,7 +486,7 @@ func checkView(t *testing.T, when string, got, want readerView) {
 // TestWriteInvalidates: with the default timeouts, a reader that has
 // everything cached sees the new tree as soon as the write returns.
 func TestWriteInvalidates(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{root: func() string { return backing }}
@@ -502,7 +504,7 @@ func TestWriteInvalidates(t *testing.T) {
 // change, unreported, is not seen while the caches last, so the test above
 // shows the invalidation and not an absence of caching.
 func TestCachesAreReal(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{root: func() string { return backing }, silent: true}
@@ -534,7 +536,7 @@ func TestCachesAreReal(t *testing.T) {
 // TestInvalidate: a change made outside Write (the serve loop's
 // re-render) is seen once Invalidate returns.
 func TestInvalidate(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	srv := mount(t, Options{Backing: backing, MountPoint: mp, Controller: &fakeController{}})
@@ -576,7 +578,7 @@ func TestInvalidate(t *testing.T) {
 }
 
 func TestConcurrentWritesSerialized(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	ctl := &fakeController{delay: time.Millisecond}
@@ -620,7 +622,7 @@ func TestConcurrentWritesSerialized(t *testing.T) {
 // TestBackingIsMountPoint serves a directory over itself, and checks that
 // the server reaches the directory under the mount, not the mount.
 func TestBackingIsMountPoint(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	dir := t.TempDir()
 	smallTree(t, dir)
 	want := manifest(t, dir)
@@ -670,7 +672,7 @@ func TestBackingIsMountPoint(t *testing.T) {
 // TestStaleMount: a server killed without unmounting leaves a dead mount,
 // which Mount detaches; a live one it refuses.
 func TestStaleMount(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	child := startServer(t, backing, mp)
@@ -704,7 +706,7 @@ func TestStaleMount(t *testing.T) {
 // TestStaleMountOverBacking: the dead mount covers the backing tree itself;
 // detaching it must come before opening the tree.
 func TestStaleMountOverBacking(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	dir := t.TempDir()
 	smallTree(t, dir)
 	want := manifest(t, dir)
@@ -717,7 +719,7 @@ func TestStaleMountOverBacking(t *testing.T) {
 }
 
 func TestUnmountWait(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp := t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	srv, err := Mount(Options{Backing: backing, MountPoint: mp})
@@ -803,7 +805,7 @@ func TestMountErrors(t *testing.T) {
 // Unmount says so within its wait instead of waiting for ever, and the
 // view ends once the copy goes.
 func TestUnmountHeldElsewhere(t *testing.T) {
-	requireFUSE(t)
+	overlaytest.RequireFUSE(t)
 	backing, mp, copyAt := t.TempDir(), t.TempDir(), t.TempDir()
 	smallTree(t, backing)
 	srv, err := Mount(Options{Backing: backing, MountPoint: mp})

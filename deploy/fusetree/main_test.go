@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 const (
@@ -31,13 +33,13 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(envServe); spec != "" {
 		os.Exit(serveChild(spec))
 	}
-	if os.Getenv(envPrivate) == "" && fuseUnusable() == "" {
+	if os.Getenv(envPrivate) == "" && overlaytest.FUSEUnusable() == "" {
 		if code, ok := runPrivate(); ok {
 			os.Exit(code)
 		}
 	}
 	code := m.Run()
-	if fuseUnusable() == "" {
+	if overlaytest.FUSEUnusable() == "" {
 		if left := fusetreeMounts(); len(left) > 0 {
 			fmt.Fprintf(os.Stderr, "fusetree tests left mounted: %s\n", strings.Join(left, ", "))
 			code = 1
@@ -78,28 +80,6 @@ func runPrivate() (int, bool) {
 		return 1, true
 	}
 	return 0, true
-}
-
-// fuseUnusable says why this process cannot mount FUSE, or "".
-func fuseUnusable() string {
-	if os.Geteuid() != 0 {
-		return "mounting FUSE needs root"
-	}
-	st, err := os.Stat("/dev/fuse")
-	if err != nil {
-		return "no /dev/fuse: " + err.Error()
-	}
-	if st.Mode()&os.ModeCharDevice == 0 {
-		return "/dev/fuse is not a character device"
-	}
-	return ""
-}
-
-func requireFUSE(tb testing.TB) {
-	tb.Helper()
-	if why := fuseUnusable(); why != "" {
-		tb.Skip(why)
-	}
 }
 
 // fusetreeMounts lists the mount points of fusetree's type in this mount

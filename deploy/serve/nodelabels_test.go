@@ -446,16 +446,6 @@ func TestNodeLabelWatchErrors(t *testing.T) {
 		_, err := labelsOf(t, w)
 		require.ErrorContains(t, err, "labels of node worker-a: kubeconfig "+missing)
 	})
-	t.Run("not in a pod", func(t *testing.T) {
-		t.Parallel()
-		if _, ok := os.LookupEnv("KUBERNETES_SERVICE_HOST"); ok {
-			t.Skip("running in a pod: the in-cluster config is there")
-		}
-		w := NewNodeLabelWatch("worker-a", "", quiet)
-		runLabels(t, w)
-		_, err := labelsOf(t, w)
-		require.ErrorContains(t, err, "in-cluster API config")
-	})
 	t.Run("Labels waits no longer than its context", func(t *testing.T) {
 		t.Parallel()
 		// Run not running: the first list never answers.
@@ -465,4 +455,16 @@ func TestNodeLabelWatchErrors(t *testing.T) {
 		_, err := w.Labels(ctx)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 	})
+}
+
+// TestNodeLabelWatchNotInAPod runs without the in-cluster config
+// (KUBERNETES_SERVICE_HOST emptied, as outside a pod), so it judges the
+// same inside a pod as outside, where it skipped in one: t.Setenv keeps it
+// out of the parallel tests.
+func TestNodeLabelWatchNotInAPod(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	w := NewNodeLabelWatch("worker-a", "", slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)))
+	runLabels(t, w)
+	_, err := labelsOf(t, w)
+	require.ErrorContains(t, err, "in-cluster API config")
 }

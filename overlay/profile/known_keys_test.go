@@ -15,8 +15,11 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
-// sharedProfiles are nvml-mock's profiles beside the repository.
-const sharedProfiles = "../../../shared/testdata/nvml-mock-profiles"
+// The internal tests find nvml-mock's profiles as every other test does,
+// through overlaytest (SharedProfilesDir says why this way).
+func init() {
+	*profile.SharedProfilesDir = func(t testing.TB) string { return overlaytest.SharedTestdata(t, "nvml-mock-profiles") }
+}
 
 func unknown(t *testing.T, doc string) []string {
 	t.Helper()
@@ -82,9 +85,10 @@ func TestNvmlMockProfilesHaveNoUnknownKeys(t *testing.T) {
 		})
 	}
 	t.Run("shared profiles", func(t *testing.T) {
-		files, _ := filepath.Glob(filepath.Join(sharedProfiles, "*.yaml"))
+		dir := overlaytest.SharedTestdata(t, "nvml-mock-profiles")
+		files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
 		if len(files) == 0 {
-			overlaytest.Missing(t, "%s is absent: nvml-mock's profiles come with the project's shared data, not this repository", sharedProfiles)
+			t.Fatalf("%s holds no profile: nvml-mock's profiles are its *.yaml", dir)
 		}
 		for _, f := range files {
 			data, err := os.ReadFile(f)

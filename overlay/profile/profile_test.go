@@ -14,13 +14,19 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 )
 
-// sharedProfiles lists nvml-mock's own profiles, or skips when ../shared is
-// not beside the checkout.
+// sharedProfiles lists nvml-mock's own profiles, in the directory the
+// external tests' overlaytest.SharedTestdata finds (SharedProfilesDir): a
+// failure under make where ../shared is absent, a skip saying why
+// elsewhere.
 func sharedProfiles(t *testing.T) []string {
 	t.Helper()
-	files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml")
-	if len(files) == 0 {
-		t.Skip("../shared/testdata/nvml-mock-profiles is absent: nvml-mock's profiles come with the project's shared data, not this repository")
+	if sharedProfilesDir == nil {
+		t.Fatal("SharedProfilesDir is unset: known_keys_test.go's init sets it")
+	}
+	dir := sharedProfilesDir(t)
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s holds no profile (%v): nvml-mock's profiles are its *.yaml", dir, err)
 	}
 	return files
 }
@@ -127,10 +133,7 @@ func requireSameMachine(t *testing.T, m *Machine, outs ...[]byte) {
 func TestEffectiveRoundTrip(t *testing.T) {
 	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml",
 		"../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"} // infiniband.gpus
-	if files, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml"); len(files) > 0 {
-		paths = append(paths, files...)
-	}
-	for _, path := range paths {
+	roundTrip := func(t *testing.T, path string) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			m := load(t, path)
 			yamlOut, err := Marshal(m.Effective(), "effective")
@@ -142,6 +145,16 @@ func TestEffectiveRoundTrip(t *testing.T) {
 			requireSameMachine(t, m, yamlOut, jsonOut)
 		})
 	}
+	for _, path := range paths {
+		roundTrip(t, path)
+	}
+	// nvml-mock's own, in a subtest of their own: without ../shared it
+	// alone stops (sharedProfiles), where a glob dropped them in silence.
+	t.Run("nvml-mock", func(t *testing.T) {
+		for _, path := range sharedProfiles(t) {
+			roundTrip(t, path)
+		}
+	})
 }
 
 func TestHierarchyOverride(t *testing.T) {

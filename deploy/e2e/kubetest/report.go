@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 )
 
 // MatrixEnv names the file the Kubernetes suites' matrices go to (make
@@ -23,9 +24,11 @@ const (
 // AppendMatrix appends a suite's report to MatrixEnv's file: make e2e-k8s
 // runs the suites one after another and prints what they all wrote. Unset,
 // it goes straight to standard output (t.Log would indent it, and go test
-// shows a passing package's output only with -v).
+// shows a passing package's output only with -v). A report whose matrices
+// judged no row fails t (docmatrix.RequireJudged).
 func AppendMatrix(t testing.TB, text string) {
 	t.Helper()
+	docmatrix.RequireJudged(t, t.Name(), text)
 	file := os.Getenv(MatrixEnv)
 	if file == "" {
 		os.Stdout.WriteString(text)

@@ -811,11 +811,21 @@ func (s *suite) testReprofile(t *testing.T) {
 // testExtraProfiles runs every profile E2E_PROFILES names
 // (programs.ExtraProfiles) through the deploy path, as the re-profile
 // does: the ConfigMap updated to it, the tree re-rendered with its GPUs,
-// GFD's and nfd-worker's labels of it on the Node. With none named it
-// runs nothing.
+// GFD's and nfd-worker's labels of it on the Node, which it writes, pass
+// or fail, to bin/k8s/node-<profile>/node.json (the DRA suite's
+// bin/k8s/<profile>/ is its own). With none named it runs nothing.
 func (s *suite) testExtraProfiles(t *testing.T) {
 	for _, p := range programs.ExtraProfiles(t) {
 		t.Run(p.Name, func(t *testing.T) {
+			objects := kubetest.ObjectsDir(t, "node-"+slug(p.Name))
+			t.Cleanup(func() {
+				n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), s.node.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Errorf("the Node judged for %s: %v", p.Name, err)
+					return
+				}
+				kubetest.WriteObject(t, objects, "node.json", n)
+			})
 			data, err := os.ReadFile(p.File)
 			require.NoError(t, err)
 			want := machine(t, p.Name, string(data))

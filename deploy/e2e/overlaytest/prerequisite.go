@@ -25,11 +25,28 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skip(why)
 }
 
-// RequireFUSE stops t (Missing) on a machine without /dev/fuse, which the
-// writable mode (serve --writable) serves its view through.
+// RequireFUSE stops t (Missing) where this process cannot mount FUSE
+// (FUSEUnusable), which the writable mode (serve --writable) serves its
+// view through.
 func RequireFUSE(t testing.TB) {
 	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		Missing(t, "no /dev/fuse: the writable mode serves its view through FUSE (%v)", err)
+	if why := FUSEUnusable(); why != "" {
+		Missing(t, "%s: the writable mode serves its view through FUSE", why)
 	}
+}
+
+// FUSEUnusable says why this process cannot mount FUSE, or "": for a
+// TestMain, which has no test to stop, deciding where to run.
+func FUSEUnusable() string {
+	if os.Geteuid() != 0 {
+		return "mounting FUSE needs root"
+	}
+	st, err := os.Stat("/dev/fuse")
+	if err != nil {
+		return "no /dev/fuse: " + err.Error()
+	}
+	if st.Mode()&os.ModeCharDevice == 0 {
+		return "/dev/fuse is not a character device"
+	}
+	return ""
 }

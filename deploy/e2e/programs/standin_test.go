@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
 // standInTestProfile exercises every rule of StandInConfig: devices out of
@@ -233,7 +235,7 @@ int main(int argc, char **argv)
 func TestNVMLStandInServesConfig(t *testing.T) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
-		t.Skip("no C compiler (cc): the stand-in is C")
+		overlaytest.Missing(t, "no C compiler (cc): the stand-in is C")
 	}
 	p := NVMLStandIn()
 	src, out := t.TempDir(), t.TempDir()

@@ -113,8 +113,8 @@ func TestConcurrentWriters(t *testing.T) {
 // leaves a dead view over the root, in a mount namespace that outlives it
 // as a node's does. The kill lands after a write is seen made (the state
 // file exists), and leaves a whole state: the old one or the new one, as
-// writable.md documents. A new serve detaches the view, reloads the state
-// file and serves the tree it describes.
+// docs/user/writable.md documents. A new serve detaches the view, reloads
+// the state file and serves the tree it describes.
 func TestKilledMidWrite(t *testing.T) {
 	overlaytest.RequireRoot(t, "nsenter")
 	overlaytest.RequireFUSE(t)

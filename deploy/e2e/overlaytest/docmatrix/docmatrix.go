@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -65,6 +66,7 @@ func (p Page) Sync(t testing.TB, table, fresh string) {
 		t.Logf("this run's matrix is not the committed one (%s or %s set): %s not compared", programs.SabotageEnv, programs.ExtraProfilesEnv, p.Path)
 		return
 	}
+	RequireJudged(t, p.Suite, table)
 	data, err := os.ReadFile(p.Path)
 	if err != nil {
 		t.Fatalf("%s: %v (the page for %s's matrix)", p.Path, err, p.Suite)
@@ -153,9 +155,12 @@ func (p Page) shape(row string) string {
 	return strings.Join(c, " | ")
 }
 
-// notRun starts a cell whose row was not run, its program not supplied
-// (programs.NotRunPrefix).
-const notRun = "not run: "
+// notRun starts a cell whose row was not run, saying why.
+const notRun = programs.NotRunPrefix
+
+// notSupplied matches a cell not run because its program was not supplied
+// (programs.NotRun).
+var notSupplied = regexp.MustCompile(`^` + notRun + `\S+ not supplied: `)
 
 // sameShape reports whether a run's row shape matches the page's: cell by
 // cell, a cell not run matching whatever the page says, since the page
@@ -236,26 +241,33 @@ func (p Page) keys(rows []string) []string {
 type Rows struct {
 	mu     sync.Mutex
 	rows   []string
-	notRun map[*testing.T]string
+	notRun map[testing.TB]string
 }
 
 // NotRun makes the row of the subtest t, registered with Expect, say why
-// in place of its verdict: its program was not supplied
-// (programs.NotRun). The subtest should return; it passes.
-func (r *Rows) NotRun(t *testing.T, why string) {
+// in place of its verdict: its program was not supplied (programs.NotRun),
+// or another reason after programs.NotRunPrefix, the line make test's
+// closing line counts. A why that does not start so fails the row: a row
+// is ✓, ✗ or not run, never a mark of its own. The subtest should return;
+// it passes.
+func (r *Rows) NotRun(t testing.TB, why string) {
 	t.Helper()
+	if !strings.HasPrefix(why, notRun) {
+		t.Errorf("the row says %q: a row passes, fails, or is not run saying why after %q, which make test's closing line counts", why, notRun)
+		return
+	}
 	t.Log(why)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.notRun == nil {
-		r.notRun = map[*testing.T]string{}
+		r.notRun = map[testing.TB]string{}
 	}
 	r.notRun[t] = why
 }
 
 // Expect makes the subtest t the row of cells, the last being what it must
 // show: "| cells... | ✓ want |" when it passes.
-func (r *Rows) Expect(t *testing.T, cells ...string) {
+func (r *Rows) Expect(t testing.TB, cells ...string) {
 	t.Cleanup(func() {
 		mark := "✓"
 		switch {
@@ -287,9 +299,28 @@ func (r *Rows) Table(header ...string) string {
 // verdicts, " / " and its column's header.
 type Verdicts struct {
 	Red, Green []string
-	// NotRun are the cells not run (their program not supplied) or not
-	// checked (–).
-	NotRun []string
+	// NotRun are the cells not run (saying why) or not checked (–);
+	// NotSupplied those of them not run because their program was not
+	// supplied (programs.NotRun).
+	NotRun, NotSupplied []string
+}
+
+// RequireJudged fails t where the matrices in text, suite's, judged no
+// row (no ✓ or ✗) unless every row was not run because its program was
+// not supplied, the one reason a suite may judge nothing (make test counts
+// those rows): a suite that ran no row, or only rows it could not judge,
+// must not pass. A run of some subtests only (-run with a /, or -skip) is
+// not checked.
+func RequireJudged(t testing.TB, suite, text string) {
+	t.Helper()
+	if partial() {
+		return
+	}
+	v := ReadVerdicts(text)
+	if len(v.Red)+len(v.Green) > 0 || (len(v.NotRun) > 0 && len(v.NotSupplied) == len(v.NotRun)) {
+		return
+	}
+	t.Errorf("%s judged no row: %d rows, %d of them not run for want of a program, in:\n%s", suite, len(v.NotRun), len(v.NotSupplied), text)
 }
 
 // ReadVerdicts reads the verdict cells of the Markdown tables in text.
@@ -322,6 +353,9 @@ func ReadVerdicts(text string) Verdicts {
 				v.Green = append(v.Green, name)
 			default:
 				v.NotRun = append(v.NotRun, name)
+				if notSupplied.MatchString(cell) {
+					v.NotSupplied = append(v.NotSupplied, name)
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,4 +96,62 @@ func TestReadVerdicts(t *testing.T) {
 	require.Equal(t, []string{"p | tree / pcieRoot", "ctr run"}, v.Red)
 	require.Equal(t, []string{"p | tree / GFD", "CRI"}, v.Green)
 	require.Equal(t, []string{"p | no tree / GFD", "p | no tree / pcieRoot"}, v.NotRun)
+}
+
+// TestRowsNotRun: a row not run says why after "not run: ", the line make
+// test's closing line counts; a why of its own ("– not judged") fails the
+// row (negative control), which shows ✗.
+func TestRowsNotRun(t *testing.T) {
+	var r Rows
+	counted, own := &rowRecorder{}, &rowRecorder{}
+	r.Expect(counted, "a", "it works")
+	r.NotRun(counted, "not run: dranet not supplied: a")
+	r.Expect(own, "b", "it works")
+	r.NotRun(own, "– not judged: no NUMA node")
+	counted.end()
+	own.end()
+	require.False(t, counted.failed)
+	require.True(t, own.failed)
+	require.Contains(t, own.msg, `the row says "– not judged: no NUMA node"`)
+	require.Equal(t, "| row | result |\n|---|---|\n| a | not run: dranet not supplied: a |\n| b | ✗ it works |\n", r.Table("row", "result"))
+}
+
+// TestRequireJudged: a matrix with a ✓ or ✗ passes, and one whose every
+// row was not run for want of a program; one with no row, or whose rows
+// were only not run for another reason or not checked, fails.
+func TestRequireJudged(t *testing.T) {
+	const header = "| profile | check |\n|---|---|\n"
+	for text, judged := range map[string]bool{
+		header + "| p | ✓ seen |\n| q | not run: the driver stops: x |\n": true,
+		header + "| p | ✗ seen |\n":                                       true,
+		header + "| p | not run: dranet not supplied: p |\n":              true,
+		"TestX: a title and no table\n":                                   false,
+		header:                                                            false,
+		header + "| p | not run: the driver stops: x |\n":                 false,
+		header + "| p | – |\n| q | not run: dranet not supplied: q |\n":   false,
+	} {
+		var ft failRecorder
+		RequireJudged(&ft, "TestX", text)
+		require.Equal(t, !judged, ft.failed, text)
+		if !judged {
+			require.Contains(t, ft.msg, "TestX judged no row")
+		}
+	}
+}
+
+// rowRecorder is a subtest for Rows: it records a failure and runs its
+// cleanups when end is called.
+type rowRecorder struct {
+	failRecorder
+	cleanups []func()
+}
+
+func (r *rowRecorder) Log(...any)       {}
+func (r *rowRecorder) Cleanup(f func()) { r.cleanups = append(r.cleanups, f) }
+func (r *rowRecorder) Failed() bool     { return r.failed }
+func (r *rowRecorder) Skipped() bool    { return false }
+func (r *rowRecorder) end() {
+	for _, f := range slices.Backward(r.cleanups) {
+		f()
+	}
 }
