@@ -92,6 +92,20 @@ func (p Page) Sync(t testing.TB, table, fresh string) {
 	}
 }
 
+// Committed returns the page's copy of the matrix: the table between its
+// markers.
+func (p Page) Committed() (string, error) {
+	data, err := os.ReadFile(p.Path)
+	if err != nil {
+		return "", err
+	}
+	_, table, _, err := split(string(data))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p.Path, err)
+	}
+	return table, nil
+}
+
 // partial reports whether this run selects some subtests only (-run with
 // a /, or -skip): its table has fewer rows on purpose.
 func partial() bool {
@@ -287,9 +301,12 @@ func (r *Rows) Table(header ...string) string {
 // verdicts, " / " and its column's header.
 type Verdicts struct {
 	Red, Green []string
-	// NotRun are the cells not run (their program not supplied) or not
-	// checked (–).
-	NotRun []string
+	// NotSupplied are the cells not run because their program was not
+	// supplied (programs.NotRun's "not run: <program> not supplied").
+	NotSupplied []string
+	// Unjudged are every other cell: not checked (–, alone or with why)
+	// or not run for another reason.
+	Unjudged []string
 }
 
 // ReadVerdicts reads the verdict cells of the Markdown tables in text.
@@ -320,12 +337,22 @@ func ReadVerdicts(text string) Verdicts {
 				v.Red = append(v.Red, name)
 			case strings.HasPrefix(cell, "✓"):
 				v.Green = append(v.Green, name)
+			case notSupplied(cell):
+				v.NotSupplied = append(v.NotSupplied, name)
 			default:
-				v.NotRun = append(v.NotRun, name)
+				v.Unjudged = append(v.Unjudged, name)
 			}
 		}
 	}
 	return v
+}
+
+// notSupplied reports whether a cell is a row not run because a program
+// the suites take supplied was not (programs.NotRun).
+func notSupplied(cell string) bool {
+	return slices.ContainsFunc(programs.SuppliedNames(), func(name string) bool {
+		return strings.HasPrefix(cell, programs.NotRun("", name))
+	})
 }
 
 // isVerdict reports whether a cell is a verdict: a mark (verdicts; –, alone

@@ -86,6 +86,7 @@ func TestReadVerdicts(t *testing.T) {
 |---|---|---|---|
 | p | tree | ✓ compute | ✗ 0/8 |
 | p | no tree | – | not run: gpu-kubelet-plugin not supplied: x |
+| q | tree | – not judged: no NUMA node | not run: the driver stops: y |
 
 | route | it gets |
 |---|---|
@@ -94,5 +95,6 @@ func TestReadVerdicts(t *testing.T) {
 `)
 	require.Equal(t, []string{"p | tree / pcieRoot", "ctr run"}, v.Red)
 	require.Equal(t, []string{"p | tree / GFD", "CRI"}, v.Green)
-	require.Equal(t, []string{"p | no tree / GFD", "p | no tree / pcieRoot"}, v.NotRun)
+	require.Equal(t, []string{"p | no tree / pcieRoot"}, v.NotSupplied)
+	require.Equal(t, []string{"p | no tree / GFD", "q | tree / GFD", "q | tree / pcieRoot"}, v.Unjudged, "–, with or without why, and not run for another reason than a program not supplied")
 }
