@@ -169,6 +169,63 @@ func suites(t *testing.T) []suite {
 			red:   map[string][]string{programs.SabotageEscaped: draRed, programs.SabotageNoTree: draRed},
 		},
 		{
+			// Each node's labellers, verify and DRA driver are served
+			// something else; the rows of the chart's render read the
+			// node's tree itself. verify's rows include deviceattribute's
+			// pcieRoot, which escaped links lose, as the driver's slices
+			// do; its claims select by product and need no pcieRoot.
+			name: "fleet", pkg: "./deploy/e2e/node",
+			run: "^TestFleet$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: slices.Concat(fleetVerify, fleetPCIeRoot, fleetLabels, []string{
+				"`helm install` with a fleet map | " + worker1,
+				"`helm install` with a fleet map | " + worker2,
+				"GFD and nfd-worker, without our tree | " + worker2,
+				"the DRA driver's slices | " + worker2,
+				"Node labelled `nvml-mock/profile=gb200` | " + worker2,
+				"the other Nodes labelled | " + worker1,
+				"a claim selecting `productName` NVIDIA A100-SXM4-40GB by CEL | " + worker1,
+				"a claim selecting `productName` NVIDIA GB200 by CEL | " + worker2,
+				"a claim for 9 GPUs | none",
+				"`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker2,
+				"`helm uninstall` | every node",
+				"after the suite | every node",
+			}),
+			red: map[string][]string{
+				programs.SabotageEscaped: slices.Concat(fleetVerify, fleetPCIeRoot),
+				programs.SabotageNoTree:  slices.Concat(fleetVerify, fleetPCIeRoot, fleetLabels),
+			},
+		},
+		{
+			// The same checks as TestDRA's on the first profile with
+			// HCAs, numaNode published as a list: the same rows need the
+			// tree.
+			name: "DRA driver, list-typed attributes", pkg: "./deploy/e2e/dra",
+			run: "^TestDRAListAttributes$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: slices.Concat(draCells(listAttributes), nicCells(listAttributes)),
+			red: map[string][]string{
+				programs.SabotageEscaped: slices.Concat(draRows(listAttributes), nicRows(listAttributes)),
+				programs.SabotageNoTree:  slices.Concat(draRows(listAttributes), nicRows(listAttributes)),
+			},
+		},
+		{
+			// Every step reads the GPUs through the writable view: the
+			// driver publishes them with their pcieRoot and binds them
+			// there, and the pod's /dev/vfio is the group the view names.
+			name: "DRA driver, VFIO passthrough", pkg: "./deploy/e2e/dra",
+			run: "^TestVFIOPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: vfioPassthrough,
+			red:   map[string][]string{programs.SabotageEscaped: vfioPassthrough, programs.SabotageNoTree: vfioPassthrough},
+		},
+		{
+			// The plugin is served nothing in both (serve --writable cannot
+			// serve an escaped copy): every row it judges turns red; the
+			// write through the view stays green.
+			name: "SR-IOV DRA driver", pkg: "./deploy/e2e/sriovdra",
+			run: "^TestSRIOVDRA$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: append([]string{sriovWrite}, sriovPlugin...),
+			red:   map[string][]string{programs.SabotageEscaped: sriovPlugin, programs.SabotageNoTree: sriovPlugin},
+		},
+		{
 			name: "passthrough", pkg: "./deploy/e2e/passthrough",
 			run: "^TestPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: []string{"built-in hgx-h100 (every GPU on nvidia)", "testdata/profiles/vfio-passthrough.yaml (3 of 4 GPUs on vfio-pci)"},
@@ -181,6 +238,62 @@ func suites(t *testing.T) []suite {
 			},
 		},
 	}
+}
+
+// TestFleet's workers, with its default profiles (nvml-mock's a100 and
+// gb200; the sabotaged runs drop E2E_FLEET).
+const (
+	worker1 = "nvml-mock-worker-1"
+	worker2 = "nvml-mock-worker-2"
+)
+
+// TestFleet's rows that read the tree as a consumer does: verify's, whose
+// rows include deviceattribute's pcieRoot; the DRA driver's slices, each
+// GPU with its pcieRoot; and the labels GFD and nfd-worker read from the
+// tree (escaped links resolve for them).
+var (
+	fleetVerify = []string{
+		"verify in a pod, the node's profile as NVML's | " + worker1,
+		"verify in a pod, gb200's profile as NVML's | " + worker1,
+		"verify in a pod, the node's profile as NVML's | " + worker2,
+		"verify in a pod, a100's profile as NVML's | " + worker2,
+	}
+	fleetPCIeRoot = []string{
+		"the DRA driver's slices | " + worker1,
+		"the DRA driver's slices, served | " + worker1,
+		"the DRA driver's slices, served | " + worker2,
+		"`helm upgrade`: the DRA driver restarted | " + worker1,
+	}
+	fleetLabels = []string{
+		"GFD and nfd-worker, served | " + worker1,
+		"each Node's labels (GFD, nfd-worker, served) | " + worker1,
+		"each Node's labels (GFD, nfd-worker, served) | " + worker2,
+		"`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker1,
+	}
+)
+
+// listAttributes is TestDRAListAttributes' profile: the first of the
+// set with HCAs, named for its own rows.
+const listAttributes = "built-in dgx-a100 list-attributes"
+
+// vfioPassthrough are TestVFIOPassthrough's rows (step | served).
+var vfioPassthrough = []string{
+	"publish | the writable view; its iommu_groups at /sys/kernel/iommu_groups",
+	"prepare, as served | the writable spec's mounts (its modules.alias names vfio_pci), the node's /sys/module",
+	"prepare, vfio_pci loaded | the same, and a stand-in /sys/module/vfio_pci",
+	"the pod's /dev/vfio/<group> | /dev/vfio/<group> on the node: a stand-in char device 1:3",
+	"unprepare | the pod deleted",
+}
+
+// TestSRIOVDRA's rows: the write, and those of the plugin.
+const sriovWrite = "sriov_numvfs written through the view"
+
+var sriovPlugin = []string{
+	"before the write, the tree as served",
+	"before the write, a stand-in netdev under each PF",
+	"after the write, the tree as served",
+	"after the write, a stand-in netdev under each PF",
+	"sriov_numvfs 0, a stand-in netdev under each PF",
 }
 
 // draCells are the DRA suite's rows of a profile (its draChecks), and
