@@ -816,8 +816,6 @@ func (f *fleet) testReprofile(t *testing.T) {
 	}
 	first.key = to.key
 	f.profiles[0] = to
-	labels := f.labelNode(t, first, to)
-	f.figure("after the re-profile: %s %s=%s %s=%s", first.node.Name, labelProduct, labels[labelProduct], labelCount, labels[labelCount])
 	t.Run("slices", func(t *testing.T) {
 		f.rows.Expect(t, "`helm upgrade`: the DRA driver restarted", first.node.Name, to.name+"'s GPUs and pcieRoots; every other node's slices as they were")
 		if f.dra == nil {
@@ -832,6 +830,10 @@ func (f *fleet) testReprofile(t *testing.T) {
 			f.requirePCIeRoots(t, s, f.profiles[i+1], devices)
 		}
 	})
+	// The labels last: a node the labellers were not served stops this
+	// step, and the slices' row is judged first.
+	labels := f.labelNode(t, first, to)
+	f.figure("after the re-profile: %s %s=%s %s=%s", first.node.Name, labelProduct, labels[labelProduct], labelCount, labels[labelCount])
 }
 
 // testUninstall uninstalls the release: the DaemonSet's pods go, and each
