@@ -149,6 +149,10 @@ func TestFleet(t *testing.T) {
 	bin := overlaytest.BuildBinary(t)
 	f.dra = newFleetDRA(t, f.profiles)
 	readmeFleet(t)
+	// A sabotaged run serves each node's labellers, verify and driver
+	// something else (suite.serve, publish); the rows that judge the
+	// chart's render read the node's tree itself and stay green.
+	sabotage := programs.Sabotage(t)
 
 	ds := podtest.DecodeManifests(t, filepath.Join(f.repo, "deploy/kubernetes"))
 	require.Len(t, ds.DaemonSets, 1)
@@ -160,7 +164,7 @@ func TestFleet(t *testing.T) {
 		n.Runtime.Import(t, containerdtest.ConsumerBaseImage(), containerdtest.CRINamespace)
 		n.Runtime.Import(t, containerdtest.ReaderBaseImage(t), containerdtest.CRINamespace)
 		s := &suite{c: f.c, node: n, repo: f.repo, objects: f.objects, nvml: nvml, gfd: gfd, nfd: nfd,
-			key: f.profiles[i].key, root: fleetRoot, spec: fleetSpec}
+			key: f.profiles[i].key, root: fleetRoot, spec: fleetSpec, sabotage: sabotage}
 		f.nodes = append(f.nodes, s)
 	}
 	f.c.Apply(t, nfdCRDs(t))
@@ -576,7 +580,10 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 	selector := metav1.ListOptions{FieldSelector: draSlicesOf(s.node.Name)}
 	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
 	root := ""
-	if served {
+	switch {
+	case served && s.sabotage != "":
+		root, _ = programs.SabotagedRoot(t, s.sabotage, s.nodePath(s.root))
+	case served:
 		root = s.root
 	}
 	kubelet := s.node.KubeletRootDir
@@ -810,8 +817,6 @@ func (f *fleet) testReprofile(t *testing.T) {
 	}
 	first.key = to.key
 	f.profiles[0] = to
-	labels := f.labelNode(t, first, to)
-	f.figure("after the re-profile: %s %s=%s %s=%s", first.node.Name, labelProduct, labels[labelProduct], labelCount, labels[labelCount])
 	t.Run("slices", func(t *testing.T) {
 		f.rows.Expect(t, "`helm upgrade`: the DRA driver restarted", first.node.Name, to.name+"'s GPUs and pcieRoots; every other node's slices as they were")
 		if f.dra == nil {
@@ -826,6 +831,10 @@ func (f *fleet) testReprofile(t *testing.T) {
 			f.requirePCIeRoots(t, s, f.profiles[i+1], devices)
 		}
 	})
+	// The labels last: a node the labellers were not served stops this
+	// step, and the slices' row is judged first.
+	labels := f.labelNode(t, first, to)
+	f.figure("after the re-profile: %s %s=%s %s=%s", first.node.Name, labelProduct, labels[labelProduct], labelCount, labels[labelCount])
 }
 
 // testUninstall uninstalls the release: the DaemonSet's pods go, and each

@@ -114,6 +114,8 @@ type suite struct {
 	details []string
 	objects string
 	runs    int
+	// sabotage is programs.Sabotage's: the plugin is served nothing.
+	sabotage string
 }
 
 // TestSRIOVDRA: the plugin publishes the VFs a write of sriov_numvfs made,
@@ -140,7 +142,7 @@ func TestSRIOVDRA(t *testing.T) {
 	if _, err := os.Stat(programs.HostPCIIDs); err != nil {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", programs.HostPCIIDs, err)
 	}
-	s := &suite{plugin: plugin, bin: overlaytest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile)}
+	s := &suite{plugin: plugin, bin: overlaytest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile), sabotage: programs.Sabotage(t)}
 	var err error
 	s.m, err = overlay.LoadMachine(s.file, "")
 	require.NoError(t, err)
@@ -357,9 +359,18 @@ func (s *suite) runPlugin(t *testing.T, name string, standIn bool) ([]resourcev1
 	if standIn {
 		args = append([]string{"sh", "-c", s.standIn(), "sh"}, args...)
 	}
+	mounts := s.mounts
+	if s.sabotage != "" {
+		// serve --writable serves the view it renders, never an escaped
+		// copy, so both sabotages serve the plugin nothing: the node's own
+		// /sys, where no PF of the profile is, and every row the plugin
+		// judges turns red. The writes (rowWrite) judge the view itself,
+		// as the writers get it, and stay green.
+		mounts = nil
+	}
 	s.runs++
 	proc := s.c.Start(t, kubetest.Program{Name: fmt.Sprintf("dra-driver-sriov-%d-%s", s.runs, name), Args: args,
-		Served: &overlaytest.Served{Spec: s.mounts}})
+		Served: &overlaytest.Served{Spec: mounts}})
 	defer s.stopPlugin(t, proc)
 
 	matching := -1

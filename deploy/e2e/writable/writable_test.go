@@ -4,6 +4,15 @@
 // the serve's CDI spec's mounts as runc applies them; go-nvlib,
 // deviceattribute and ghw read each state. The same writes against the
 // read-only tree are the negative control: they must fail.
+//
+// E2E_SABOTAGE (programs.SabotageEnv) does not reach these tests, and the
+// sabotage suite does not run them: serve --writable serves the view it
+// renders, never an escaped copy, and a writer served no tree writes to
+// the host's own /sys. TestPassthrough, TestSRIOV and
+// TestKubevirtListsABoundGPU hold their own control instead (the calls
+// repeated on the read-only tree must fail; the plugin lists nothing
+// before the bind); the safety tests judge serve's state and its view,
+// not what a consumer reads from them.
 package writable_test
 
 import (

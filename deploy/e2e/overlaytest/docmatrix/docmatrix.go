@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -94,6 +93,20 @@ func (p Page) Sync(t testing.TB, table, fresh string) {
 	}
 }
 
+// Committed returns the page's copy of the matrix: the table between its
+// markers.
+func (p Page) Committed() (string, error) {
+	data, err := os.ReadFile(p.Path)
+	if err != nil {
+		return "", err
+	}
+	_, table, _, err := split(string(data))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", p.Path, err)
+	}
+	return table, nil
+}
+
 // partial reports whether this run selects some subtests only (-run with
 // a /, or -skip): its table has fewer rows on purpose.
 func partial() bool {
@@ -157,10 +170,6 @@ func (p Page) shape(row string) string {
 
 // notRun starts a cell whose row was not run, saying why.
 const notRun = programs.NotRunPrefix
-
-// notSupplied matches a cell not run because its program was not supplied
-// (programs.NotRun).
-var notSupplied = regexp.MustCompile(`^` + notRun + `\S+ not supplied: `)
 
 // sameShape reports whether a run's row shape matches the page's: cell by
 // cell, a cell not run matching whatever the page says, since the page
@@ -299,10 +308,12 @@ func (r *Rows) Table(header ...string) string {
 // verdicts, " / " and its column's header.
 type Verdicts struct {
 	Red, Green []string
-	// NotRun are the cells not run (saying why) or not checked (–);
-	// NotSupplied those of them not run because their program was not
-	// supplied (programs.NotRun).
-	NotRun, NotSupplied []string
+	// NotSupplied are the cells not run because their program was not
+	// supplied (programs.NotRun's "not run: <program> not supplied").
+	NotSupplied []string
+	// Unjudged are every other cell: not checked (–, alone or with why)
+	// or not run for another reason.
+	Unjudged []string
 }
 
 // RequireJudged fails t where the matrices in text, suite's, judged no
@@ -317,10 +328,10 @@ func RequireJudged(t testing.TB, suite, text string) {
 		return
 	}
 	v := ReadVerdicts(text)
-	if len(v.Red)+len(v.Green) > 0 || (len(v.NotRun) > 0 && len(v.NotSupplied) == len(v.NotRun)) {
+	if len(v.Red)+len(v.Green) > 0 || (len(v.NotSupplied) > 0 && len(v.Unjudged) == 0) {
 		return
 	}
-	t.Errorf("%s judged no row: %d rows, %d of them not run for want of a program, in:\n%s", suite, len(v.NotRun), len(v.NotSupplied), text)
+	t.Errorf("%s judged no row: %d rows not run for want of a program, %d not judged, in:\n%s", suite, len(v.NotSupplied), len(v.Unjudged), text)
 }
 
 // ReadVerdicts reads the verdict cells of the Markdown tables in text.
@@ -351,15 +362,22 @@ func ReadVerdicts(text string) Verdicts {
 				v.Red = append(v.Red, name)
 			case strings.HasPrefix(cell, "✓"):
 				v.Green = append(v.Green, name)
+			case notSupplied(cell):
+				v.NotSupplied = append(v.NotSupplied, name)
 			default:
-				v.NotRun = append(v.NotRun, name)
-				if notSupplied.MatchString(cell) {
-					v.NotSupplied = append(v.NotSupplied, name)
-				}
+				v.Unjudged = append(v.Unjudged, name)
 			}
 		}
 	}
 	return v
+}
+
+// notSupplied reports whether a cell is a row not run because a program
+// the suites take supplied was not (programs.NotRun).
+func notSupplied(cell string) bool {
+	return slices.ContainsFunc(programs.SuppliedNames(), func(name string) bool {
+		return strings.HasPrefix(cell, programs.NotRun("", name))
+	})
 }
 
 // isVerdict reports whether a cell is a verdict: a mark (verdicts; –, alone

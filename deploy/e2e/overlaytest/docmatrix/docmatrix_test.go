@@ -87,6 +87,7 @@ func TestReadVerdicts(t *testing.T) {
 |---|---|---|---|
 | p | tree | ✓ compute | ✗ 0/8 |
 | p | no tree | – | not run: gpu-kubelet-plugin not supplied: x |
+| q | tree | – not judged: no NUMA node | not run: the driver stops: y |
 
 | route | it gets |
 |---|---|
@@ -95,7 +96,8 @@ func TestReadVerdicts(t *testing.T) {
 `)
 	require.Equal(t, []string{"p | tree / pcieRoot", "ctr run"}, v.Red)
 	require.Equal(t, []string{"p | tree / GFD", "CRI"}, v.Green)
-	require.Equal(t, []string{"p | no tree / GFD", "p | no tree / pcieRoot"}, v.NotRun)
+	require.Equal(t, []string{"p | no tree / pcieRoot"}, v.NotSupplied)
+	require.Equal(t, []string{"p | no tree / GFD", "q | tree / GFD", "q | tree / pcieRoot"}, v.Unjudged, "–, with or without why, and not run for another reason than a program not supplied")
 }
 
 // TestRowsNotRun: a row not run says why after "not run: ", the line make
