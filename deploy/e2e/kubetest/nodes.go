@@ -311,3 +311,16 @@ func (n *Node) Registrations(ctx context.Context, name string) (int, error) {
 func (c *Cluster) RegisteredPlugins(ctx context.Context) ([]string, error) {
 	return c.Nodes[0].RegisteredPlugins(ctx)
 }
+
+// ShareMounts makes the node's / a shared mount, recursively, as systemd
+// makes a real node's: kubetest makes the node's mount namespace with
+// private propagation, where containerd refuses a pod's Bidirectional
+// mount ("not a shared mount"), which stock charts' kubelet plugins ask
+// for.
+func (n *Node) ShareMounts(t testing.TB) {
+	t.Helper()
+	out, err := exec.Command("nsenter", "--target", strconv.Itoa(n.Kubelet.PID), "--mount", "--", "mount", "--make-rshared", "/").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mount --make-rshared / in node %s's mount namespace: %v: %s", n.Name, err, out)
+	}
+}

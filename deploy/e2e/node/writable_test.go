@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -432,8 +431,7 @@ func (w *helmWritable) testPrivate(t *testing.T) {
 // pod: it turns Ready, the node's overlay path is the view (a FUSE mount
 // of serve's, propagated from the pod), and the spec is the writable one.
 func (w *helmWritable) testShared(t *testing.T) {
-	out, err := exec.Command("nsenter", "--target", strconv.Itoa(w.nsPID), "--mount", "--", "mount", "--make-rshared", "/").CombinedOutput()
-	require.NoError(t, err, "mount --make-rshared / in the node's mount namespace: %s", out)
+	w.node.ShareMounts(t)
 	holder := w.holding(t, w.root)
 	require.Contains(t, holder.Optional, "shared:")
 	if !w.writableInstalled {
