@@ -38,9 +38,11 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
 func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
@@ -79,7 +81,11 @@ type suite struct {
 	// dranet is the supplied dranet, "" without it: the rows of the HCAs
 	// are then not run.
 	dranet string
-	opts   suiteOptions
+	// driverNUMA is whether the driver's binary names the standard
+	// numaNode attribute: a version that does publishes it on every GPU
+	// whose numa_node the tree gives.
+	driverNUMA bool
+	opts       suiteOptions
 }
 
 // TestDRA runs the driver on the node for every profile of the set.
@@ -112,6 +118,9 @@ func TestDRA(t *testing.T) {
 type suiteOptions struct {
 	// featureGates are set on the cluster and on both drivers.
 	featureGates []string
+	// workers, when not zero, is how many worker nodes the cluster has
+	// (kubetest.Options.Workers); zero is the single node.
+	workers int
 }
 
 // driverGates is a driver's --feature-gates flag of featureGates, none
@@ -143,6 +152,9 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 		opts:     opts,
 	}
 	s.dranet, _ = programs.NeedSupplied(t, programs.Dranet)
+	binary, err := os.ReadFile(plugin)
+	require.NoError(t, err, "the driver's kubelet plugin")
+	s.driverNUMA = bytes.Contains(binary, []byte(numaNodeAttribute))
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
 	require.NoError(t, programs.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
@@ -150,7 +162,7 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	s.hook = filepath.Join(dir, "nvidia-cdi-hook")
 	require.NoError(t, os.WriteFile(s.hook, []byte("#!/bin/sh\nexit 0\n"), 0o755))
 
-	s.c = kubetest.Start(t, kubetest.Options{FeatureGates: opts.featureGates})
+	s.c = kubetest.Start(t, kubetest.Options{FeatureGates: opts.featureGates, Workers: opts.workers})
 	s.c.Runtime.Import(t, ociimage.Image{
 		Name: verifyImage,
 		Files: []ociimage.File{
@@ -218,7 +230,7 @@ func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
 // draChecks are the checks of every profile, each a row (profile); a
 // profile with HCAs has nicChecks too.
 func draChecks() []string {
-	return []string{checkEscaped, checkSlices, checkFit, checkTooMany, checkVerify, checkUnprepare, checkGPUNUMA, checkGPUNUMATooMany}
+	return []string{checkEscaped, checkSlices, checkFit, checkTooMany, checkVerify, checkUnprepare, checkVerifyOptedOut, checkGPUNUMA, checkGPUNUMATooMany}
 }
 
 // The checks' names.
@@ -229,6 +241,8 @@ const (
 	checkTooMany   = "claim too-many"
 	checkVerify    = "verify in the claim's pod"
 	checkUnprepare = "unprepare"
+	// checkVerifyOptedOut is checkVerify's control.
+	checkVerifyOptedOut = "verify in the claim's pod, opted out"
 )
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -261,6 +275,9 @@ type subject struct {
 	// escaped links; served is what the plugin is served: root, or in a
 	// sabotaged run escaped or nothing (""), as our spec serves too.
 	root, escaped, served string
+	// servedByNRI is the root serve --nri renders and serves the node's
+	// pods.
+	servedByNRI string
 	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
 	// plan is the render's: where the HCAs and the node's own devices are.
@@ -288,6 +305,7 @@ type row struct {
 	tooManyGot  string
 	verify      string
 	unprepare   string
+	optedOut    string // verify in the claim's pod opted out of serve --nri
 	pass        string
 }
 
@@ -355,7 +373,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	}
 	rootOf := map[string]string{}
 	check(checkSlices, "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
-		rootOf = judgeSlices(t, x, devices, &r)
+		rootOf = judgeSlices(t, x, devices, s.driverNUMA, &r)
 	})
 
 	// dranet, beside it, before the claims: the slices judged hold both
@@ -488,6 +506,20 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		require.NoError(t, err, "claim fit outlives its pod: the pod's deletion unprepared it")
 		r.unprepare = "pod deleted -> spec removed, claim kept"
 	})
+
+	// The control of the pod's tree: the same claim's pod, opted out of
+	// serve --nri, gets the claim's GPUs and not our mounts.
+	check(checkVerifyOptedOut, "verify fails for want of the links directory", func(t *testing.T) {
+		const name = "fit-opted-out"
+		s.verifyPod(t, name, "fit", nriplugin.InjectAnnotation, "false")
+		pod := s.c.WaitPod(t, namespace, name, podTimeout, func(p *corev1.Pod) bool {
+			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
+		})
+		require.Equal(t, corev1.PodFailed, pod.Status.Phase, "pod %s: %s", name, unschedulable(pod))
+		report := s.verifyReport(t, pod)
+		require.Contains(t, report.FailedChecks(), verify.LinksMount, "verify's failures: %+v", report.Failures())
+		r.optedOut = "fails: " + strings.Join(report.FailedChecks(), ", ")
+	})
 	s.removePods(t)
 
 	s.gpuNUMA(t, x, &r, judged, check)
@@ -589,7 +621,8 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	// node's NRI plugin, node-wide (its default), rendering the profile
 	// into a root of its own; they ask for nothing. In a sabotaged run it
 	// serves a root it cannot render, so they start without the tree.
-	s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: filepath.Join(t.TempDir(), "served"), Profile: p.File})
+	x.servedByNRI = filepath.Join(t.TempDir(), "served")
+	s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: x.servedByNRI, Profile: p.File})
 	return x
 }
 
@@ -714,7 +747,7 @@ func stringAttribute(d resourcev1.Device, name string) (string, bool) {
 // driver's own (unqualified, and qualified with its domain) and the
 // standard one.
 func numaAttributes() []string {
-	return []string{"numa", driverName + "/numa", "resource.kubernetes.io/numaNode"}
+	return []string{"numa", driverName + "/numa", numaNodeAttribute}
 }
 
 // byDeviceName orders gpu-2 before gpu-10.
@@ -729,7 +762,7 @@ func byDeviceName(a, b string) int {
 // node, none where the profile has -1; and returns each device's pcieRoot
 // by device name. No check is tied to one driver version: the matrix says
 // what this one published.
-func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) map[string]string {
+func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNUMA bool, r *row) map[string]string {
 	t.Helper()
 	byAddress := map[string]profile.Device{}
 	for _, g := range x.gpus {
@@ -750,6 +783,9 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, r *row) 
 		require.Equal(t, g.RootComplex.String(), root, "device %s (%s): pcieRoot", d.Name, bdf)
 		rootOf[d.Name] = root
 		published[root]++
+		if _, ok := d.Attributes[numaNodeAttribute]; driverNUMA && g.NUMANode >= 0 && !ok {
+			t.Errorf("device %s (%s): no %s, where the driver publishes it and the profile gives NUMA node %d: the tree lost its numa_node", d.Name, bdf, numaNodeAttribute, g.NUMANode)
+		}
 		for _, name := range numaAttributes() {
 			a, ok := d.Attributes[resourcev1.QualifiedName(name)]
 			if !ok {
@@ -815,9 +851,12 @@ func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClai
 // devices and, by the annotation docs/user/dra.md gives DRA workloads, the
 // mock sysfs; its container then holds the claim (pause) until the pod is
 // deleted, so the claim stays prepared until then.
-func (s *suite) verifyPod(t *testing.T, name, claim string) {
+func (s *suite) verifyPod(t *testing.T, name, claim string, annotations ...string) {
 	t.Helper()
 	pod := s.pod(name, claim)
+	for i := 0; i+1 < len(annotations); i += 2 {
+		pod.Annotations = map[string]string{annotations[i]: annotations[i+1]}
+	}
 	pod.Spec.InitContainers = []corev1.Container{{
 		Name: "verify", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
 		Command:   []string{"/nvml-mock-sysfs", "verify", "--format", "json"},
@@ -868,10 +907,7 @@ func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
 	require.Len(t, pod.Status.InitContainerStatuses, 1)
 	st := pod.Status.InitContainerStatuses[0].State.Terminated
 	require.NotNil(t, st, "verify has ended")
-	logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
-	require.NoError(t, err, "verify's log through the API server")
-	var report compat.Report
-	require.NoError(t, json.Unmarshal(logs, &report), "verify's report (exit %d):\n%s", st.ExitCode, logs)
+	report := s.verifyReport(t, pod)
 	require.Zero(t, st.ExitCode, "verify's failures: %+v", report.Failures())
 	require.True(t, report.OK())
 
@@ -901,6 +937,17 @@ func (s *suite) judgeVerify(t *testing.T, pod *corev1.Pod, n int) string {
 	return fmt.Sprintf("pass, %d checks; devices %s", len(report.Results), strings.Join(gpus, ","))
 }
 
+// verifyReport is the report verify printed in the pod's init container,
+// read through the API server.
+func (s *suite) verifyReport(t *testing.T, pod *corev1.Pod) compat.Report {
+	t.Helper()
+	logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+	require.NoError(t, err, "verify's log through the API server")
+	var report compat.Report
+	require.NoError(t, json.Unmarshal(logs, &report), "verify's report:\n%s", logs)
+	return report
+}
+
 // writeMatrix prints the matrix, one profile a block, under a heading
 // that says what the suite ran with (about, "" for the defaults).
 func writeMatrix(w *bytes.Buffer, about string, rows []row) {
@@ -912,7 +959,7 @@ func writeMatrix(w *bytes.Buffer, about string, rows []row) {
 		fmt.Fprintf(w, "  numaNode:      %s\n", cmp.Or(r.numa, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.fit+")", cmp.Or(r.fitGot, "-"))
 		fmt.Fprintf(w, "  claim %-22s -> %s\n", "("+r.tooMany+")", cmp.Or(r.tooManyGot, "-"))
-		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"))
+		fmt.Fprintf(w, "  verify in pod: %s; unprepare: %s; opted out: %s\n", cmp.Or(r.verify, "-"), cmp.Or(r.unprepare, "-"), cmp.Or(r.optedOut, "-"))
 		for _, c := range r.numaClaims {
 			fmt.Fprintf(w, "  claim %s\n", c)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 const (
@@ -270,9 +271,25 @@ func judgeNUMA(d resourcev1.Device, want int) (string, error) {
 	return fmt.Sprint(nodes), nil
 }
 
-// notJudged is the cell of a check the profile or the driver gives
-// nothing to judge: a dash, as docmatrix reads a cell not checked.
-func notJudged(why string) string { return "– not judged: " + why }
+// notApplicable is the cell of a check the profile or the driver gives
+// nothing to judge: a row not run, saying why, which make test counts.
+func notApplicable(why string) string { return programs.NotRunPrefix + why }
+
+// noGPUNUMA is why the numaNode rows of GPUs are not run, or "" where
+// they must be judged: the profile gives no GPU a NUMA node, or the
+// driver's binary never names the standard attribute (the version does
+// not publish it). A driver that names it and publishes none on a GPU
+// the profile places on a NUMA node has lost the tree's numa_node: the
+// rows are judged, and turn red.
+func (s *suite) noGPUNUMA(x *subject) string {
+	switch {
+	case !slices.ContainsFunc(x.gpus, func(g profile.Device) bool { return g.NUMANode >= 0 }):
+		return "the profile gives no GPU a NUMA node"
+	case !s.driverNUMA:
+		return "this gpu-kubelet-plugin never names " + numaNodeAttribute + ": its version publishes no NUMA attribute on a GPU"
+	}
+	return ""
+}
 
 // request is one request of a claim: count devices of a class, with a CEL
 // selector of its own where set.
@@ -502,15 +519,11 @@ func (s *suite) gpuNUMA(t *testing.T, x *subject, r *row, judged map[string][]by
 			perNode[g.NUMANode]++
 		}
 	}
-	if !r.gpuNUMA || len(perNode) == 0 {
-		why := "the driver publishes no numaNode on a GPU"
-		if len(perNode) == 0 {
-			why = "the profile gives no GPU a NUMA node"
-		}
+	if why := s.noGPUNUMA(x); why != "" {
 		for _, c := range []string{checkGPUNUMA, checkGPUNUMATooMany} {
-			check(c, "", func(t *testing.T) { s.checks.NotRun(t, notJudged(why)) })
+			check(c, "", func(t *testing.T) { s.checks.NotRun(t, notApplicable(why)) })
 		}
-		r.numaClaims = append(r.numaClaims, "(GPUs, one numaNode) -> "+notJudged(why))
+		r.numaClaims = append(r.numaClaims, "(GPUs, one numaNode) -> "+notApplicable(why))
 		return
 	}
 	most := slices.Max(slices.Collect(maps.Values(perNode)))
@@ -613,14 +626,14 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 	switch {
 	case len(perNode) == 0:
 		why = "the profile gives no HCA a NUMA node"
-	case !r.gpuNUMA:
-		why = "the driver publishes no numaNode on a GPU"
+	default:
+		why = s.noGPUNUMA(x)
 	}
 	if why != "" {
 		for _, c := range []string{checkAlignNUMA, checkAlignNUMATooMany} {
-			check(c, "", func(t *testing.T) { s.checks.NotRun(t, notJudged(why)) })
+			check(c, "", func(t *testing.T) { s.checks.NotRun(t, notApplicable(why)) })
 		}
-		n.claims = append(n.claims, "(GPU + HCA, numaNode) -> "+notJudged(why))
+		n.claims = append(n.claims, "(GPU + HCA, numaNode) -> "+notApplicable(why))
 	} else {
 		res := s.allocate(t, judged, append(perNode, asked{name: "numa-align-too-many", attribute: numaNodeAttribute, reqs: []request{gpus(mostOnNode + 1), hca(hcaClass, "")}})...)
 		check(checkAlignNUMA, "each: the GPU on the HCA's numaNode", func(t *testing.T) {
