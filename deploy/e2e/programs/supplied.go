@@ -38,11 +38,21 @@ const (
 	// DRADriverSRIOV is k8snetworkplumbingwg's DRA driver for SR-IOV
 	// virtual functions, its kubelet plugin.
 	DRADriverSRIOV = "dra-driver-sriov"
+	// DRADriverChart is the NVIDIA DRA driver's Helm chart, a directory,
+	// as its project keeps it (deployments/helm/dra-driver-nvidia-gpu).
+	DRADriverChart = "dra-driver-nvidia-gpu"
+	// DRADriverPrestart is the script the driver's image runs in its
+	// kubelet plugin's init container (its project's hack/).
+	DRADriverPrestart = "kubelet-plugin-prestart.sh"
 )
+
+// suppliedDir reports whether the supplied name is a directory, not a
+// file.
+func suppliedDir(name string) bool { return name == DRADriverChart }
 
 // SuppliedNames are every program a suite may take from SuppliedEnv.
 func SuppliedNames() []string {
-	return []string{MockNVML, NvmlMockNRI, RenderPCISysfs, GPUKubeletPlugin, KubevirtGPUDevicePlugin, DeviceInjector, Dranet, DRADriverSRIOV}
+	return []string{MockNVML, NvmlMockNRI, RenderPCISysfs, GPUKubeletPlugin, KubevirtGPUDevicePlugin, DeviceInjector, Dranet, DRADriverSRIOV, DRADriverChart, DRADriverPrestart}
 }
 
 // NotRunPrefix starts the line a suite logs for each row it could not run
@@ -84,7 +94,8 @@ func (s Supplied) dir() string {
 
 // Path returns the absolute path of the supplied program name, or a
 // *NotSuppliedError. A program must be a regular file (a link to one is
-// followed), and executable unless it is a library.
+// followed), and executable unless it is a library or a script its
+// caller runs with its shell; a chart must be a directory.
 func (s Supplied) Path(name string) (string, error) {
 	dir := s.dir()
 	if dir == "" {
@@ -98,9 +109,14 @@ func (s Supplied) Path(name string) (string, error) {
 	switch {
 	case err != nil:
 		return "", &NotSuppliedError{Program: name, Dir: dir, Err: err}
+	case suppliedDir(name):
+		if !info.IsDir() {
+			return "", &NotSuppliedError{Program: name, Dir: dir, Err: fmt.Errorf("%s is a %s, not a directory", p, info.Mode().Type())}
+		}
+		return p, nil
 	case !info.Mode().IsRegular():
 		return "", &NotSuppliedError{Program: name, Dir: dir, Err: fmt.Errorf("%s is a %s, not a file", p, info.Mode().Type())}
-	case !strings.Contains(name, ".so") && info.Mode().Perm()&0o111 == 0:
+	case !strings.Contains(name, ".so") && !strings.HasSuffix(name, ".sh") && info.Mode().Perm()&0o111 == 0:
 		return "", &NotSuppliedError{Program: name, Dir: dir, Err: fmt.Errorf("%s is not executable", p)}
 	}
 	return p, nil
