@@ -58,8 +58,8 @@ type Options struct {
 	// Writable plans the tree the writable mode serves (plan.Options.Writable),
 	// listing the host's own drivers beside the mock ones.
 	Writable bool
-	// Runtime is the state writes gave the functions (plan.Runtime).
-	Runtime plan.Runtime
+	// Written is the state writes gave the functions (plan.WrittenState).
+	Written plan.WrittenState
 }
 
 // ProfileSource returns the profile a render with these options uses: the
@@ -133,7 +133,7 @@ func Plan(opts Options) (*plan.Plan, error) {
 		return nil, fmt.Errorf("host devices %q: want none or merge", opts.HostDevices)
 	}
 	if opts.Writable {
-		po.Writable, po.Runtime = true, opts.Runtime
+		po.Writable, po.Written = true, opts.Written
 		// A host without a PCI bus (a test sysfs) has no drivers to list.
 		po.HostDrivers, _ = plan.ReadHostDrivers(sysfs)
 	}

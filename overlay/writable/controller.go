@@ -22,7 +22,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-// StateFile is where the runtime state is kept by default, in the root's
+// StateFile is where the written state is kept by default, in the root's
 // state directory beside the writer's manifest: a render never lists it.
 // serve keeps it in the served root, on disk, and the tree it renders from
 // it in memory.
@@ -32,14 +32,14 @@ const StateFile = writer.StateDir + "/writable.json"
 // dozen bytes, and a tree has at most a few thousand functions.
 const maxStateFile = 4 << 20
 
-// Controller is a writable tree: the render options, the runtime state and
+// Controller is a writable tree: the render options, the written state and
 // the plan showing both. It serialises writes and re-renders, so every
 // write sees the tree the one before it left.
 type Controller struct {
 	mu    sync.Mutex // held across a write or a render
 	state string     // the state file
 	opts  overlay.Options
-	rt    plan.Runtime
+	ws    plan.WrittenState
 	plan  *plan.Plan
 	// fresh is true until the first render, which compares the tree on disk
 	// byte for byte: writes do not sync the tree (the state file is what
@@ -53,11 +53,11 @@ func Open(root, stateFile string) (*Controller, error) {
 	if stateFile == "" {
 		stateFile = path.Join(root, StateFile)
 	}
-	rt, err := readState(stateFile)
+	ws, err := readState(stateFile)
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{state: stateFile, rt: rt, fresh: true}
+	c := &Controller{state: stateFile, ws: ws, fresh: true}
 	c.opts.Root = root
 	return c, nil
 }
@@ -69,11 +69,11 @@ func (c *Controller) Plan() *plan.Plan {
 	return c.plan
 }
 
-// Runtime is a copy of the state writes left.
-func (c *Controller) Runtime() plan.Runtime {
+// Written is a copy of the state writes left.
+func (c *Controller) Written() plan.WrittenState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return clone(c.rt)
+	return clone(c.ws)
 }
 
 // Render renders opts (its Root must be the controller's) with the runtime
@@ -87,24 +87,24 @@ func (c *Controller) Render(opts overlay.Options) (*plan.Plan, writer.Stats, []s
 	if opts.Root != c.opts.Root {
 		return nil, writer.Stats{}, nil, fmt.Errorf("render into %s: the writable tree is %s", opts.Root, c.opts.Root)
 	}
-	opts.Writable, opts.Runtime = true, nil
+	opts.Writable, opts.Written = true, nil
 	base, err := overlay.Plan(opts)
 	if err != nil {
 		return nil, writer.Stats{}, nil, err
 	}
-	rt := prune(base, c.rt)
-	opts.Runtime = rt
+	ws := prune(base, c.ws)
+	opts.Written = ws
 	p := base
-	if len(rt) > 0 {
+	if len(ws) > 0 {
 		if p, err = overlay.Plan(opts); err != nil {
 			return nil, writer.Stats{}, nil, err
 		}
 	}
-	if !maps.Equal(rt, c.rt) {
-		if err := writeState(c.state, rt, p); err != nil {
+	if !maps.Equal(ws, c.ws) {
+		if err := writeState(c.state, ws, p); err != nil {
 			return nil, writer.Stats{}, nil, err
 		}
-		c.rt = rt
+		c.ws = ws
 	}
 	wo := opts.Writer
 	if c.fresh {
@@ -122,9 +122,9 @@ func (c *Controller) Render(opts overlay.Options) (*plan.Plan, writer.Stats, []s
 // prune keeps the state of the functions base (the profile's plan) still
 // has, as the same vendor and device, and of the virtual functions their
 // state still enables.
-func prune(base *plan.Plan, rt plan.Runtime) plan.Runtime {
-	out := plan.Runtime{}
-	for a, st := range rt {
+func prune(base *plan.Plan, ws plan.WrittenState) plan.WrittenState {
+	out := plan.WrittenState{}
+	for a, st := range ws {
 		f, ok := base.Functions[a]
 		if !ok || st.ID != f.ID {
 			continue
@@ -134,7 +134,7 @@ func prune(base *plan.Plan, rt plan.Runtime) plan.Runtime {
 		}
 		out[a] = st
 	}
-	for a, st := range rt {
+	for a, st := range ws {
 		if _, ok := base.Functions[a]; ok {
 			continue
 		}
@@ -180,12 +180,12 @@ func (c *Controller) Write(rel string, data []byte) ([]string, syscall.Errno) {
 	if !ok {
 		return nil, syscall.EACCES
 	}
-	rt, errno := Apply(c.plan, c.rt, a, data)
-	if errno != 0 || maps.Equal(rt, c.rt) {
+	ws, errno := Apply(c.plan, c.ws, a, data)
+	if errno != 0 || maps.Equal(ws, c.ws) {
 		return nil, errno
 	}
 	opts := c.opts
-	opts.Runtime = rt
+	opts.Written = ws
 	p, err := overlay.Plan(opts)
 	if err != nil {
 		// A state the planner refuses (virtual functions that would
@@ -193,8 +193,8 @@ func (c *Controller) Write(rel string, data []byte) ([]string, syscall.Errno) {
 		// add them too.
 		return nil, syscall.ENOSPC
 	}
-	identify(rt, p)
-	if err := writeState(c.state, rt, p); err != nil {
+	identify(ws, p)
+	if err := writeState(c.state, ws, p); err != nil {
 		return nil, syscall.EIO
 	}
 	// Not synced: the state file is, and the first render after a start
@@ -205,17 +205,17 @@ func (c *Controller) Write(rel string, data []byte) ([]string, syscall.Errno) {
 		return nil, syscall.EIO
 	}
 	changed := Changed(c.plan, p)
-	c.rt, c.plan = rt, p
+	c.ws, c.plan = ws, p
 	return changed, 0
 }
 
 // identify records each function's vendor and device with its state, so
 // that a profile that puts another device at its address drops it.
-func identify(rt plan.Runtime, p *plan.Plan) {
-	for a, st := range rt {
+func identify(ws plan.WrittenState, p *plan.Plan) {
+	for a, st := range ws {
 		if f, ok := p.Functions[a]; ok {
 			st.ID = f.ID
-			rt[a] = st
+			ws[a] = st
 		}
 	}
 }
@@ -245,15 +245,15 @@ func Changed(old, new *plan.Plan) []string {
 	return out
 }
 
-// stateFile is the state file's form: the runtime state by address.
+// stateFile is the state file's form: the written state by address.
 type stateFile struct {
 	Functions map[string]plan.FunctionState `json:"functions"`
 }
 
-func readState(file string) (plan.Runtime, error) {
+func readState(file string) (plan.WrittenState, error) {
 	data, err := profile.ReadRegularFile(file, maxStateFile)
 	if errors.Is(err, fs.ErrNotExist) {
-		return plan.Runtime{}, nil
+		return plan.WrittenState{}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -264,7 +264,7 @@ func readState(file string) (plan.Runtime, error) {
 	if err := dec.Decode(&sf); err != nil {
 		return nil, fmt.Errorf("writable state %s: %w", file, err)
 	}
-	rt := plan.Runtime{}
+	ws := plan.WrittenState{}
 	for k, st := range sf.Functions {
 		a, err := pciaddr.Parse(k)
 		if err != nil {
@@ -273,17 +273,17 @@ func readState(file string) (plan.Runtime, error) {
 		if st.NumVFs < 0 || st.VFIODev < 0 {
 			return nil, fmt.Errorf("writable state %s: functions[%s]: a negative number", file, k)
 		}
-		rt[a] = st
+		ws[a] = st
 	}
-	return rt, nil
+	return ws, nil
 }
 
 // writeState replaces the state file atomically and durably: a kill at any
 // moment leaves the old state or the new one.
-func writeState(file string, rt plan.Runtime, p *plan.Plan) error {
-	identify(rt, p)
+func writeState(file string, ws plan.WrittenState, p *plan.Plan) error {
+	identify(ws, p)
 	sf := stateFile{Functions: map[string]plan.FunctionState{}}
-	for a, st := range rt {
+	for a, st := range ws {
 		sf.Functions[a.String()] = st
 	}
 	data, err := json.MarshalIndent(sf, "", "  ")

@@ -244,7 +244,7 @@ func TestSRIOV(t *testing.T) {
 	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "0"))
 	require.False(t, tr.exists(dev("0000:19:00.1", "vendor")))
 	require.False(t, tr.exists(dev(pf, "virtfn0")))
-	require.Empty(t, tr.c.Runtime()[mustParse(t, vf)], "a removed VF's state goes with it")
+	require.Empty(t, tr.c.Written()[mustParse(t, vf)], "a removed VF's state goes with it")
 
 	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "driver/unbind"), pf))
 	require.Equal(t, syscall.ENOENT, tr.write(dev(pf, "sriov_numvfs"), "2"), "no driver bound")
