@@ -124,7 +124,7 @@ docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
 # the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
-FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/importer:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./overlay/writable:FuzzWrite
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/capture:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./overlay/writable:FuzzWrite
 FUZZTIME      ?= 3s
 FUZZTIME_LONG ?= 5m
 

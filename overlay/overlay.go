@@ -17,9 +17,9 @@ import (
 	"path"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -40,7 +40,7 @@ const (
 type Options struct {
 	// Profile is a built-in name or a file. Empty re-uses the effective
 	// profile of the render already in Root, so that a re-render without
-	// --profile keeps what is there; in a root without one, builtin.Default.
+	// --profile keeps what is there; in a root without one, shipped.Default.
 	Profile       string
 	Root          string // default DefaultRoot
 	ContainerRoot string // default plan.DefaultContainerRoot
@@ -64,7 +64,7 @@ type Options struct {
 
 // ProfileSource returns the profile a render with these options uses: the
 // one asked for, else the effective profile of a render already in the
-// root (a manifest says a render made it), else builtin.Default.
+// root (a manifest says a render made it), else shipped.Default.
 func (o Options) ProfileSource() string {
 	if o.Profile != "" {
 		return o.Profile
@@ -72,17 +72,17 @@ func (o Options) ProfileSource() string {
 	root := cmp.Or(o.Root, DefaultRoot)
 	effective := path.Join(root, plan.ProfileFile)
 	if _, err := os.Lstat(path.Join(root, writer.ManifestFile)); err != nil {
-		return builtin.Default
+		return shipped.Default
 	}
 	if info, err := os.Lstat(effective); err != nil || !info.Mode().IsRegular() {
-		return builtin.Default
+		return shipped.Default
 	}
 	return effective
 }
 
 // LoadMachine resolves and normalises a profile.
 func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error) {
-	p, source, err := builtin.Load(nameOrPath)
+	p, source, err := shipped.Load(nameOrPath)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error
 // Plan loads the profile and plans the overlay, reading the host's CPUs
 // (and devices, when merging) from its sysfs.
 func Plan(opts Options) (*plan.Plan, error) {
-	prof, source, err := builtin.Load(opts.ProfileSource())
+	prof, source, err := shipped.Load(opts.ProfileSource())
 	if err != nil {
 		return nil, err
 	}

@@ -10,15 +10,15 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 func machine(t *testing.T, nameOrPath string, h boards.Hierarchy) *profile.Machine {
 	t.Helper()
-	p, src, err := builtin.Load(nameOrPath)
+	p, src, err := shipped.Load(nameOrPath)
 	require.NoError(t, err)
 	m, err := profile.Normalize(src, p, profile.Options{Hierarchy: h})
 	require.NoError(t, err)
@@ -36,7 +36,7 @@ func mustPlan(t *testing.T, m *profile.Machine, opts plan.Options) *plan.Plan {
 // profilesUnderTest is every built-in, every profile in testdata and, when
 // ../shared is there, every nvml-mock profile.
 func profilesUnderTest() []string {
-	names := builtin.Names()
+	names := shipped.Names()
 	local, _ := filepath.Glob("../../testdata/profiles/*.yaml")
 	shared, _ := filepath.Glob("../../../shared/testdata/nvml-mock-profiles/*.yaml")
 	return append(append(names, local...), shared...)
@@ -46,7 +46,7 @@ func TestPlanEveryProfileEveryHierarchy(t *testing.T) {
 	for _, name := range profilesUnderTest() {
 		for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
 			t.Run(filepath.Base(name)+"/"+string(h), func(t *testing.T) {
-				p, src, err := builtin.Load(name)
+				p, src, err := shipped.Load(name)
 				require.NoError(t, err)
 				m, err := profile.Normalize(src, p, profile.Options{Hierarchy: h})
 				if err != nil && (h == boards.HGX || h == boards.DGX) {
