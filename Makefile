@@ -76,7 +76,7 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 # or on a first run only fails every time, not by chance. The wing's
 # suites keep their order: their matrices are written in it.
 MODULE        := github.com/nvml-mock/nvml-mock-sysfs
-STATEFUL_PKGS := ./overlay/writable ./overlay/writer ./deploy/fusetree ./deploy/serve
+STATEFUL_PKGS := ./overlay/writer ./deploy/fusetree ./deploy/serve
 PKGS_unit      = $(filter-out $(patsubst ./%,$(MODULE)/%,$(STATEFUL_PKGS)),$(shell $(GO) list ./... | grep -v '/deploy/e2e/'))
 FLAGS_unit    := -shuffle=on
 PKGS_stateful := $(STATEFUL_PKGS)
@@ -124,7 +124,7 @@ docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
 # the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
-FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/capture:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./overlay/writable:FuzzWrite
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/capture:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./deploy/serve:FuzzWrite
 FUZZTIME      ?= 3s
 FUZZTIME_LONG ?= 5m
 

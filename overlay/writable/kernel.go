@@ -3,12 +3,19 @@
 // a physical function's sriov_numvfs act as drivers/base and drivers/pci
 // make them act, with the kernel's errno for every refusal.
 //
-// A write never edits the tree. It moves the written state (plan.WrittenState)
-// from one value to the next (Apply, a pure function of the plan and the
-// state), and the tree is planned and written again from the profile and
-// that state, through the same planner and writer a render uses. So a
-// restart, a re-render and a write cannot disagree about what the tree
-// shows; the state file is the only thing a write adds.
+// A write never edits the tree. It moves the written state
+// (plan.WrittenState) from one value to the next (Apply, a pure function
+// of the plan and the state), and the tree is planned and written again
+// from the machine and that state, through the same planner and writer a
+// render uses. So a restart, a re-render and a write cannot disagree about
+// what the tree shows; the state file is the only thing a write adds.
+//
+// This package is the pure part: which attribute a path is (Classify), the
+// step (Apply), the state file's name and form, and what a new plan does
+// to a state (Prune). It reads and writes nothing. The controller that
+// holds a tree's state, plans and writes it after each write(2), and
+// answers the FUSE view is serve's (deploy/serve, writabletree.go);
+// docs/design/writable.md tells the whole design.
 package writable
 
 import (
@@ -51,9 +58,9 @@ const (
 	nameUnbind   = "unbind"
 )
 
-// attributeName reports whether rel's file name is one a writable
+// AttributeName reports whether rel's file name is one a writable
 // attribute has: a check of the name alone, which most files fail.
-func attributeName(rel string) bool {
+func AttributeName(rel string) bool {
 	_, name := splitLast(rel)
 	switch name {
 	case nameOverride, nameNumVFs, nameBind, nameUnbind:
