@@ -67,20 +67,26 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 	NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_OBJECTS=$(CURDIR)/$(K8S_OBJECTS)
 
-# The passes of a test target, each a name with its packages (PKGS_name)
-# and go test flags (FLAGS_name). The unit tier is every package outside
-# the wing: its tests run in a random order (go test prints each package's
-# "-test.shuffle N"; the closing line repeats it for a package that failed,
-# so `go test -shuffle N` replays the order), and the packages whose tests
-# drive state machines run three times, so a test that passes in one order
-# or on a first run only fails every time, not by chance. The wing's
+# The passes of a test target, each a name with its packages (PKGS_name),
+# go test flags (FLAGS_name) and environment (ENV_name). The unit tier is
+# every package outside the wing: its tests run in a random order (go test
+# prints each package's "-test.shuffle N"; the closing line repeats it for
+# a package that failed, so `go test -shuffle N` replays the order), and
+# the packages whose tests drive state machines run three times, so a test
+# that passes in one order or on a first run only fails every time, not by
+# chance. The unit tier runs under the race detector: the writable mode's
+# FUSE writes and serve's loop share a tree, and a race there passes every
+# plain run. -race needs cgo, so these passes set CGO_ENABLED=1; the tests
+# that build the binary build it CGO_ENABLED=0 themselves. The wing's
 # suites keep their order: their matrices are written in it.
 MODULE        := github.com/nvml-mock/nvml-mock-sysfs
-STATEFUL_PKGS := ./overlay/writable ./overlay/writer ./deploy/fusetree ./deploy/serve
+STATEFUL_PKGS := ./overlay/writer ./deploy/fusetree ./deploy/serve
 PKGS_unit      = $(filter-out $(patsubst ./%,$(MODULE)/%,$(STATEFUL_PKGS)),$(shell $(GO) list ./... | grep -v '/deploy/e2e/'))
-FLAGS_unit    := -shuffle=on
+FLAGS_unit    := -shuffle=on -race
+ENV_unit      := CGO_ENABLED=1
 PKGS_stateful := $(STATEFUL_PKGS)
-FLAGS_stateful := -shuffle=on -count=3
+FLAGS_stateful := -shuffle=on -count=3 -race
+ENV_stateful  := CGO_ENABLED=1
 PKGS_wing     := ./deploy/e2e/...
 PKGS_e2e      := $(E2E_PKGS)
 PKGS_k8s      := $(K8S_PKGS)
@@ -92,7 +98,7 @@ PKGS_k8s      := $(K8S_PKGS)
 define run-tests
 	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTEVENTS)-*.json
 	@status=0; $(foreach p,$(1),echo "go test: the $(p) pass"; \
-		$(SUITE_ENV) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTEVENTS)-$(p).json -- \
+		$(SUITE_ENV) $(ENV_$(p)) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTEVENTS)-$(p).json -- \
 			-count=1 $(2) $(FLAGS_$(p)) $(PKGS_$(p)) || status=1;) \
 		for m in $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
 		$(GO) run .ci/testsummary.go $(foreach p,$(1),$(TESTEVENTS)-$(p).json) || status=1; exit $$status
@@ -124,7 +130,7 @@ docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
 # the seeds the targets add); make fuzz runs each for FUZZTIME_LONG.
-FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/importer:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./overlay/writable:FuzzWrite
+FUZZ_TARGETS  := ./overlay/profile:FuzzParse ./overlay/plan:FuzzPlanInvariants ./overlay/capture:FuzzNvidiaSMI ./deploy/fleet:FuzzParse ./deploy/serve:FuzzWrite
 FUZZTIME      ?= 3s
 FUZZTIME_LONG ?= 5m
 

@@ -13,9 +13,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/rendered"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -99,7 +99,7 @@ func rowCounts(r *compat.Report) map[string]int {
 }
 
 func TestHostSideEveryProfile(t *testing.T) {
-	profiles := append(builtin.Names(), overlaytest.RepoProfiles(t)...)
+	profiles := append(shipped.Names(), overlaytest.RepoProfiles(t)...)
 	for _, prof := range profiles {
 		t.Run(filepath.Base(prof), func(t *testing.T) {
 			t.Parallel()
@@ -285,7 +285,7 @@ func relink(t *testing.T, root string, p *plan.Plan, bdf string, target func(*pl
 func TestProfileMismatchIsCaught(t *testing.T) {
 	t.Parallel()
 	root, _ := shared(t, "hgx-h100")
-	p, src, err := builtin.Load("dgx-a100")
+	p, src, err := shipped.Load("dgx-a100")
 	require.NoError(t, err)
 	other, err := profile.Normalize(src, p, profile.Options{})
 	require.NoError(t, err)
@@ -310,7 +310,7 @@ func TestHCALinkLayers(t *testing.T) {
 	for _, layer := range []string{"InfiniBand", "Ethernet"} {
 		t.Run(layer, func(t *testing.T) {
 			t.Parallel()
-			p, ok := builtin.Get("hgx-h100")
+			p, ok := shipped.Get("hgx-h100")
 			require.True(t, ok)
 			p.InfiniBand.LinkLayer = layer
 			data, err := profile.Marshal(p, "hgx-h100 with "+layer+" HCAs")

@@ -17,9 +17,9 @@ import (
 	"path"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -40,7 +40,7 @@ const (
 type Options struct {
 	// Profile is a built-in name or a file. Empty re-uses the effective
 	// profile of the render already in Root, so that a re-render without
-	// --profile keeps what is there; in a root without one, builtin.Default.
+	// --profile keeps what is there; in a root without one, shipped.Default.
 	Profile       string
 	Root          string // default DefaultRoot
 	ContainerRoot string // default plan.DefaultContainerRoot
@@ -56,15 +56,14 @@ type Options struct {
 	Warn   func(error)
 	Writer writer.Options
 	// Writable plans the tree the writable mode serves (plan.Options.Writable),
-	// listing the host's own drivers beside the mock ones.
+	// listing the host's own drivers beside the mock ones; the state writes
+	// left is a Planner's to show.
 	Writable bool
-	// Runtime is the state writes gave the functions (plan.Runtime).
-	Runtime plan.Runtime
 }
 
 // ProfileSource returns the profile a render with these options uses: the
 // one asked for, else the effective profile of a render already in the
-// root (a manifest says a render made it), else builtin.Default.
+// root (a manifest says a render made it), else shipped.Default.
 func (o Options) ProfileSource() string {
 	if o.Profile != "" {
 		return o.Profile
@@ -72,17 +71,17 @@ func (o Options) ProfileSource() string {
 	root := cmp.Or(o.Root, DefaultRoot)
 	effective := path.Join(root, plan.ProfileFile)
 	if _, err := os.Lstat(path.Join(root, writer.ManifestFile)); err != nil {
-		return builtin.Default
+		return shipped.Default
 	}
 	if info, err := os.Lstat(effective); err != nil || !info.Mode().IsRegular() {
-		return builtin.Default
+		return shipped.Default
 	}
 	return effective
 }
 
 // LoadMachine resolves and normalises a profile.
 func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error) {
-	p, source, err := builtin.Load(nameOrPath)
+	p, source, err := shipped.Load(nameOrPath)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +91,28 @@ func LoadMachine(nameOrPath string, h boards.Hierarchy) (*profile.Machine, error
 // Plan loads the profile and plans the overlay, reading the host's CPUs
 // (and devices, when merging) from its sysfs.
 func Plan(opts Options) (*plan.Plan, error) {
-	prof, source, err := builtin.Load(opts.ProfileSource())
+	pl, err := NewPlanner(opts)
+	if err != nil {
+		return nil, err
+	}
+	return pl.Plan(nil)
+}
+
+// Planner is everything a plan is made from but the state writes left: the
+// profile read and normalised, and the host's facts. A writable tree plans
+// from one at every write(2), so a write reads no file, normalises nothing
+// and warns of nothing: the render that made the Planner did.
+type Planner struct {
+	machine *profile.Machine
+	opts    plan.Options
+	binary  *plan.FileSource // nil without Options.Binary
+}
+
+// NewPlanner reads opts' profile (passing each unknown key to opts.Warn,
+// or refusing them with opts.Strict), normalises it, and reads the host's
+// CPUs, and its devices and drivers where opts asks for them.
+func NewPlanner(opts Options) (*Planner, error) {
+	prof, source, err := shipped.Load(opts.ProfileSource())
 	if err != nil {
 		return nil, err
 	}
@@ -133,23 +153,34 @@ func Plan(opts Options) (*plan.Plan, error) {
 		return nil, fmt.Errorf("host devices %q: want none or merge", opts.HostDevices)
 	}
 	if opts.Writable {
-		po.Writable, po.Runtime = true, opts.Runtime
+		po.Writable = true
 		// A host without a PCI bus (a test sysfs) has no drivers to list.
 		po.HostDrivers, _ = plan.ReadHostDrivers(sysfs)
 	}
-	p, err := plan.New(m, po)
+	pl := &Planner{machine: m, opts: po}
+	if opts.Binary != "" {
+		if pl.binary, err = binarySource(opts.Binary); err != nil {
+			return nil, err
+		}
+	}
+	return pl, nil
+}
+
+// Plan plans the tree showing ws, the state writes left (nil for none: the
+// profile's tree). It reads nothing.
+func (pl *Planner) Plan(ws plan.WrittenState) (*plan.Plan, error) {
+	po := pl.opts
+	po.Written = ws
+	p, err := plan.New(pl.machine, po)
 	if err != nil {
 		return nil, err
 	}
-	if opts.Binary != "" {
-		src, err := binarySource(opts.Binary)
-		if err != nil {
-			return nil, err
-		}
+	if pl.binary != nil {
 		// Last, in room the planner left: prepending would copy every entry.
+		// The source is shared by every plan, and never written to.
 		p.Entries = append(p.Entries,
 			plan.Entry{Path: "bin", Kind: plan.Dir, Mode: 0o755},
-			plan.Entry{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: src})
+			plan.Entry{Path: plan.BinaryFile, Kind: plan.File, Mode: 0o755, Source: pl.binary})
 	}
 	return p, nil
 }

@@ -19,9 +19,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -168,7 +168,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	require.NotEmpty(t, bin2, "serve installs its own binary, as render does")
 
 	// The ConfigMap changes: serve renders the new profile.
-	t4, ok := builtin.Get("t4-vm")
+	t4, ok := shipped.Get("t4-vm")
 	require.True(t, ok)
 	text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
@@ -229,7 +229,7 @@ func TestServeStopsMidRender(t *testing.T) {
 			vol := podtest.NewConfigMap(t, filepath.Join(dir, "etc/nvml-mock"), "config.yaml", []byte(cm.Data["config.yaml"]))
 			p := startPod(t, bin, c, dir)
 			podtest.WaitProbe(t, p.url+c.ReadinessProbe.HTTPGet.Path, http.StatusOK, 60*time.Second)
-			t4, _ := builtin.Get("t4-vm")
+			t4, _ := shipped.Get("t4-vm")
 			text, err := profile.Marshal(t4, "changed")
 			require.NoError(t, err)
 			root := filepath.Join(dir, "var/lib/nvml-mock-sysfs")

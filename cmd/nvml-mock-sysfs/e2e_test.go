@@ -13,7 +13,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // section returns the lines a script printed between "== name" and the next
@@ -33,7 +33,7 @@ func section(out, name string) string {
 func TestKernelPath(t *testing.T) {
 	overlaytest.RequireRoot(t, "lspci")
 	bin := binaries.Binary(t)
-	profiles := append(builtin.Names(), overlaytest.RepoProfiles(t)...)
+	profiles := append(shipped.Names(), overlaytest.RepoProfiles(t)...)
 	for _, prof := range profiles {
 		t.Run(filepath.Base(prof), func(t *testing.T) {
 			t.Parallel() // each in its own mount namespace

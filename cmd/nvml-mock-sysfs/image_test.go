@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -139,7 +139,7 @@ func TestImageFromScratch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(len(mustRead(t, x.bin))), installed.Size(), "serve installs the image's binary")
 
-	t4, _ := builtin.Get("t4-vm")
+	t4, _ := shipped.Get("t4-vm")
 	text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
 	swapped := time.Now()

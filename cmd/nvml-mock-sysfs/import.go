@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/capture"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -43,7 +43,7 @@ type importArgs struct {
 }
 
 func (a *importArgs) register(flags *flag.FlagSet) {
-	flags.StringVar(&a.rcMode, "root-complexes", string(importer.PerGPU), "how to infer root complexes: per-gpu or per-domain")
+	flags.StringVar(&a.rcMode, "root-complexes", string(capture.PerGPU), "how to infer root complexes: per-gpu or per-domain")
 	flags.Var(&a.explicit, "root-complex", "a host bridge of the real node, pciDDDD:BB or pciDDDD:BB=NUMA; repeat for each")
 	flags.StringVar(&a.hierarchy, "hierarchy", "", "bridges above each GPU: flat, hgx or dgx (default: flat for a GPU on bus 00, else the board's)")
 	flags.IntVar(&a.numaNode, "numa-node", -1, "NUMA node of the root complexes; -1 is no affinity")
@@ -51,11 +51,11 @@ func (a *importArgs) register(flags *flag.FlagSet) {
 
 // options checks the flags and returns the importer's options; on refusal
 // it returns the exit code to stop with.
-func (a *importArgs) options(e *env) (importer.Options, int, bool) {
-	opts := importer.DefaultOptions()
-	opts.RootComplexes = importer.RootComplexMode(a.rcMode)
-	if !slices.Contains(importer.RootComplexModes(), opts.RootComplexes) {
-		return opts, usageError(e, "import", "--root-complexes %q: want one of %v", a.rcMode, importer.RootComplexModes()), false
+func (a *importArgs) options(e *env) (capture.Options, int, bool) {
+	opts := capture.DefaultOptions()
+	opts.RootComplexes = capture.RootComplexMode(a.rcMode)
+	if !slices.Contains(capture.RootComplexModes(), opts.RootComplexes) {
+		return opts, usageError(e, "import", "--root-complexes %q: want one of %v", a.rcMode, capture.RootComplexModes()), false
 	}
 	opts.Explicit = a.explicit
 	opts.Hierarchy = boards.Hierarchy(a.hierarchy)
@@ -103,7 +103,7 @@ func runImport(e *env, args []string) int {
 
 // readCapture parses the nvidia-smi capture in file, or standard input
 // for -.
-func readCapture(e *env, file string) (*importer.Capture, int, bool) {
+func readCapture(e *env, file string) (*capture.Capture, int, bool) {
 	in, name := os.Stdin, "(stdin)"
 	if file != "-" {
 		f, err := os.Open(file)
@@ -113,7 +113,7 @@ func readCapture(e *env, file string) (*importer.Capture, int, bool) {
 		defer f.Close()
 		in, name = f, file
 	}
-	c, err := importer.ParseNvidiaSMI(in, name)
+	c, err := capture.ParseNvidiaSMI(in, name)
 	if err != nil {
 		return nil, fail(e, "%v", err), false
 	}
@@ -122,7 +122,7 @@ func readCapture(e *env, file string) (*importer.Capture, int, bool) {
 
 // writeImported writes the profile of a capture to stdout and its notes
 // to stderr.
-func writeImported(e *env, c *importer.Capture, opts importer.Options) int {
+func writeImported(e *env, c *capture.Capture, opts capture.Options) int {
 	res, err := c.Profile(opts)
 	if err != nil {
 		return fail(e, "import: %v", err)
@@ -141,7 +141,7 @@ func writeImported(e *env, c *importer.Capture, opts importer.Options) int {
 }
 
 // rootComplexFlags collects repeated --root-complex values.
-type rootComplexFlags []importer.RootComplexSpec
+type rootComplexFlags []capture.RootComplexSpec
 
 func (r *rootComplexFlags) String() string {
 	var s []string
@@ -152,7 +152,7 @@ func (r *rootComplexFlags) String() string {
 }
 
 func (r *rootComplexFlags) Set(v string) error {
-	spec, err := importer.ParseRootComplexSpec(v)
+	spec, err := capture.ParseRootComplexSpec(v)
 	if err != nil {
 		return err
 	}

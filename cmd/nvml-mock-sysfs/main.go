@@ -13,8 +13,8 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // Exit codes.
@@ -244,7 +244,7 @@ func usageError(e *env, cmd, format string, args ...any) int {
 // failLoad reports a profile that cannot be loaded: a name that is neither
 // a built-in nor a file is a usage error, anything else a failure.
 func failLoad(e *env, cmd string, err error) int {
-	var unknown *builtin.UnknownError
+	var unknown *shipped.UnknownError
 	if errors.As(err, &unknown) {
 		return usageError(e, cmd, "%v", err)
 	}

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 func runProfiles(e *env, args []string) int {
@@ -16,9 +16,9 @@ func runProfiles(e *env, args []string) int {
 		return code
 	}
 	if *show != "" {
-		p, ok := builtin.Get(*show)
+		p, ok := shipped.Get(*show)
 		if !ok {
-			return usageError(e, "profiles", "--show %q: not a built-in profile (%s)", *show, strings.Join(builtin.Names(), ", "))
+			return usageError(e, "profiles", "--show %q: not a built-in profile (%s)", *show, strings.Join(shipped.Names(), ", "))
 		}
 		out, err := profile.Marshal(p, fmt.Sprintf("nvml-mock-sysfs built-in profile %q", *show))
 		if err != nil {
@@ -28,9 +28,9 @@ func runProfiles(e *env, args []string) int {
 		return exitOK
 	}
 	var rows [][]string
-	for _, b := range builtin.All() {
+	for _, b := range shipped.All() {
 		def := ""
-		if b.Name == builtin.Default {
+		if b.Name == shipped.Default {
 			def = " (default)"
 		}
 		rows = append(rows, []string{b.Name + def, strconv.Itoa(len(b.New().Devices)), b.Description})

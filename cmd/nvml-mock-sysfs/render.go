@@ -9,9 +9,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -32,7 +32,7 @@ names them; --force replaces them.
 // keeps the root equal to its flags, so its own output is never its input.
 const renderProfileHelp = `Without --profile, render re-uses the effective profile of the render
 already in --root (<root>/effective-profile.json), so a re-render keeps what
-is there; a root without a render gets the built-in ` + builtin.Default + `.
+is there; a root without a render gets the built-in ` + shipped.Default + `.
 
 `
 
@@ -97,7 +97,7 @@ func (a *renderArgs) withBinary(e *env, cmd string, o *overlay.Options) (int, bo
 func runRender(e *env, args []string) int {
 	flags := newFlags(e, "render", "[--profile NAME|FILE] [--root DIR] [--container-root DIR] [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--dry-run] [--no-binary] [--compare-content] [--strict] [--force]", renderProfileHelp+renderHelp)
 	var a renderArgs
-	flags.StringVar(&a.o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+builtin.Default+")")
+	flags.StringVar(&a.o.Profile, "profile", "", "a built-in profile name or a profile file (default: the root's effective profile, else "+shipped.Default+")")
 	a.register(flags)
 	var dryRun bool
 	flags.BoolVar(&dryRun, "dry-run", false, "print the planned PCI tree and write nothing")
@@ -112,7 +112,7 @@ func runRender(e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: warning: %s\n", oneLine(err.Error()))
 	}
 	if o.Profile == "" {
-		if src := o.ProfileSource(); src != builtin.Default {
+		if src := o.ProfileSource(); src != shipped.Default {
 			fmt.Fprintf(e.stderr, "nvml-mock-sysfs: render: no --profile: re-using the effective profile of the render in %s\n", o.Root)
 		}
 	}

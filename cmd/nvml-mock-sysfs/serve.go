@@ -15,11 +15,11 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // serveHelp says what serve does with the profile and its warnings.
-const serveHelp = `serve renders --profile (default the built-in ` + builtin.Default + `) at every sync;
+const serveHelp = `serve renders --profile (default the built-in ` + shipped.Default + `) at every sync;
 unlike render, it never re-uses the root's own effective profile: the root
 follows the flags. Warnings about the profile go to the log, at warn level
 when the render changed the tree; --strict makes them a failed render,
@@ -65,7 +65,7 @@ runtime restarts.
 func runServe(e *env, args []string) int {
 	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
-	flags.StringVar(&ra.o.Profile, "profile", builtin.Default, "a built-in profile name or a profile file, rendered at every sync")
+	flags.StringVar(&ra.o.Profile, "profile", shipped.Default, "a built-in profile name or a profile file, rendered at every sync")
 	var fleetFile, nodeName, kubeconfig string
 	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: render the profile it gives --node-name, in place of --profile")
 	flags.StringVar(&nodeName, "node-name", "", "this node's name, the pod's spec.nodeName (required with --fleet)")
@@ -140,8 +140,8 @@ func runServe(e *env, args []string) int {
 	if fleetFile != "" {
 		o.Render.Profile = ""
 		o.Fleet, o.NodeName = fleetFile, nodeName
-	} else if _, _, err := builtin.Load(o.Render.Profile); err != nil {
-		var unknown *builtin.UnknownError
+	} else if _, _, err := shipped.Load(o.Render.Profile); err != nil {
+		var unknown *shipped.UnknownError
 		if errors.As(err, &unknown) {
 			return usageError(e, "serve", "%v", err)
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -49,8 +48,20 @@ func TestPodmanWritable(t *testing.T) {
 	serve := exec.Command(x.bin, "serve", "--writable", "--writable-tree", filepath.Join(t.TempDir(), "tree"),
 		"--profile", sriovProfile, "--root", root, "--output", spec, "--kind", kind,
 		"--listen", "127.0.0.1:0", "--no-watch")
-	var log strings.Builder
-	serve.Stderr = &log
+	// serve writes its log to a file, which the test reads while it runs:
+	// a strings.Builder would be written by exec's copying goroutine as the
+	// test reads it (go test -race caught that).
+	logFile, err := os.Create(filepath.Join(t.TempDir(), "serve.log"))
+	require.NoError(t, err)
+	defer logFile.Close()
+	serve.Stderr = logFile
+	log := func() string {
+		data, err := os.ReadFile(logFile.Name())
+		if err != nil {
+			return err.Error()
+		}
+		return string(data)
+	}
 	require.NoError(t, serve.Start())
 	t.Cleanup(func() {
 		_ = serve.Process.Signal(syscall.SIGTERM)
@@ -63,7 +74,7 @@ func TestPodmanWritable(t *testing.T) {
 	})
 	deadline := time.Now().Add(20 * time.Second)
 	for _, err := os.Stat(spec); err != nil; _, err = os.Stat(spec) {
-		require.True(t, time.Now().Before(deadline), "serve --writable wrote no spec in 20 s: %s", log.String())
+		require.True(t, time.Now().Before(deadline), "serve --writable wrote no spec in 20 s: %s", log())
 		time.Sleep(50 * time.Millisecond)
 	}
 	device := kind + "=" + deploy.DeviceName
@@ -71,7 +82,7 @@ func TestPodmanWritable(t *testing.T) {
 	bind := "set -e\n" + overlaytest.VFIOBindScript(gpu)
 	dir, extra := x.shellRootfs()
 	code, stdout, stderr := x.podman(device, dir, extra, "/bin/sh", "-c", bind)
-	require.Equal(t, 0, code, "in a container of the writable spec: %s%s\nserve: %s", stdout, stderr, log.String())
+	require.Equal(t, 0, code, "in a container of the writable spec: %s%s\nserve: %s", stdout, stderr, log())
 	require.Equal(t, "(null)\nvfio-pci\nvfio0\n", stdout)
 
 	// Another container, started after, and the host see the binding.

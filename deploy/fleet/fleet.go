@@ -35,8 +35,8 @@ import (
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // MaxSize is the largest map accepted: a map of thousands of nodes is tens
@@ -230,11 +230,11 @@ func matches(want, have map[string]string) bool {
 	return true
 }
 
-// choice resolves a profile value the way builtin.Load reads --profile
+// choice resolves a profile value the way shipped.Load reads --profile
 // (a built-in's name holds no '/' or '.'), except that a file is
 // relative to the map's directory rather than the working directory.
 func (m *Map) choice(value, rule string) (Choice, error) {
-	if !strings.ContainsAny(value, "/.") && slices.Contains(builtin.Names(), value) {
+	if !strings.ContainsAny(value, "/.") && slices.Contains(shipped.Names(), value) {
 		return Choice{Profile: value, Builtin: true, Rule: rule}, nil
 	}
 	file := value

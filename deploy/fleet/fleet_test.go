@@ -194,7 +194,7 @@ func TestResolveNoMatch(t *testing.T) {
 	require.Equal(t, &fleet.NoMatchError{File: mapFile, Node: "worker-c"}, nm)
 }
 
-// A profile value is a built-in only when builtin.Load would read it as
+// A profile value is a built-in only when shipped.Load would read it as
 // one; anything else is a file beside the map.
 func TestResolveProfileValues(t *testing.T) {
 	t.Parallel()

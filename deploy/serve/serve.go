@@ -47,8 +47,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -83,7 +83,7 @@ const (
 type Options struct {
 	// Render is what each render renders, as the render command takes it.
 	// When Render.Profile names a file, its directory is watched. An empty
-	// Render.Profile is builtin.Default, never (as for render) the root's
+	// Render.Profile is shipped.Default, never (as for render) the root's
 	// own effective profile: the root follows the options. Render.Warn is
 	// the server's: it logs each unknown profile key with its render.
 	Render overlay.Options
@@ -423,7 +423,7 @@ func (s *Server) Sync(ctx context.Context, reason string) {
 			chose = append(chose, "rule", choice.Rule)
 		}
 	}
-	ro.Profile = cmp.Or(ro.Profile, builtin.Default)
+	ro.Profile = cmp.Or(ro.Profile, shipped.Default)
 	var unknown []error
 	ro.Warn = func(err error) { unknown = append(unknown, err) }
 	var p *plan.Plan
@@ -696,7 +696,7 @@ func (s *Server) writeMetrics(w io.Writer) {
 
 func (s *Server) profileName() string {
 	if s.opts.Render.Profile == "" {
-		return "built-in " + builtin.Default
+		return "built-in " + shipped.Default
 	}
 	return s.opts.Render.Profile
 }
@@ -725,7 +725,7 @@ func (s *Server) watch() *watcher {
 		return nil
 	}
 	dirs := map[string]map[string]bool{}
-	switch _, builtinName := builtin.Get(s.profileName()); {
+	switch _, builtinName := shipped.Get(s.profileName()); {
 	case s.opts.Fleet != "":
 		// The map's profile files may lie beside it (keys of the same
 		// ConfigMap); the chosen one's directory is followed after each

@@ -21,9 +21,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -45,7 +45,7 @@ func newConfigMap(t *testing.T, text []byte) *podtest.ConfigMap {
 
 func builtinText(t *testing.T, name string) []byte {
 	t.Helper()
-	p, ok := builtin.Get(name)
+	p, ok := shipped.Get(name)
 	require.True(t, ok, name)
 	text, err := profile.Marshal(p, name)
 	require.NoError(t, err)
@@ -615,7 +615,7 @@ func TestNoProfileIsTheDefaultNotTheRoots(t *testing.T) {
 	srv.Sync(context.Background(), "test")
 	st := srv.Status()
 	require.Empty(t, st.Err)
-	require.Equal(t, "built-in "+builtin.Default, st.Profile)
+	require.Equal(t, "built-in "+shipped.Default, st.Profile)
 }
 
 // fakeLabels is the node's labels as a test sets them: NodeLabels without

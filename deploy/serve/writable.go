@@ -32,7 +32,7 @@ const DefaultWritableTree = "/run/nvml-mock-sysfs/tree"
 type writableView struct {
 	tree   string
 	rootFD *os.File
-	ctrl   *writable.Controller
+	ctrl   *writableTree
 	fuse   *fusetree.Server
 }
 
@@ -59,7 +59,7 @@ func (s *Server) renderWritable(ro overlay.Options) (*plan.Plan, writer.Stats, e
 		}
 		state := fmt.Sprintf("/proc/self/fd/%d/%s", fd.Fd(), writable.StateFile)
 		tree := cmp.Or(s.opts.WritableTree, DefaultWritableTree)
-		ctrl, err := writable.Open(tree, state)
+		ctrl, err := openWritableTree(tree, state)
 		if err != nil {
 			fd.Close()
 			return nil, writer.Stats{}, fmt.Errorf("served root %s: %w", root, err)

@@ -12,10 +12,10 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
@@ -108,7 +108,7 @@ func hcaBuses(t *testing.T, m *profile.Machine, opts plan.Options) map[pciaddr.A
 // suite's PCIe server, whose roots do not all have a NIC, gets its HCAs on
 // the roots beside the GPUs it names, in every hierarchy.
 func TestHCAsOnSomeGPUs(t *testing.T) {
-	p, _ := builtin.Get("hgx-h100")
+	p, _ := shipped.Get("hgx-h100")
 	p.InfiniBand.GPUs = &[]int{6, 1}
 	pl := mustPlan(t, normalize(t, p), plan.Options{})
 	var gpus, indexes []int
@@ -155,19 +155,19 @@ func TestHCABusesStableWhenGPUsAreAdded(t *testing.T) {
 		before, after func() *profile.Profile
 	}{
 		{"a GPU on a root complex of its own (built-in hgx-h100)", func() *profile.Profile {
-			p, _ := builtin.Get("hgx-h100")
+			p, _ := shipped.Get("hgx-h100")
 			return p
 		}, func() *profile.Profile {
-			p, _ := builtin.Get("hgx-h100")
+			p, _ := shipped.Get("hgx-h100")
 			p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8), PCI: profile.PCIConfig{BusID: "0000:db:00.0"}})
 			p.PCIeTopology.RootComplexes = append(p.PCIeTopology.RootComplexes, profile.RootComplexConfig{ID: "pci0000:d8", Devices: []string{"0000:db:00.0"}})
 			return p
 		}},
 		{"a pair of GPUs on a switch of their own (built-in dgx-a100)", func() *profile.Profile {
-			p, _ := builtin.Get("dgx-a100")
+			p, _ := shipped.Get("dgx-a100")
 			return p
 		}, func() *profile.Profile {
-			p, _ := builtin.Get("dgx-a100")
+			p, _ := shipped.Get("dgx-a100")
 			for i, bus := range []string{"0000:27:00.0", "0000:2f:00.0"} {
 				p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(8 + i), PCI: profile.PCIConfig{BusID: bus}})
 			}
@@ -220,7 +220,7 @@ func TestHCAsAvoidHostDevices(t *testing.T) {
 func TestHCAFacts(t *testing.T) {
 	for _, layer := range []string{"InfiniBand", "Ethernet"} {
 		t.Run(layer, func(t *testing.T) {
-			p, _ := builtin.Get("hgx-h100")
+			p, _ := shipped.Get("hgx-h100")
 			p.InfiniBand.LinkLayer = layer
 			pl := mustPlan(t, normalize(t, p), plan.Options{Host: twoNodeHost()})
 			fs := files(pl)

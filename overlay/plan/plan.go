@@ -141,8 +141,8 @@ type Options struct {
 	// HostDrivers are the node's own PCI drivers, which a writable tree
 	// lists beside the mock ones.
 	HostDrivers []string
-	// Runtime is the state writes gave the functions; nil is the profile's.
-	Runtime Runtime
+	// Written is the state writes gave the functions; nil is the profile's.
+	Written WrittenState
 }
 
 // New plans the overlay for a machine.
@@ -171,7 +171,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	assignBARs(t)
 	// Virtual functions come after the BARs: the kernel sizes a physical
 	// function's VF BARs at boot, so enabling them moves no one else's.
-	if err := addVFs(t, m, opts.Runtime); err != nil {
+	if err := addVFs(t, m, opts.Written); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
 	b := newBuilder(opts, t)
@@ -463,7 +463,7 @@ func (b *builder) node(n *Node, multiFunction bool) {
 	b.ends = append(b.ends, link(entry, AnchoredTarget(n.Anchor.Address, n.SysPath())))
 }
 
-// state is the writable state n shows: the runtime's where it names n,
+// state is the writable state n shows: the written state's where it names n,
 // else the profile's. The profile's vfio-pci devices are numbered in plan
 // order, each keeping its number whatever writes do to the others.
 func (b *builder) state(n *Node) FunctionState {
@@ -475,8 +475,8 @@ func (b *builder) state(n *Node) FunctionState {
 		st.Override, st.VFIODev = profileDriver, b.vfio
 		b.vfio++
 	}
-	if rt, ok := b.opts.Runtime[n.Address]; ok {
-		return rt
+	if ws, ok := b.opts.Written[n.Address]; ok {
+		return ws
 	}
 	return st
 }

@@ -10,15 +10,15 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 func machine(t *testing.T, nameOrPath string, h boards.Hierarchy) *profile.Machine {
 	t.Helper()
-	p, src, err := builtin.Load(nameOrPath)
+	p, src, err := shipped.Load(nameOrPath)
 	require.NoError(t, err)
 	m, err := profile.Normalize(src, p, profile.Options{Hierarchy: h})
 	require.NoError(t, err)
@@ -37,7 +37,7 @@ func mustPlan(t *testing.T, m *profile.Machine, opts plan.Options) *plan.Plan {
 // nvml-mock profile (nvmlMockProfiles: without ../shared, a subtest of t
 // stops, failing under make).
 func profilesUnderTest(t *testing.T) []string {
-	names := builtin.Names()
+	names := shipped.Names()
 	local, _ := filepath.Glob("../../testdata/profiles/*.yaml")
 	return append(append(names, local...), nvmlMockProfiles(t)...)
 }
@@ -46,7 +46,7 @@ func TestPlanEveryProfileEveryHierarchy(t *testing.T) {
 	for _, name := range profilesUnderTest(t) {
 		for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
 			t.Run(filepath.Base(name)+"/"+string(h), func(t *testing.T) {
-				p, src, err := builtin.Load(name)
+				p, src, err := shipped.Load(name)
 				require.NoError(t, err)
 				m, err := profile.Normalize(src, p, profile.Options{Hierarchy: h})
 				if err != nil && (h == boards.HGX || h == boards.DGX) {

@@ -13,10 +13,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // machineCase is a profile under one hierarchy choice.
@@ -30,7 +30,7 @@ type machineCase struct {
 func allMachines(t *testing.T) []machineCase {
 	t.Helper()
 	var out []machineCase
-	for _, name := range builtin.Names() {
+	for _, name := range shipped.Names() {
 		for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
 			m, err := overlay.LoadMachine(name, h)
 			if err != nil {

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // maxFuzzPlanDevices keeps each fuzz iteration quick: larger machines are
@@ -36,7 +36,7 @@ func requireProfileError(t *testing.T, err error, source string) {
 // Seeds: the built-ins as effective profiles, testdata/flip, every hostile
 // profile of testdata/hostile, and testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
-	for _, b := range builtin.All() {
+	for _, b := range shipped.All() {
 		m, err := profile.Normalize(b.Name, b.New(), profile.Options{})
 		require.NoError(f, err)
 		data, err := profile.Marshal(m.Effective(), "seed")

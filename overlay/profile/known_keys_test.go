@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
@@ -76,9 +76,9 @@ func TestUnknownKeys(t *testing.T) {
 // shipped configs and shared profiles where ../shared is beside the
 // checkout.
 func TestNvmlMockProfilesHaveNoUnknownKeys(t *testing.T) {
-	for _, name := range builtin.Names() {
+	for _, name := range shipped.Names() {
 		t.Run("built-in "+name, func(t *testing.T) {
-			p, _ := builtin.Get(name)
+			p, _ := shipped.Get(name)
 			out, err := profile.Marshal(p, "")
 			require.NoError(t, err)
 			require.Empty(t, unknown(t, string(out)))

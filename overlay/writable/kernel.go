@@ -3,12 +3,19 @@
 // a physical function's sriov_numvfs act as drivers/base and drivers/pci
 // make them act, with the kernel's errno for every refusal.
 //
-// A write never edits the tree. It moves the runtime state (plan.Runtime)
-// from one value to the next (Apply, a pure function of the plan and the
-// state), and the tree is planned and written again from the profile and
-// that state, through the same planner and writer a render uses. So a
-// restart, a re-render and a write cannot disagree about what the tree
-// shows; the state file is the only thing a write adds.
+// A write never edits the tree. It moves the written state
+// (plan.WrittenState) from one value to the next (Apply, a pure function
+// of the plan and the state), and the tree is planned and written again
+// from the machine and that state, through the same planner and writer a
+// render uses. So a restart, a re-render and a write cannot disagree about
+// what the tree shows; the state file is the only thing a write adds.
+//
+// This package is the pure part: which attribute a path is (Classify), the
+// step (Apply), the state file's name and form, and what a new plan does
+// to a state (Prune). It reads and writes nothing. The controller that
+// holds a tree's state, plans and writes it after each write(2), and
+// answers the FUSE view is serve's (deploy/serve, writabletree.go);
+// docs/design/writable.md tells the whole design.
 package writable
 
 import (
@@ -51,9 +58,9 @@ const (
 	nameUnbind   = "unbind"
 )
 
-// attributeName reports whether rel's file name is one a writable
+// AttributeName reports whether rel's file name is one a writable
 // attribute has: a check of the name alone, which most files fail.
-func attributeName(rel string) bool {
+func AttributeName(rel string) bool {
 	_, name := splitLast(rel)
 	switch name {
 	case nameOverride, nameNumVFs, nameBind, nameUnbind:
@@ -112,9 +119,9 @@ func splitLast(p string) (string, string) {
 
 // Apply is the kernel's answer to one write(2) of data to a: the state the
 // tree moves to, or the errno the writer gets (and the state unchanged).
-// rt is never modified.
-func Apply(p *plan.Plan, rt plan.Runtime, a Attr, data []byte) (plan.Runtime, syscall.Errno) {
-	next := transition{plan: p, rt: clone(rt)}
+// ws is never modified.
+func Apply(p *plan.Plan, ws plan.WrittenState, a Attr, data []byte) (plan.WrittenState, syscall.Errno) {
+	next := transition{plan: p, ws: clone(ws)}
 	var errno syscall.Errno
 	switch a.Kind {
 	case DriverOverride:
@@ -131,21 +138,21 @@ func Apply(p *plan.Plan, rt plan.Runtime, a Attr, data []byte) (plan.Runtime, sy
 		errno = syscall.EINVAL
 	}
 	if errno != 0 {
-		return rt, errno
+		return ws, errno
 	}
-	return next.rt, 0
+	return next.ws, 0
 }
 
 // transition is a runtime state being moved by one write, with the plan
 // that shows the state before it.
 type transition struct {
 	plan *plan.Plan
-	rt   plan.Runtime
+	ws   plan.WrittenState
 }
 
-func clone(rt plan.Runtime) plan.Runtime {
-	out := make(plan.Runtime, len(rt))
-	for a, s := range rt {
+func clone(ws plan.WrittenState) plan.WrittenState {
+	out := make(plan.WrittenState, len(ws))
+	for a, s := range ws {
 		out[a] = s
 	}
 	return out
@@ -153,7 +160,7 @@ func clone(rt plan.Runtime) plan.Runtime {
 
 // current is what function a shows now.
 func (s *transition) current(a pciaddr.Address) plan.FunctionState {
-	if st, ok := s.rt[a]; ok {
+	if st, ok := s.ws[a]; ok {
 		return st
 	}
 	return s.plan.Functions[a].State
@@ -192,7 +199,7 @@ func (s *transition) setOverride(a pciaddr.Address, data []byte) syscall.Errno {
 	}
 	st := s.current(a)
 	st.Override = string(v)
-	s.rt[a] = st
+	s.ws[a] = st
 	return 0
 }
 
@@ -229,7 +236,7 @@ func (s *transition) attach(a pciaddr.Address, st plan.FunctionState, driver str
 	if driver == profile.DriverVFIO {
 		st.VFIODev = s.freeVFIODev()
 	}
-	s.rt[a] = st
+	s.ws[a] = st
 }
 
 // freeVFIODev is the lowest vfio device number no bound function holds:
@@ -262,13 +269,13 @@ func (s *transition) unbind(driver string, data []byte) syscall.Errno {
 	}
 	st.Driver, st.VFIODev = "", 0
 	s.disableVFs(f, &st)
-	s.rt[f.Address] = st
+	s.ws[f.Address] = st
 	return 0
 }
 
 func (s *transition) disableVFs(f *plan.Function, st *plan.FunctionState) {
 	for _, vf := range f.VFs[:st.NumVFs] {
-		delete(s.rt, vf)
+		delete(s.ws, vf)
 	}
 	st.NumVFs = 0
 }
@@ -318,7 +325,7 @@ func (s *transition) setNumVFs(a pciaddr.Address, data []byte) syscall.Errno {
 	default:
 		st.NumVFs = int(n)
 	}
-	s.rt[a] = st
+	s.ws[a] = st
 	return 0
 }
 

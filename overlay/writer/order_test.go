@@ -13,9 +13,9 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // replayPlans are every built-in under every hierarchy that accepts it, and
@@ -37,7 +37,7 @@ func replayPlans(t *testing.T) []*plan.Plan {
 		}
 	}
 	hierarchies := []boards.Hierarchy{"", boards.Flat, boards.HGX, boards.DGX}
-	for _, b := range builtin.All() {
+	for _, b := range shipped.All() {
 		for _, h := range hierarchies {
 			add("built-in "+b.Name, b.New(), h)
 		}

@@ -16,9 +16,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
@@ -26,7 +26,7 @@ import (
 
 func builtinPlan(t *testing.T, name string) *plan.Plan {
 	t.Helper()
-	p, ok := builtin.Get(name)
+	p, ok := shipped.Get(name)
 	require.True(t, ok, name)
 	m, err := profile.Normalize("built-in "+name, p, profile.Options{})
 	require.NoError(t, err)

@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) { os.Exit(overlaytest.Main(m)) }
 
 func planOf(t *testing.T, name string, edit func(*profile.Profile)) *plan.Plan {
 	t.Helper()
-	p, src, err := builtin.Load(name)
+	p, src, err := shipped.Load(name)
 	require.NoError(t, err)
 	if edit != nil {
 		edit(p)

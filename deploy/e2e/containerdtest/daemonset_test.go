@@ -17,9 +17,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
@@ -232,7 +232,7 @@ func TestDaemonSetPod(t *testing.T) {
 		require.Contains(t, report(t, res.ExitCode, res.Stdout, res.Stderr).FailedChecks(), verify.LinksMount)
 	})
 
-	t4, ok := builtin.Get("t4-vm")
+	t4, ok := shipped.Get("t4-vm")
 	require.True(t, ok)
 	t4Text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)

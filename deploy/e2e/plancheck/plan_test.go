@@ -8,17 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // builtinPlan plans a built-in profile; ok is false when the hierarchy
 // refuses it (T4s sit on the root bus: flat only).
 func builtinPlan(t *testing.T, name string, h boards.Hierarchy) (*plan.Plan, bool) {
 	t.Helper()
-	b, found := builtin.Get(name)
+	b, found := shipped.Get(name)
 	require.True(t, found, name)
 	m, err := profile.Normalize(name, b, profile.Options{Hierarchy: h})
 	if err != nil {
@@ -32,7 +32,7 @@ func builtinPlan(t *testing.T, name string, h boards.Hierarchy) (*plan.Plan, boo
 func builtinPlans(t *testing.T) []*plan.Plan {
 	t.Helper()
 	var out []*plan.Plan
-	for _, name := range builtin.Names() {
+	for _, name := range shipped.Names() {
 		for _, h := range []boards.Hierarchy{"", boards.Flat, boards.HGX, boards.DGX} {
 			if p, ok := builtinPlan(t, name, h); ok {
 				out = append(out, p)

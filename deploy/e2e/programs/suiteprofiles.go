@@ -9,8 +9,8 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // SuiteProfile is one profile of the end-to-end suites: a file that both
@@ -37,7 +37,7 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 func SuiteProfiles(t testing.TB) []SuiteProfile {
 	t.Helper()
 	var out []SuiteProfile
-	for _, name := range builtin.Names() {
+	for _, name := range shipped.Names() {
 		out = append(out, SuiteProfile{Name: "built-in " + name, File: BuiltinProfile(t, name)})
 	}
 	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))

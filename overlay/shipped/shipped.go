@@ -1,7 +1,7 @@
-// Package builtin holds the profiles that ship with the tool, written from
+// Package shipped holds the profiles that ship with the tool, written from
 // the facts in REAL-HARDWARE.md: each has its real board's identity, BAR1
 // size, link and PCIe hierarchy.
-package builtin
+package shipped
 
 import (
 	"cmp"

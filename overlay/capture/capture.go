@@ -1,4 +1,4 @@
-// Package importer turns what real GPU nodes report into nvml-mock profiles.
+// Package capture turns what real GPU nodes report into nvml-mock profiles.
 //
 // The one format today is `nvidia-smi -q -x`: ParseNvidiaSMI reads the PCI
 // facts of every GPU (bus id, device and subsystem ids, class, BAR1 size,
@@ -7,7 +7,7 @@
 // show root complexes or NUMA nodes; Options say how to fill them in.
 //
 // Parsing is pure: it reads an io.Reader and never touches the filesystem.
-package importer
+package capture
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package writable
+package serve
 
 import (
 	"syscall"

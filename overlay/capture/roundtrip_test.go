@@ -1,4 +1,4 @@
-package importer_test
+package capture_test
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/capture"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -39,9 +39,9 @@ func (quiet) Warningf(string, ...any) {}
 // With matrix set, it also runs the whole compat matrix of real consumers.
 // go-nvlib parses pci.ids once per device it reads, so tests ask for the
 // matrix once per capture, not under every option.
-func renderAndRead(t *testing.T, xml string, opts importer.Options, matrix bool) []readBack {
+func renderAndRead(t *testing.T, xml string, opts capture.Options, matrix bool) []readBack {
 	t.Helper()
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
 	require.NoError(t, err)
 	res, err := c.Profile(opts)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func renderAndRead(t *testing.T, xml string, opts importer.Options, matrix bool)
 // kernel's lower-case spelling.
 func want(t *testing.T, xml string) []readBack {
 	t.Helper()
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
 	require.NoError(t, err)
 	var out []readBack
 	for _, g := range c.GPUs {
@@ -101,20 +101,20 @@ func want(t *testing.T, xml string) []readBack {
 
 // optionsUnder lists the import choices a capture is rendered under: the
 // defaults first, then per-domain, then each forced hierarchy.
-func optionsUnder() []importer.Options {
-	out := []importer.Options{importer.DefaultOptions()}
-	perDomain := importer.DefaultOptions()
-	perDomain.RootComplexes = importer.PerDomain
+func optionsUnder() []capture.Options {
+	out := []capture.Options{capture.DefaultOptions()}
+	perDomain := capture.DefaultOptions()
+	perDomain.RootComplexes = capture.PerDomain
 	out = append(out, perDomain)
 	for _, h := range boards.Hierarchies() {
-		o := importer.DefaultOptions()
+		o := capture.DefaultOptions()
 		o.Hierarchy = h
 		out = append(out, o)
 	}
 	return out
 }
 
-func describe(o importer.Options) string {
+func describe(o capture.Options) string {
 	h := string(o.Hierarchy)
 	if h == "" {
 		h = "default"
@@ -160,9 +160,9 @@ func roundTripUnderEveryOption(t *testing.T, name, xml string) {
 	}
 }
 
-func mustProfile(t *testing.T, xml string, o importer.Options) (*importer.Result, error) {
+func mustProfile(t *testing.T, xml string, o capture.Options) (*capture.Result, error) {
 	t.Helper()
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
 	require.NoError(t, err)
 	return c.Profile(o)
 }
@@ -220,7 +220,7 @@ func TestRoundTripSyntheticCaptures(t *testing.T) {
 		// choices, and the real captures render under all of them.
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got := renderAndRead(t, xml, importer.DefaultOptions(), true)
+			got := renderAndRead(t, xml, capture.DefaultOptions(), true)
 			require.Equal(t, wantSynthetic(t, xml, tc.subsystem, tc.bar1), got)
 		})
 	}
@@ -230,7 +230,7 @@ func TestRoundTripSyntheticCaptures(t *testing.T) {
 // leaves out: subsystem = the GPU itself, BAR1 = the board's or 256 MiB.
 func wantSynthetic(t *testing.T, xml string, subsystem *[2]uint16, bar1 uint64) []readBack {
 	t.Helper()
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(xml), "capture.xml")
 	require.NoError(t, err)
 	var out []readBack
 	for _, g := range c.GPUs {

@@ -1,4 +1,4 @@
-package importer_test
+package capture_test
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/capture"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 )
 
@@ -37,38 +37,38 @@ func TestParseNvidiaSMIFields(t *testing.T) {
 	tests := []struct {
 		name string
 		gpu  synthGPU
-		want importer.GPU
+		want capture.GPU
 	}{
-		{"current format", gpu("00000000:06:00.0", "20B010DE", "134F10DE", "65536 MiB"), importer.GPU{
+		{"current format", gpu("00000000:06:00.0", "20B010DE", "134F10DE", "65536 MiB"), capture.GPU{
 			Address: addr(t, "0000:06:00.0"), BusID: "00000000:06:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x20b0,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x134f)), Class: p(uint32(0x030200)), BAR1Bytes: p(uint64(64 << 30)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(16),
 		}},
-		{"older format: 0x ids, no class, 4-digit domain", oldStyle, importer.GPU{
+		{"older format: 0x ids, no class, 4-digit domain", oldStyle, capture.GPU{
 			Address: addr(t, "0000:0a:00.0"), BusID: "0000:0A:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x1db5,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x1249)), BAR1Bytes: p(uint64(32 << 30)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(16),
 		}},
-		{"VGA class", vga, importer.GPU{
+		{"VGA class", vga, capture.GPU{
 			Address: addr(t, "0000:65:00.0"), BusID: "00000000:65:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x26b9,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x1851)), Class: p(uint32(0x030000)), BAR1Bytes: p(uint64(64 << 30)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(16),
 		}},
-		{"N/A fields", na, importer.GPU{
+		{"N/A fields", na, capture.GPU{
 			Address: addr(t, "0000:3b:00.0"), BusID: "00000000:3b:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x20b5,
 			Class: p(uint32(0x030200)), MaxLinkWidth: p(16),
 		}},
-		{"no BAR1 element, domain 1", noBAR, importer.GPU{
+		{"no BAR1 element, domain 1", noBAR, capture.GPU{
 			Address: addr(t, "0001:00:00.0"), BusID: "00000001:00:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x20b5,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x1533)), Class: p(uint32(0x030200)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(16),
 		}},
-		{"lower case", lower, importer.GPU{
+		{"lower case", lower, capture.GPU{
 			Address: addr(t, "0000:b1:00.0"), BusID: "0000:b1:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x1eb8,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x12a2)), Class: p(uint32(0x030200)), BAR1Bytes: p(uint64(256 << 20)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(8),
 		}},
-		{"bus id only in the gpu id attribute", onlyID, importer.GPU{
+		{"bus id only in the gpu id attribute", onlyID, capture.GPU{
 			Address: addr(t, "0000:18:00.0"), BusID: "00000000:18:00.0", Name: "NVIDIA Test GPU", Vendor: 0x10de, Device: 0x2330,
 			SubsystemVendor: p(uint16(0x10de)), SubsystemDevice: p(uint16(0x16c1)), Class: p(uint32(0x030200)), BAR1Bytes: p(uint64(128 << 30)),
 			MaxLinkGen: p(4), CurrentLinkGen: p(4), MaxLinkWidth: p(16), CurrentLinkWidth: p(16),
@@ -76,7 +76,7 @@ func TestParseNvidiaSMIFields(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := importer.ParseNvidiaSMI(strings.NewReader(synthCapture(tc.gpu)), "test.xml")
+			c, err := capture.ParseNvidiaSMI(strings.NewReader(synthCapture(tc.gpu)), "test.xml")
 			require.NoError(t, err)
 			require.Equal(t, "570.148.08", c.DriverVersion)
 			require.Len(t, c.GPUs, 1)
@@ -91,12 +91,12 @@ func TestParseNvidiaSMIEncodings(t *testing.T) {
 	body := strings.TrimPrefix(synthCapture(g), `<?xml version="1.0" ?>`)
 	for _, decl := range []string{`<?xml version="1.0" encoding="UTF-8"?>`, `<?xml version="1.0" encoding="ISO-8859-1"?>`, ""} {
 		t.Run(decl, func(t *testing.T) {
-			c, err := importer.ParseNvidiaSMI(strings.NewReader(decl+body), "test.xml")
+			c, err := capture.ParseNvidiaSMI(strings.NewReader(decl+body), "test.xml")
 			require.NoError(t, err)
 			require.Equal(t, p(8), c.GPUs[0].CurrentLinkWidth)
 		})
 	}
-	_, err := importer.ParseNvidiaSMI(strings.NewReader(`<?xml version="1.0" encoding="UTF-16"?>`+body), "test.xml")
+	_, err := capture.ParseNvidiaSMI(strings.NewReader(`<?xml version="1.0" encoding="UTF-16"?>`+body), "test.xml")
 	require.ErrorContains(t, err, `encoding "UTF-16": want UTF-8, as nvidia-smi writes`)
 }
 
@@ -104,7 +104,7 @@ func TestParseNvidiaSMINotes(t *testing.T) {
 	g := gpu("00000000:06:00.0", "20B010DE", "134F10DE", "96000 MiB")
 	g.curWidth = "0x"
 	g.maxGen = "7"
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(synthCapture(g)), "test.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(synthCapture(g)), "test.xml")
 	require.NoError(t, err)
 	got := c.GPUs[0]
 	require.Equal(t, p(uint64(96000<<20)), got.BAR1Bytes, "the normaliser rounds it up as firmware sizes a BAR")
@@ -140,15 +140,15 @@ func TestParseNvidiaSMIErrors(t *testing.T) {
 		{"subsystem not hex", with(func(g *synthGPU) { g.subsystemID = "xyz" }), `pci.pci_sub_system_id: value "xyz": want a 32-bit hex number such as 20B010DE`},
 		{"display controller class", with(func(g *synthGPU) { g.subClass = "80" }), `gpu[0] (00000000:06:00.0).pci.pci_base_class: value "3/80": class 0x038000 is not a GPU class nvml-mock-sysfs renders: 0x030200 (3D controller) or 0x030000 (VGA)`},
 		{"duplicate GPU", synthCapture(good, good), `gpu[1].pci.pci_bus_id: value "00000000:06:00.0": the same PCI address as gpu[0]`},
-		{"too large", synthCapture(good) + strings.Repeat(" ", importer.MaxCaptureSize), `nvidia-smi capture cap.xml: larger than the 64 MiB limit`},
+		{"too large", synthCapture(good) + strings.Repeat(" ", capture.MaxCaptureSize), `nvidia-smi capture cap.xml: larger than the 64 MiB limit`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := importer.ParseNvidiaSMI(strings.NewReader(tc.capture), "cap.xml")
+			_, err := capture.ParseNvidiaSMI(strings.NewReader(tc.capture), "cap.xml")
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 			require.NotContains(t, err.Error(), "\n", "one line")
-			var ie *importer.Error
+			var ie *capture.Error
 			require.ErrorAs(t, err, &ie)
 		})
 	}

@@ -1,4 +1,4 @@
-package writable
+package serve
 
 import (
 	"os"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writable"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -26,12 +27,12 @@ const (
 type tree struct {
 	t    testing.TB
 	root string
-	c    *Controller
+	c    *writableTree
 }
 
 func render(t testing.TB, root, prof string) *tree {
 	t.Helper()
-	c, err := Open(root, "")
+	c, err := openWritableTree(root, "")
 	require.NoError(t, err)
 	_, _, _, err = c.Render(renderOptions(root, prof))
 	require.NoError(t, err)
@@ -244,7 +245,7 @@ func TestSRIOV(t *testing.T) {
 	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "sriov_numvfs"), "0"))
 	require.False(t, tr.exists(dev("0000:19:00.1", "vendor")))
 	require.False(t, tr.exists(dev(pf, "virtfn0")))
-	require.Empty(t, tr.c.Runtime()[mustParse(t, vf)], "a removed VF's state goes with it")
+	require.Empty(t, tr.c.Written()[mustParse(t, vf)], "a removed VF's state goes with it")
 
 	require.Equal(t, syscall.Errno(0), tr.write(dev(pf, "driver/unbind"), pf))
 	require.Equal(t, syscall.ENOENT, tr.write(dev(pf, "sriov_numvfs"), "2"), "no driver bound")
@@ -274,7 +275,7 @@ func TestStatePersists(t *testing.T) {
 	require.Equal(t, "vfio-pci", again.driver(gpu))
 	require.Equal(t, "3\n", again.read(dev(pf, "sriov_numvfs")))
 	require.True(t, again.exists(dev("0000:19:00.3", "vendor")))
-	require.Contains(t, again.read(StateFile), `"driver": "vfio-pci"`)
+	require.Contains(t, again.read(writable.StateFile), `"driver": "vfio-pci"`)
 
 	// A profile that keeps the GPU but not the HCAs.
 	noHCAs := filepath.Join(t.TempDir(), "p.yaml")
@@ -286,7 +287,7 @@ func TestStatePersists(t *testing.T) {
 	require.NotEmpty(t, changed)
 	require.Equal(t, "vfio-pci", again.driver(gpu))
 	require.False(t, again.exists(dev(pf, "vendor")))
-	require.NotContains(t, again.read(StateFile), pf)
+	require.NotContains(t, again.read(writable.StateFile), pf)
 
 	// A profile with another GPU at the address drops the GPU's state.
 	other := filepath.Join(t.TempDir(), "q.yaml")
@@ -294,19 +295,6 @@ func TestStatePersists(t *testing.T) {
 	_, _, _, err = again.c.Render(renderOptions(root, other))
 	require.NoError(t, err)
 	require.Equal(t, "nvidia", again.driver(gpu))
-}
-
-// TestBadStateFile: a state file that does not parse is one line naming it.
-func TestBadStateFile(t *testing.T) {
-	root := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(root, writer.StateDir), 0o755))
-	file := filepath.Join(root, StateFile)
-	for _, bad := range []string{`{"functions": {"zz": {}}}`, `{"functions": {"0000:18:00.0": {"sriov_numvfs": -1}}}`, `{"x": 1}`, `[`} {
-		require.NoError(t, os.WriteFile(file, []byte(bad), 0o644))
-		_, err := Open(root, "")
-		require.ErrorContains(t, err, "writable state "+file)
-		require.NotContains(t, err.Error(), "\n")
-	}
 }
 
 func mustParse(t *testing.T, s string) pciaddr.Address {
@@ -326,4 +314,42 @@ func TestBridge(t *testing.T) {
 	require.Equal(t, "", tr.driver(bridge))
 	require.Equal(t, syscall.Errno(0), tr.write("sys/bus/pci/drivers_probe", bridge))
 	require.Equal(t, "pcieport", tr.driver(bridge))
+}
+
+// TestWriteReadsNoProfile: a write(2) plans from the machine the last
+// render normalised. It reads no profile (one removed since still
+// answers) and warns of nothing: serve's Sync collects a render's
+// warnings in a slice its log reads with no lock while the FUSE server
+// writes, so a write that called the render's Warn raced with that read
+// (go test -race saw it).
+func TestWriteReadsNoProfile(t *testing.T) {
+	data, err := os.ReadFile(sriovProfile)
+	require.NoError(t, err)
+	prof := filepath.Join(t.TempDir(), "unknown-key.yaml")
+	require.NoError(t, os.WriteFile(prof, []byte(strings.Replace(string(data), "devices:\n", "devicez: 1\ndevices:\n", 1)), 0o644))
+	root := t.TempDir()
+	c, err := openWritableTree(root, "")
+	require.NoError(t, err)
+	var unknown []error
+	opts := renderOptions(root, prof)
+	opts.Warn = func(err error) { unknown = append(unknown, err) }
+	_, _, _, err = c.Render(opts)
+	require.NoError(t, err)
+	require.Len(t, unknown, 1)
+	tr := &tree{t: t, root: root, c: c}
+	override := tr.resolve(dev(gpu, "driver_override"))
+
+	wrote := make(chan syscall.Errno)
+	go func() {
+		_, errno := c.Write(override, []byte("vfio-pci"))
+		wrote <- errno
+	}()
+	logged := len(unknown) // as serve's logRender reads them, the write going on
+	require.Equal(t, syscall.Errno(0), <-wrote)
+	require.Equal(t, 1, logged)
+	require.Len(t, unknown, 1, "a write warned again")
+
+	require.NoError(t, os.Remove(prof))
+	require.Equal(t, syscall.Errno(0), tr.write(dev(gpu, "driver/unbind"), gpu), "a write read the profile again")
+	require.Equal(t, "", tr.driver(gpu))
 }

@@ -1,4 +1,4 @@
-package importer_test
+package capture_test
 
 import (
 	"fmt"

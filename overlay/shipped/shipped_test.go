@@ -1,4 +1,4 @@
-package builtin
+package shipped
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package importer_test
+package capture_test
 
 import (
 	"strconv"
@@ -8,18 +8,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/importer"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/capture"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-func capture(t *testing.T, deviceID string, busIDs ...string) *importer.Capture {
+func synthCaptureOf(t *testing.T, deviceID string, busIDs ...string) *capture.Capture {
 	t.Helper()
 	var gpus []synthGPU
 	for _, b := range busIDs {
 		gpus = append(gpus, gpu(b, deviceID, "134F10DE", "65536 MiB"))
 	}
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(synthCapture(gpus...)), "test.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(synthCapture(gpus...)), "test.xml")
 	require.NoError(t, err)
 	return c
 }
@@ -33,9 +33,9 @@ func topology(p *profile.Profile) []string {
 	return out
 }
 
-func rcSpec(t *testing.T, s string) importer.RootComplexSpec {
+func rcSpec(t *testing.T, s string) capture.RootComplexSpec {
 	t.Helper()
-	spec, err := importer.ParseRootComplexSpec(s)
+	spec, err := capture.ParseRootComplexSpec(s)
 	require.NoError(t, err)
 	return spec
 }
@@ -46,7 +46,7 @@ func TestRootComplexInference(t *testing.T) {
 		name      string
 		device    string
 		buses     []string
-		opts      func(o *importer.Options)
+		opts      func(o *capture.Options)
 		hierarchy boards.Hierarchy
 		want      []string
 	}{
@@ -79,33 +79,33 @@ func TestRootComplexInference(t *testing.T) {
 			[]string{"pci0001:00=-1: 0001:00:00.0", "pci0002:00=-1: 0002:00:00.0"}},
 		{"per-domain", h100,
 			[]string{"00000000:18:00.0", "00000000:2A:00.0", "00000003:05:00.0"},
-			func(o *importer.Options) { o.RootComplexes = importer.PerDomain }, boards.HGX,
+			func(o *capture.Options) { o.RootComplexes = capture.PerDomain }, boards.HGX,
 			[]string{"pci0000:00=-1: 0000:18:00.0 0000:2A:00.0", "pci0003:00=-1: 0003:05:00.0"}},
 		{"numa node", h100, []string{"00000000:18:00.0"},
-			func(o *importer.Options) { o.NUMANode = 1 }, boards.HGX,
+			func(o *capture.Options) { o.NUMANode = 1 }, boards.HGX,
 			[]string{"pci0000:15=1: 0000:18:00.0"}},
 		{"forced hierarchy changes the spacing", h100, []string{"00000000:18:00.0"},
-			func(o *importer.Options) { o.Hierarchy = boards.Flat }, boards.Flat,
+			func(o *capture.Options) { o.Hierarchy = boards.Flat }, boards.Flat,
 			[]string{"pci0000:17=-1: 0000:18:00.0"}},
 		{"explicit host bridges", h100,
 			[]string{"00000000:18:00.0", "00000000:2A:00.0", "00000000:9A:00.0"},
-			func(o *importer.Options) {
-				o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:80=1"), rcSpec(t, "pci0000:00")}
+			func(o *capture.Options) {
+				o.Explicit = []capture.RootComplexSpec{rcSpec(t, "pci0000:80=1"), rcSpec(t, "pci0000:00")}
 				o.NUMANode = 0
 			}, boards.HGX,
 			[]string{"pci0000:00=0: 0000:18:00.0 0000:2A:00.0", "pci0000:80=1: 0000:9A:00.0"}},
 		{"explicit host bridge on a GPU's bus makes it flat", t4,
 			[]string{"00000000:3B:00.0"},
-			func(o *importer.Options) { o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:3b")} }, boards.Flat,
+			func(o *capture.Options) { o.Explicit = []capture.RootComplexSpec{rcSpec(t, "pci0000:3b")} }, boards.Flat,
 			[]string{"pci0000:3b=-1: 0000:3B:00.0"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := importer.DefaultOptions()
+			opts := capture.DefaultOptions()
 			if tc.opts != nil {
 				tc.opts(&opts)
 			}
-			res, err := capture(t, tc.device, tc.buses...).Profile(opts)
+			res, err := synthCaptureOf(t, tc.device, tc.buses...).Profile(opts)
 			require.NoError(t, err)
 			require.Equal(t, string(tc.hierarchy), res.Profile.PCIeTopology.Hierarchy)
 			require.Equal(t, tc.hierarchy, res.Machine.Hierarchy)
@@ -118,28 +118,28 @@ func TestProfileErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		buses []string
-		opts  func(o *importer.Options)
+		opts  func(o *capture.Options)
 		want  string
 	}{
 		{"no host bridge covers a GPU", []string{"00000000:18:00.0", "00000001:18:00.0"},
-			func(o *importer.Options) { o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:00")} },
+			func(o *capture.Options) { o.Explicit = []capture.RootComplexSpec{rcSpec(t, "pci0000:00")} },
 			`nvidia-smi capture test.xml: gpu 00000001:18:00.0: value "0001:18:00.0": no given root complex of domain 0001 has a root bus at or below bus 18`},
 		{"non-flat hierarchy with a GPU on the root bus", []string{"00000000:00:1E.0"},
-			func(o *importer.Options) { o.Hierarchy = boards.HGX },
+			func(o *capture.Options) { o.Hierarchy = boards.HGX },
 			`nvidia-smi capture test.xml: gpu 0000:00:1e.0: value "hgx": the GPU sits on the root bus of pci0000:00, where only the flat hierarchy puts a GPU`},
 		{"host bridge twice", []string{"00000000:18:00.0"},
-			func(o *importer.Options) {
-				o.Explicit = []importer.RootComplexSpec{rcSpec(t, "pci0000:00"), rcSpec(t, "pci0000:00=1")}
+			func(o *capture.Options) {
+				o.Explicit = []capture.RootComplexSpec{rcSpec(t, "pci0000:00"), rcSpec(t, "pci0000:00=1")}
 			}, `root complex pci0000:00 given twice`},
 		{"unknown inference", []string{"00000000:18:00.0"},
-			func(o *importer.Options) { o.RootComplexes = "per-socket" },
+			func(o *capture.Options) { o.RootComplexes = "per-socket" },
 			`root complex inference "per-socket": want one of [per-gpu per-domain]`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			opts := importer.DefaultOptions()
+			opts := capture.DefaultOptions()
 			tc.opts(&opts)
-			_, err := capture(t, "233010DE", tc.buses...).Profile(opts)
+			_, err := synthCaptureOf(t, "233010DE", tc.buses...).Profile(opts)
 			require.EqualError(t, err, tc.want)
 		})
 	}
@@ -161,7 +161,7 @@ func TestParseRootComplexSpec(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := importer.ParseRootComplexSpec(tc.in)
+			got, err := capture.ParseRootComplexSpec(tc.in)
 			if tc.wantErr != "" {
 				require.ErrorContains(t, err, tc.wantErr)
 				return
@@ -180,9 +180,9 @@ func TestProfileHoistsShared(t *testing.T) {
 	b := gpu("00000000:2A:00.0", "233010DE", "16C110DE", "131072 MiB")
 	b.curWidth = "8x"
 	b.name = "NVIDIA Other"
-	c, err := importer.ParseNvidiaSMI(strings.NewReader(synthCapture(a, b)), "test.xml")
+	c, err := capture.ParseNvidiaSMI(strings.NewReader(synthCapture(a, b)), "test.xml")
 	require.NoError(t, err)
-	res, err := c.Profile(importer.DefaultOptions())
+	res, err := c.Profile(capture.DefaultOptions())
 	require.NoError(t, err)
 	def := res.Profile.DeviceDefaults
 	require.Equal(t, profile.Pack(0x10de, 0x2330), def.PCI.DeviceID)

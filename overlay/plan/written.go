@@ -11,13 +11,13 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
-// Runtime is what writes to a writable tree changed since the render, by
+// WrittenState is what writes to a writable tree changed since the render, by
 // function address. A function it names shows exactly that state; every
 // other function shows the profile's. The zero value is the profile's tree.
 // Deciding what a write does is the writable package's job: a plan only
 // renders a state, so that a restart, a re-render and a write all go
 // through the same planner and the same writer.
-type Runtime map[pciaddr.Address]FunctionState
+type WrittenState map[pciaddr.Address]FunctionState
 
 // FunctionState is one function's writable state.
 type FunctionState struct {
@@ -44,7 +44,7 @@ type Function struct {
 	// Native is the driver whose id table claims the function: where
 	// drivers_probe binds it when no driver_override says otherwise.
 	Native string
-	// State is the writable state it shows: the runtime's, else the
+	// State is the writable state it shows: the written state's, else the
 	// profile's.
 	State FunctionState
 	// TotalVFs is an SR-IOV physical function's sriov_totalvfs; VFs are
@@ -121,7 +121,7 @@ func VFAddress(pf pciaddr.Address, i int) (pciaddr.Address, bool) {
 // as siblings of it, as the kernel adds them. Every other function keeps
 // the position it had without them, so that IOMMU groups, IRQs and slots
 // do not renumber when VFs come and go; VFs take the numbers after.
-func addVFs(t *Tree, m *profile.Machine, rt Runtime) error {
+func addVFs(t *Tree, m *profile.Machine, ws WrittenState) error {
 	if m.HCAs == nil || m.HCAs.TotalVFs == 0 {
 		return nil
 	}
@@ -141,7 +141,7 @@ func addVFs(t *Tree, m *profile.Machine, rt Runtime) error {
 			}
 			pf.vfAddresses = append(pf.vfAddresses, a)
 		}
-		num := rt[pf.Address].NumVFs
+		num := ws[pf.Address].NumVFs
 		if num > pf.TotalVFs {
 			return fmt.Errorf("HCA %s: %d virtual functions enabled, but sriov_totalvfs is %d", pf.Address, num, pf.TotalVFs)
 		}
