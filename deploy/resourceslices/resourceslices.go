@@ -85,19 +85,11 @@ func NVIDIAGPU(source string, data []byte, node string) ([]resourcev1.ResourceSl
 	if node == "" {
 		return nil, fmt.Errorf("profile %s: no node name for the ResourceSlices", source)
 	}
-	p, err := profile.Parse(source, data)
+	p, gpus, nv, err := profile.ParseNVML(source, data)
 	if err != nil {
 		return nil, err
 	}
 	m, err := profile.Normalize(source, p, profile.Options{})
-	if err != nil {
-		return nil, err
-	}
-	gpus, err := profile.NVMLGPUs(source, p)
-	if err != nil {
-		return nil, err
-	}
-	nv, err := profile.DecodeNVMLFields(source, data, gpus)
 	if err != nil {
 		return nil, err
 	}

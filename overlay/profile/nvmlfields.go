@@ -189,3 +189,22 @@ func orUnknown(p *int) string {
 	}
 	return strconv.Itoa(*p)
 }
+
+// ParseNVML parses the profile data (source names it in refusals) and
+// returns it with what nvml-mock's NVML reports for it: its GPUs
+// (NVMLGPUs) and their NVML-only fields (DecodeNVMLFields).
+func ParseNVML(source string, data []byte) (*Profile, []NVMLGPU, *NVMLFields, error) {
+	p, err := Parse(source, data)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gpus, err := NVMLGPUs(source, p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nv, err := DecodeNVMLFields(source, data, gpus)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return p, gpus, nv, nil
+}

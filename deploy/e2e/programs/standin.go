@@ -124,15 +124,7 @@ func WriteStandInConfig(path string, nvmlProfile []byte) error {
 //
 // A GPU with MIG enabled is refused: the stand-in serves no MIG devices.
 func StandInConfig(source string, data []byte) ([]byte, error) {
-	p, err := profile.Parse(source, data)
-	if err != nil {
-		return nil, err
-	}
-	gpus, err := profile.NVMLGPUs(source, p)
-	if err != nil {
-		return nil, err
-	}
-	nv, err := profile.DecodeNVMLFields(source, data, gpus)
+	_, gpus, nv, err := profile.ParseNVML(source, data)
 	if err != nil {
 		return nil, err
 	}
