@@ -55,6 +55,7 @@ func commands() []command {
 		{"verify", "check, from inside a container, that the mock sysfs is served right", runVerify},
 		{"import", "write a profile from a real node's nvidia-smi -q -x output", runImport},
 		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
+		{"slices", "print the ResourceSlices the NVIDIA DRA driver publishes on a node served a profile", runSlices},
 	}
 }
 

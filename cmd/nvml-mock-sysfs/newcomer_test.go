@@ -53,6 +53,12 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{"mounts", []string{"mounts", "--lock"}, "flag provided but not defined: --lock"},
 		{"cdi", []string{"cdi", "--root", "/x"}, "give --output FILE or --merge-into FILE"},
 		{"help", []string{"help", "render", "compat"}, `want one command, got "render compat"`},
+		{"slices", []string{"slices", "--node-name", "n"}, "give --profile NAME|FILE or --fleet FILE"},
+		{"slices", []string{"slices", "--profile", "t4-vm"}, "give --node-name NAME"},
+		{"slices", []string{"slices", "--profile", "t4-vm", "--fleet", "f.yaml", "--node-name", "n"}, "--fleet and --profile: give one"},
+		{"slices", []string{"slices", "--profile", "t4-vm", "--node-name", "n", "--format", "table"}, `--format "table": want yaml or json`},
+		{"slices", []string{"slices", "--profile", "t4-vm", "--node-name", "n", "--node-labels", "a=b"}, "--node-labels applies to --fleet"},
+		{"slices", []string{"slices", "--profile", "h200", "--node-name", "n"}, `profile "h200": not a built-in`},
 	}
 	for _, tc := range tests {
 		stderr := requireOneLineUsageError(t, tc.cmd, tc.args...)

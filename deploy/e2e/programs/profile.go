@@ -1,7 +1,6 @@
 package programs
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,10 +11,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
-
-// MockNVMLDriverVersion is the driver version a derived profile gives the
-// mock NVML, which refuses a profile without one: nvml-mock's own.
-const MockNVMLDriverVersion = "550.163.01"
 
 // ServableProfile returns a profile file that both the renderer and the
 // mock NVML read: file itself when it names a format version, a driver
@@ -35,7 +30,7 @@ func ServableProfile(dir, name, file string, data []byte) (string, error) {
 		doc = map[string]any{}
 	}
 	system, _ := doc["system"].(map[string]any)
-	identified := identifyDevices(doc)
+	identified := profile.IdentifyDevices(doc)
 	if file != "" && doc["version"] != nil && system["driver_version"] != nil && identified {
 		return file, nil
 	}
@@ -43,7 +38,7 @@ func ServableProfile(dir, name, file string, data []byte) (string, error) {
 		system = map[string]any{}
 	}
 	if system["driver_version"] == nil {
-		system["driver_version"] = MockNVMLDriverVersion
+		system["driver_version"] = profile.MockNVMLDriverVersion
 	}
 	doc["system"] = system
 	if doc["version"] == nil {
@@ -59,33 +54,6 @@ func ServableProfile(dir, name, file string, data []byte) (string, error) {
 		return "", err
 	}
 	return derived, nil
-}
-
-// identifyDevices gives each device of doc that lacks them a uuid (stable:
-// a digest of its index and bus id) and a minor_number (its index), and
-// reports whether every device had both already.
-func identifyDevices(doc map[string]any) bool {
-	devices, _ := doc["devices"].([]any)
-	had := true
-	for i, d := range devices {
-		dev, ok := d.(map[string]any)
-		if !ok {
-			continue
-		}
-		index := i
-		if n, ok := dev["index"].(int); ok {
-			index = n
-		}
-		if dev["minor_number"] == nil {
-			dev["minor_number"], had = index, false
-		}
-		if dev["uuid"] == nil {
-			pci, _ := dev["pci"].(map[string]any)
-			h := sha256.Sum256(fmt.Appendf(nil, "%d %v", index, pci["bus_id"]))
-			dev["uuid"], had = fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]), false
-		}
-	}
-	return had
 }
 
 // NVMLProfile returns the profile nvml-mock's NVML serves on the node a

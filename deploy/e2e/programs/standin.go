@@ -21,8 +21,6 @@ import (
 	"strconv"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -33,10 +31,6 @@ const StandInConfigEnv = "NVML_MOCK_SYSFS_STAND_IN"
 
 // standInSource is the stand-in's C source in the repository.
 const standInSource = "deploy/e2e/programs/testdata/nvml-stand-in/nvml.c"
-
-// standInCUDA is the CUDA version a profile without one reports: 12.4, the
-// CUDA of MockNVMLDriverVersion's driver, in NVML's 1000*major + 10*minor.
-const standInCUDA = 12040
 
 // The buffers NVML's callers pass for a name or uuid
 // (NVML_DEVICE_NAME_V2_BUFFER_SIZE) and a version, with the terminating
@@ -98,38 +92,6 @@ go build -trimpath -o {out}/gpu-feature-discovery ./cmd/gpu-feature-discovery
 	}
 }
 
-// standInDevice is the part of a devices[] entry (or device_defaults) that
-// NVML reports beyond the PCI identity profile.NVMLGPUs resolves.
-type standInDevice struct {
-	Index       *int   `yaml:"index"`
-	Name        string `yaml:"name"`
-	UUID        string `yaml:"uuid"`
-	MinorNumber uint32 `yaml:"minor_number"`
-	Memory      struct {
-		TotalBytes *uint64 `yaml:"total_bytes"`
-	} `yaml:"memory"`
-	ComputeCapability struct {
-		Major *int `yaml:"major"`
-		Minor *int `yaml:"minor"`
-	} `yaml:"compute_capability"`
-	MIG struct {
-		ModeCurrent     string `yaml:"mode_current"`
-		MaxGPUInstances *int   `yaml:"max_gpu_instances"`
-	} `yaml:"mig"`
-}
-
-// standInProfile is the NVML-only part of an nvml-mock profile.
-type standInProfile struct {
-	System struct {
-		DriverVersion    string `yaml:"driver_version"`
-		CUDAVersion      string `yaml:"cuda_version"`
-		CUDAVersionMajor *int   `yaml:"cuda_version_major"`
-		CUDAVersionMinor *int   `yaml:"cuda_version_minor"`
-	} `yaml:"system"`
-	DeviceDefaults standInDevice   `yaml:"device_defaults"`
-	Devices        []standInDevice `yaml:"devices"`
-}
-
 // WriteStandInConfig writes to path the stand-in's lines for the nvml-mock
 // profile nvmlProfile (see StandInConfig). Its refusals name the profile
 // "for NVML": the caller names the file.
@@ -151,58 +113,35 @@ func WriteStandInConfig(path string, nvmlProfile []byte) error {
 //     GPUs bound to vfio-pci included (NVMLProfile drops them, for either
 //     NVML), and a subsystem of 0 where the profile gives none;
 //   - uuid and minor_number are the profile's, else those ServableProfile
-//     gives (identifyDevices), so a GPU has the same uuid under both;
+//     gives (profile.IdentifyDevices), so a GPU has the same uuid under both;
 //   - the name is the profile's, else the name of the board its device id
 //     is known by;
 //   - memory, compute capability and MIG capability are the profile's; a
 //     profile without them gets 0, which the stand-in reports as "not
 //     supported" (memory) or no architecture, and GFD labels neither;
-//   - the driver version is system.driver_version, else
-//     MockNVMLDriverVersion; CUDA is system.cuda_version_major/minor, else
-//     system.cuda_version, else 12.4.
+//   - the driver version and CUDA are profile.NVMLFields's: the profile's,
+//     else nvml-mock's defaults.
 //
 // A GPU with MIG enabled is refused: the stand-in serves no MIG devices.
 func StandInConfig(source string, data []byte) ([]byte, error) {
-	p, err := profile.Parse(source, data)
+	_, gpus, nv, err := profile.ParseNVML(source, data)
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := profile.NVMLGPUs(source, p)
-	if err != nil {
-		return nil, err
-	}
-	nv, err := standInFields(source, data, gpus)
-	if err != nil {
-		return nil, err
-	}
-	driver := nv.System.DriverVersion
-	if driver == "" {
-		driver = MockNVMLDriverVersion
-	}
+	driver := nv.DriverVersion()
 	if strings.ContainsFunc(driver, isSpaceOrControl) || len(driver) >= standInVersionSize {
 		return nil, refuse(source, "system.driver_version", driver, "want one version such as 550.163.01")
 	}
-	cuda, err := standInCUDAVersion(source, nv)
+	cuda, err := nv.CUDAVersion(source)
 	if err != nil {
 		return nil, err
-	}
-	// Each GPU's entry in nv.Devices, by device index (its position when
-	// it has none), as NVMLGPUs matches them.
-	byIndex := map[int]int{}
-	for pos, d := range nv.Devices {
-		index := pos
-		if d.Index != nil {
-			index = *d.Index
-		}
-		byIndex[index] = pos
 	}
 	var b strings.Builder
 	b.WriteString("# The NVML stand-in's GPUs, from an nvml-mock profile (WriteStandInConfig; nvml.c documents the format).\n")
 	fmt.Fprintf(&b, "driver %s\ncuda %d\n", driver, cuda)
 	def := nv.DeviceDefaults
 	for _, g := range gpus {
-		pos := byIndex[g.Index]
-		d := nv.Devices[pos]
+		d, pos, _ := nv.Device(g.Index)
 		// field names where a value came from, for a refusal.
 		field := func(name string, own bool) string {
 			if own {
@@ -245,73 +184,6 @@ func StandInConfig(source string, data []byte) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// standInFields decodes the fields of data that NVML reports and
-// profile.Profile ignores, every GPU of gpus with a devices[] entry holding
-// a uuid and a minor_number: the profile's, else those identifyDevices
-// gives, as ServableProfile writes them for nvml-mock. GPUs that
-// system.num_devices alone brings into being get an entry of their own
-// first, so they are identified by the same rule.
-func standInFields(source string, data []byte, gpus []profile.NVMLGPU) (*standInProfile, error) {
-	var doc map[string]any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, fmt.Errorf("profile %s: %w", source, err)
-	}
-	if doc == nil {
-		doc = map[string]any{}
-	}
-	devices, _ := doc["devices"].([]any)
-	listed := map[int]bool{}
-	for pos, d := range devices {
-		index := pos
-		if dev, ok := d.(map[string]any); ok {
-			if n, ok := dev["index"].(int); ok {
-				index = n
-			}
-		}
-		listed[index] = true
-	}
-	for _, g := range gpus {
-		if !listed[g.Index] {
-			devices = append(devices, map[string]any{"index": g.Index})
-		}
-	}
-	doc["devices"] = devices
-	identifyDevices(doc)
-	identified, err := yaml.Marshal(doc)
-	if err != nil {
-		return nil, fmt.Errorf("profile %s: %w", source, err)
-	}
-	var nv standInProfile
-	if err := yaml.Unmarshal(identified, &nv); err != nil {
-		return nil, fmt.Errorf("profile %s: %w", source, err)
-	}
-	return &nv, nil
-}
-
-// standInCUDAVersion is the profile's CUDA version in NVML's encoding.
-func standInCUDAVersion(source string, nv *standInProfile) (int, error) {
-	s := nv.System
-	major, minor := s.CUDAVersionMajor, s.CUDAVersionMinor
-	if major == nil && minor == nil && s.CUDAVersion != "" {
-		ma, mi, ok := strings.Cut(s.CUDAVersion, ".")
-		x, errX := strconv.Atoi(ma)
-		y, errY := strconv.Atoi(mi)
-		if !ok || errX != nil || errY != nil {
-			return 0, refuse(source, "system.cuda_version", s.CUDAVersion, "want major.minor such as 12.4")
-		}
-		major, minor = &x, &y
-	}
-	switch {
-	case major == nil && minor == nil:
-		return standInCUDA, nil
-	case major == nil || minor == nil:
-		return 0, refuse(source, "system.cuda_version_major", fmt.Sprint(deref(major), ".", deref(minor)), "want both cuda_version_major and cuda_version_minor")
-	case *major < 1 || *major > 999 || *minor < 0 || *minor > 99:
-		return 0, refuse(source, "system.cuda_version_major", fmt.Sprintf("%d.%d", *major, *minor), "want a CUDA version such as 12.4")
-	}
-	return *major*1000 + *minor*10, nil
-}
-
 // refuse is the profile package's one-line refusal, for the fields only
 // NVML reads.
 func refuse(source, field, value, why string) error {
@@ -328,13 +200,6 @@ func firstOf[T any](own, def *T) T {
 	}
 	var zero T
 	return zero
-}
-
-func deref(p *int) string {
-	if p == nil {
-		return "?"
-	}
-	return strconv.Itoa(*p)
 }
 
 func isControl(r rune) bool { return r < 0x20 || r == 0x7f }

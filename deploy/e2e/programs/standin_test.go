@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // standInTestProfile exercises every rule of StandInConfig: devices out of
@@ -102,7 +103,7 @@ devices:
 		t.Fatal(err)
 	}
 	want := `# The NVML stand-in's GPUs, from an nvml-mock profile (WriteStandInConfig; nvml.c documents the format).
-driver ` + MockNVMLDriverVersion + `
+driver ` + profile.MockNVMLDriverVersion + `
 cuda 12040
 gpu 00000000:1B:00.0 0x234010DE 0x00000000 0 0 0 0 0 GPU-e3ae105d-6942-9eee-4bcc-ad73b541760e NVIDIA B200
 `

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"encoding/json"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
+)
+
+const slicesHelp = `The slices are the NVIDIA DRA driver's (gpu.nvidia.com): a device per GPU
+nvml-mock's NVML lists for the profile, named, with the attributes and the
+memory capacity the driver's gpu-kubelet-plugin publishes on the tree
+render makes of it; docs/evidence/resourceslices.md says which driver
+version they were proven equal to, and what differs. Each slice has the
+generateName the driver's gives it: create them (kubectl create -f), the API
+server completes the name.
+
+With --fleet, the profile is the one the map gives --node-name (its own
+entry, else the first label rule all of whose labels --node-labels gives,
+else the default).
+`
+
+func runSlices(e *env, args []string) int {
+	flags := newFlags(e, "slices", "(--profile NAME|FILE | --fleet FILE [--node-labels KEY=VALUE,...]) --node-name NAME [--format yaml|json]", slicesHelp)
+	var profileArg, fleetFile, nodeName, nodeLabels, format string
+	flags.StringVar(&profileArg, "profile", "", "a built-in profile name or a profile file")
+	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: the profile it gives --node-name, in place of --profile")
+	flags.StringVar(&nodeName, "node-name", "", "the node the slices are published on (required)")
+	flags.StringVar(&nodeLabels, "node-labels", "", "the node's labels, for the fleet map's label rules")
+	flags.StringVar(&format, "format", "yaml", "yaml or json")
+	if code, ok := parse(e, flags, args); !ok {
+		return code
+	}
+	switch {
+	case format != "yaml" && format != "json":
+		return usageError(e, "slices", "--format %q: want yaml or json", format)
+	case profileArg != "" && fleetFile != "":
+		return usageError(e, "slices", "--fleet and --profile: give one; the fleet map chooses the node's profile")
+	case profileArg == "" && fleetFile == "":
+		return usageError(e, "slices", "give --profile NAME|FILE or --fleet FILE")
+	case nodeName == "":
+		return usageError(e, "slices", "give --node-name NAME, the node the slices are published on")
+	case fleetFile == "" && nodeLabels != "":
+		return usageError(e, "slices", "--node-labels applies to --fleet")
+	}
+	labelSet, err := labels.ConvertSelectorToLabelsMap(nodeLabels)
+	if err != nil {
+		return usageError(e, "slices", "--node-labels %q: %v", nodeLabels, err)
+	}
+	if fleetFile != "" {
+		m, err := fleet.Load(fleetFile)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		choice, err := m.Resolve(nodeName, labelSet)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		profileArg = choice.Profile
+	}
+	source, data, err := resourceslices.ReadProfile(profileArg)
+	if err != nil {
+		return failLoad(e, "slices", err)
+	}
+	items, err := resourceslices.NVIDIAGPU(source, data, nodeName)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	list := resourcev1.ResourceSliceList{
+		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSliceList"},
+		Items:    items,
+	}
+	if list.Items == nil {
+		list.Items = []resourcev1.ResourceSlice{}
+	}
+	out, err := json.MarshalIndent(list, "", "  ")
+	if err == nil && format == "yaml" {
+		out, err = yaml.JSONToYAML(out)
+	} else {
+		out = append(out, '\n')
+	}
+	if err != nil {
+		return fail(e, "slices: %v", err)
+	}
+	if _, err := e.stdout.Write(out); err != nil {
+		return fail(e, "slices: %v", err)
+	}
+	return exitOK
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	resourcev1 "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// slices prints, as YAML or JSON, the list of ResourceSlices of the node
+// the profile (or the fleet map's choice for the node) gives:
+// deploy/resourceslices proves their content against the real driver;
+// this checks the command line reaches it.
+func TestSlices(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fleetMap := filepath.Join(dir, "fleet.yaml")
+	require.NoError(t, os.WriteFile(fleetMap, []byte("nodes:\n  a: hgx-h100\nlabels:\n  - match: {gpu: t4}\n    profile: t4-vm\n"), 0o644))
+	for _, tc := range []struct {
+		args  []string
+		node  string
+		gpus  int
+		first string
+	}{
+		{[]string{"--profile", "t4-vm", "--node-name", "n1"}, "n1", 4, "0000:00:1b.0"},
+		{[]string{"--profile", "dgx-a100", "--node-name", "n2", "--format", "json"}, "n2", 8, "0000:07:00.0"},
+		{[]string{"--fleet", fleetMap, "--node-name", "a"}, "a", 8, "0000:53:00.0"},
+		{[]string{"--fleet", fleetMap, "--node-name", "b", "--node-labels", "gpu=t4"}, "b", 4, "0000:00:1b.0"},
+	} {
+		code, stdout, stderr := runCLI(t, append([]string{"slices"}, tc.args...)...)
+		require.Equal(t, exitOK, code, "%v: %s", tc.args, stderr)
+		var list resourcev1.ResourceSliceList
+		require.NoError(t, yaml.Unmarshal([]byte(stdout), &list), "%v", tc.args)
+		require.Len(t, list.Items, 1, "%v", tc.args)
+		s := list.Items[0].Spec
+		require.Equal(t, "gpu.nvidia.com", s.Driver)
+		require.Equal(t, tc.node, *s.NodeName)
+		require.Equal(t, tc.node, s.Pool.Name)
+		require.Len(t, s.Devices, tc.gpus, "%v", tc.args)
+		require.Equal(t, "gpu-0", s.Devices[0].Name)
+		require.Equal(t, tc.first, *s.Devices[0].Attributes["resource.kubernetes.io/pciBusID"].StringValue, "%v", tc.args)
+	}
+	code, _, stderr := runCLI(t, "slices", "--fleet", fleetMap, "--node-name", "c")
+	require.Equal(t, exitFailure, code)
+	require.Contains(t, stderr, "node c matches no rule")
+}

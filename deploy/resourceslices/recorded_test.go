@@ -1,0 +1,213 @@
+package resourceslices
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+)
+
+// recordedRun is the real run NVIDIAGPU is proven equal to: the DRA
+// suite's ResourceSlices, one directory per profile (the suite's slug of
+// its row), published by the gpu-kubelet-plugin of
+// github.com/NVIDIA/k8s-dra-driver-gpu at 22407113 (chart 0.5.0-dev) with
+// nvml-mock's NVML (github.com/NVIDIA/k8s-test-infra at 3b2b865d) reading
+// the profile. docs/evidence/resourceslices.md says how to record it again.
+const recordedRun = "testdata/dra-driver-nvidia-gpu-0.5.0-dev-22407113"
+
+// recordedNode is the node the suite runs the driver on.
+const recordedNode = "nvml-mock-node"
+
+// explained are the differences between the recorded slices and
+// NVIDIAGPU's, by the path of the field (as flatten spells it), each with
+// why it is not a difference of what the scheduler sees. Every other
+// difference fails the test, and so does an explanation that no longer
+// matches one. docs/evidence/resourceslices.md lists the same.
+var explained = []struct {
+	path, why string
+}{
+	{`metadata\.name`, "the API server completes generateName with a random suffix"},
+	{`metadata\.(uid|resourceVersion|creationTimestamp|generation|managedFields.*)`, "the API server sets them"},
+	{`metadata\.ownerReferences.*`, "the Node's UID, which only the API server knows: a publisher sets the owner"},
+}
+
+// TestRecordedRun compares, device by device and attribute by attribute,
+// NVIDIAGPU's slices for each profile of the recorded run with the slices
+// the real driver published for it.
+func TestRecordedRun(t *testing.T) {
+	dirs, err := os.ReadDir(recordedRun)
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no recorded run in %s: %v", recordedRun, err)
+	}
+	used := map[string]bool{}
+	for _, d := range dirs {
+		t.Run(d.Name(), func(t *testing.T) {
+			source, data := suiteProfile(t, d.Name())
+			ours, err := NVIDIAGPU(source, data, recordedNode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recorded := readRecorded(t, filepath.Join(recordedRun, d.Name(), "resourceslices.json"))
+			if len(ours) != len(recorded) {
+				t.Fatalf("%d slices, the driver published %d", len(ours), len(recorded))
+			}
+			for i := range ours {
+				for _, diff := range compare(t, recorded[i], ours[i]) {
+					why := explain(diff.path)
+					if why == "" {
+						t.Errorf("%s: the driver published %s, we plan %s", diff.path, diff.real, diff.ours)
+						continue
+					}
+					used[why] = true
+				}
+			}
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	for _, e := range explained {
+		if !used[e.why] {
+			t.Errorf("explained difference %s (%s) occurs in no recorded slice: remove it", e.path, e.why)
+		}
+	}
+}
+
+type difference struct{ path, real, ours string }
+
+// compare lists the fields where two slices differ, every field of
+// either: devices (and any list of named objects) are matched by name, so
+// the driver's order (a Go map's) is not a difference.
+func compare(t *testing.T, real, ours resourcev1.ResourceSlice) []difference {
+	t.Helper()
+	r, o := flatten(t, real), flatten(t, ours)
+	var out []difference
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		seen := map[string]bool{}
+		for _, m := range []map[string]string{r, o} {
+			for k := range m {
+				if !seen[k] {
+					seen[k] = true
+					if !yield(k) {
+						return
+					}
+				}
+			}
+		}
+	}) {
+		if r[k] != o[k] {
+			out = append(out, difference{k, orAbsent(r[k]), orAbsent(o[k])})
+		}
+	}
+	return out
+}
+
+func orAbsent(s string) string { return cmpOr(s, "nothing") }
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// flatten spells every leaf of v's JSON as path -> value.
+func flatten(t *testing.T, v any) map[string]string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, e := range v {
+				walk(strings.TrimPrefix(path+"."+k, "."), e)
+			}
+		case []any:
+			for i, e := range v {
+				key := fmt.Sprint(i)
+				if m, ok := e.(map[string]any); ok {
+					if name, ok := m["name"].(string); ok {
+						key = name
+					}
+				}
+				walk(fmt.Sprintf("%s[%s]", path, key), e)
+			}
+		default:
+			b, _ := json.Marshal(v)
+			out[path] = string(b)
+		}
+	}
+	walk("", doc)
+	return out
+}
+
+func explain(path string) string {
+	for _, e := range explained {
+		if regexp.MustCompile(`^(` + e.path + `)$`).MatchString(path) {
+			return e.why
+		}
+	}
+	return ""
+}
+
+func readRecorded(t *testing.T, file string) []resourcev1.ResourceSlice {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list resourcev1.ResourceSliceList
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	for i := range list.Items {
+		// The list's items carry no kind: the list says it.
+		list.Items[i].TypeMeta.APIVersion, list.Items[i].TypeMeta.Kind = list.APIVersion, "ResourceSlice"
+	}
+	return list.Items
+}
+
+// suiteProfile is the profile of a row of the DRA suite, by its slug:
+// built-in NAME, shared NAME (../shared's nvml-mock profiles), or a
+// repository profile; as ReadProfile reads it, the command's way.
+func suiteProfile(t *testing.T, slug string) (string, []byte) {
+	t.Helper()
+	var nameOrPath string
+	switch {
+	case strings.HasPrefix(slug, "built-in-"):
+		nameOrPath = strings.TrimPrefix(slug, "built-in-")
+	case strings.HasPrefix(slug, "shared-"):
+		nameOrPath = filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), strings.TrimPrefix(slug, "shared-")+".yaml")
+	default:
+		for _, dir := range []string{"deploy/e2e/programs/testdata/profiles", "testdata/profiles"} {
+			f := filepath.Join(overlaytest.Repo(t), dir, slug+".yaml")
+			if _, err := os.Stat(f); err == nil {
+				nameOrPath = f
+			}
+		}
+	}
+	if nameOrPath == "" {
+		t.Fatalf("no profile for the recorded row %s", slug)
+	}
+	source, data, err := ReadProfile(nameOrPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return source, data
+}

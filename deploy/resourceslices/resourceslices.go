@@ -1,0 +1,277 @@
+// Package resourceslices plans the ResourceSlices DRA drivers publish on a
+// node served a profile, without running them: the NVIDIA DRA driver's
+// gpu.nvidia.com pool, device by device and attribute by attribute as its
+// gpu-kubelet-plugin (sigs.k8s.io/dra-driver-nvidia-gpu) publishes it on
+// the tree this tool renders, with nvml-mock's NVML reading the profile.
+// A node that runs no driver (a KWOK node) can carry them all the same.
+//
+// Where the values come from, as the driver reads them:
+//
+//   - which GPUs, and their order, bus ids and identities: NVML's, as
+//     profile.NVMLGPUs models nvml-mock's engine (at most
+//     profile.NVMLMaxDevices); GPUs bound to vfio-pci are not listed, as a
+//     passthrough node's NVML lists none of them;
+//   - uuid, minor number, name, brand, architecture, compute capability,
+//     memory, driver and CUDA versions: the profile's NVML-only fields
+//     (profile.NVMLFields), with nvml-mock's defaults (go-nvml's dgxa100
+//     mock, an A100-SXM4-40GB) where the profile gives none;
+//   - pcieRoot: the root complex the plan puts the GPU under, the first
+//     element of its directory under sys/devices that the link
+//     /sys/bus/pci/devices/<bus id> leads to, which is what the driver's
+//     deviceattribute reads (compat's PCIeRoot row checks that it does).
+//
+// The driver's own choices: a device is gpu-<minor number>; one pool named
+// for the node, generation 1, of one slice; version attributes are
+// semantic versions (550.163.01 is 550.163.1). It publishes no NUMA node
+// for a full GPU (only for a passthrough one, behind a feature gate off by
+// default), so neither does this package.
+package resourceslices
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+)
+
+// NVIDIAGPUDriver is the NVIDIA DRA driver's name for its GPUs.
+const NVIDIAGPUDriver = "gpu.nvidia.com"
+
+// nvml-mock's defaults for a GPU its profile leaves blank: go-nvml's
+// dgxa100 mock device (gpus.A100_SXM4_40GB), which its engine starts every
+// device from.
+const (
+	mockName         = "Mock NVIDIA A100-SXM4-40GB"
+	mockArchitecture = "Ampere"
+	mockBrand        = "Nvidia"
+	mockMemoryBytes  = 40960 << 20
+	mockCCMajor      = 8
+	mockCCMinor      = 0
+)
+
+// architectures maps a profile's architecture to what the driver
+// publishes: nvml-mock's parseArchitecture (lower case only, anything else
+// DEVICE_ARCH_UNKNOWN) then go-nvlib's GetArchitectureAsString.
+var architectures = map[string]string{
+	"kepler": "Kepler", "maxwell": "Maxwell", "pascal": "Pascal", "volta": "Volta",
+	"turing": "Turing", "ampere": "Ampere", "ada": "Ada Lovelace", "ada_lovelace": "Ada Lovelace",
+	"hopper": "Hopper", "blackwell": "Blackwell",
+}
+
+// brands maps a profile's brand likewise: nvml-mock's parseBrand then
+// go-nvlib's GetBrandAsString.
+var brands = map[string]string{
+	"nvidia": "Nvidia", "tesla": "Tesla", "quadro": "Quadro", "geforce": "GeForce",
+	"titan": "Titan", "nvidia_rtx": "NvidiaRTX",
+}
+
+// NVIDIAGPU returns the ResourceSlices the NVIDIA DRA driver publishes on
+// node for the profile data (source names it in refusals): one slice
+// holding a device per GPU NVML lists, ordered by name (the driver's order
+// is a Go map's), with the generateName the driver's ResourceSlice
+// controller gives it; the API server adds the rest of the name. A profile
+// whose every GPU is bound to vfio-pci gives none.
+func NVIDIAGPU(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
+	if node == "" {
+		return nil, fmt.Errorf("profile %s: no node name for the ResourceSlices", source)
+	}
+	p, gpus, nv, err := profile.ParseNVML(source, data)
+	if err != nil {
+		return nil, err
+	}
+	m, err := profile.Normalize(source, p, profile.Options{})
+	if err != nil {
+		return nil, err
+	}
+	system, err := systemAttributes(source, nv)
+	if err != nil {
+		return nil, err
+	}
+	rendered := map[pciaddr.Address]profile.Device{}
+	for _, g := range m.GPUs() {
+		rendered[g.Address] = g
+	}
+	var devices []resourcev1.Device
+	for _, g := range gpus {
+		r, ok := rendered[g.Address]
+		if !ok {
+			return nil, fmt.Errorf("profile %s: NVML lists GPU %d at %s, which the plan does not render", source, g.Index, g.Address)
+		}
+		if r.Driver == profile.DriverVFIO {
+			continue
+		}
+		d, err := gpuDevice(source, nv, g, r, system)
+		if err != nil {
+			return nil, err
+		}
+		devices = append(devices, d)
+	}
+	if len(devices) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(devices, func(a, b resourcev1.Device) int { return cmp.Compare(minorOf(a.Name), minorOf(b.Name)) })
+	return []resourcev1.ResourceSlice{{
+		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
+		// The controller's scheme: [slice index, 5 hex digits]-[driver]-[owner]-,
+		// the owner being the Node.
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "00000-" + NVIDIAGPUDriver + "-" + node + "-"},
+		Spec: resourcev1.ResourceSliceSpec{
+			Driver:   NVIDIAGPUDriver,
+			Pool:     resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			NodeName: &node,
+			Devices:  devices,
+		},
+	}}, nil
+}
+
+// systemAttributes are the attributes every GPU shares: the driver's and
+// CUDA's versions.
+func systemAttributes(source string, nv *profile.NVMLFields) (map[resourcev1.QualifiedName]resourcev1.DeviceAttribute, error) {
+	driver, ok := semver(nv.DriverVersion())
+	if !ok {
+		return nil, &profile.Error{Source: source, Field: "system.driver_version", Value: nv.DriverVersion(),
+			Err: fmt.Errorf("want a version such as 550.163.01: the DRA driver cannot parse it")}
+	}
+	cuda, err := nv.CUDAVersion(source)
+	if err != nil {
+		return nil, err
+	}
+	return map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"driverVersion": {VersionValue: &driver},
+		// The driver prints NVML's 1000*major+10*minor as major.minor.
+		"cudaDriverVersion": {VersionValue: new(fmt.Sprintf("%d.%d.0", cuda/1000, cuda%1000/10))},
+	}, nil
+}
+
+// gpuDevice is the device the driver publishes for NVML's GPU g, rendered
+// as r.
+func gpuDevice(source string, nv *profile.NVMLFields, g profile.NVMLGPU, r profile.Device, system map[resourcev1.QualifiedName]resourcev1.DeviceAttribute) (resourcev1.Device, error) {
+	own, pos, _ := nv.Device(g.Index)
+	def := nv.DeviceDefaults
+	if mode := cmp.Or(own.MIG.ModeCurrent, def.MIG.ModeCurrent); mode == "enabled" {
+		field := "device_defaults.mig.mode_current"
+		if own.MIG.ModeCurrent != "" {
+			field = fmt.Sprintf("devices[%d].mig.mode_current", pos)
+		}
+		return resourcev1.Device{}, &profile.Error{Source: source, Field: field, Value: mode,
+			Err: fmt.Errorf("the DRA driver publishes MIG devices for it, which this tool does not plan: want disabled")}
+	}
+	busID, err := deviceattribute.GetPCIBusIDAttribute(r.Address.String())
+	if err != nil {
+		return resourcev1.Device{}, fmt.Errorf("profile %s: GPU %d: %w", source, g.Index, err)
+	}
+	attrs := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+		"type":                  {StringValue: new("gpu")},
+		"uuid":                  {StringValue: new(own.UUID)},
+		"productName":           {StringValue: new(cmp.Or(own.Name, def.Name, mockName))},
+		"brand":                 {StringValue: new(lookup(brands, cmp.Or(own.Brand, def.Brand), mockBrand))},
+		"architecture":          {StringValue: new(lookup(architectures, cmp.Or(own.Architecture, def.Architecture), mockArchitecture))},
+		busID.Name:              busID.Value,
+		pcieRootAttribute:       {StringValue: new(r.RootComplex.String())},
+		"cudaComputeCapability": computeCapability(def),
+	}
+	for k, v := range system {
+		attrs[k] = v
+	}
+	memory := uint64(mockMemoryBytes)
+	if b := cmp.Or(own.Memory.TotalBytes, def.Memory.TotalBytes); b != nil {
+		memory = *b
+	}
+	return resourcev1.Device{
+		Name:       fmt.Sprintf("gpu-%d", own.MinorNumber),
+		Attributes: attrs,
+		Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
+			"memory": {Value: *resource.NewQuantity(int64(memory), resource.BinarySI)},
+		},
+	}, nil
+}
+
+// pcieRootAttribute is deviceattribute's name for the pcieRoot attribute.
+const pcieRootAttribute = resourcev1.QualifiedName(deviceattribute.StandardDeviceAttributePCIeRoot)
+
+// computeCapability is device_defaults' compute capability: nvml-mock
+// merges no devices[] entry's (mergeDeviceOverride leaves it out).
+func computeCapability(def profile.NVMLDevice) resourcev1.DeviceAttribute {
+	major, minor := mockCCMajor, mockCCMinor
+	if cc := def.ComputeCapability; cc.Major != nil || cc.Minor != nil {
+		major, minor = 0, 0
+		if cc.Major != nil {
+			major = *cc.Major
+		}
+		if cc.Minor != nil {
+			minor = *cc.Minor
+		}
+	}
+	return resourcev1.DeviceAttribute{VersionValue: new(fmt.Sprintf("%d.%d.0", major, minor))}
+}
+
+// lookup is names[key]; blank, the mock's default; unknown, "Unknown", as
+// nvml-mock's parsers fall back and go-nvlib prints it.
+func lookup(names map[string]string, key, blank string) string {
+	if key == "" {
+		return blank
+	}
+	if v, ok := names[key]; ok {
+		return v
+	}
+	return "Unknown"
+}
+
+// semver is v as the driver publishes it, parsed by Masterminds/semver
+// and printed back: one to three numbers, leading zeros dropped, missing
+// ones zero (550.163.01 is 550.163.1).
+func semver(v string) (string, bool) {
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 {
+		return "", false
+	}
+	n := [3]int{}
+	for i, s := range parts {
+		x, err := strconv.Atoi(s)
+		if err != nil || x < 0 || strings.HasPrefix(s, "+") {
+			return "", false
+		}
+		n[i] = x
+	}
+	return fmt.Sprintf("%d.%d.%d", n[0], n[1], n[2]), true
+}
+
+// minorOf is the number of a device named gpu-N, for ordering.
+func minorOf(name string) int {
+	n, _ := strconv.Atoi(strings.TrimPrefix(name, "gpu-"))
+	return n
+}
+
+// ReadProfile reads a built-in's name or a profile file as nvml-mock's
+// NVML reads it on a node this tool serves, for NVIDIAGPU: a file's bytes;
+// a built-in's effective profile, every value explicit, which is the file
+// the suites give nvml-mock for it. It returns the name refusals give it.
+func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
+	p, source, err := builtin.Load(nameOrPath)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, ok := builtin.Get(nameOrPath); ok && source != nameOrPath {
+		m, err := profile.Normalize(source, p, profile.Options{})
+		if err != nil {
+			return "", nil, err
+		}
+		data, err := profile.Marshal(m.Effective(), "")
+		return source, data, err
+	}
+	data, err = profile.ReadRegularFile(nameOrPath, profile.MaxSize)
+	if err != nil {
+		return "", nil, &profile.Error{Source: nameOrPath, Err: err}
+	}
+	return source, data, nil
+}
