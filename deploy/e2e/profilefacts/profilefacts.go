@@ -49,8 +49,11 @@ type Profile struct {
 	File string
 	// Machine is system.product_name, trimmed; empty when the profile
 	// names no machine (the renderer then takes its board's, an
-	// inference this reader does not make).
+	// inference this reader does not make, but Literal may fill in).
 	Machine string
+	// MachineFrom says where Machine comes from: FromProfile or
+	// FromLiteral; empty when Machine is.
+	MachineFrom string
 	// Topology is true when the profile has pcie_topology.root_complexes.
 	Topology bool
 	// GPUs are the profile's GPUs by index.
@@ -73,8 +76,11 @@ type GPU struct {
 	// Driver is pci.driver, else DriverNVIDIA.
 	Driver string
 	// Root is the id of the pcie_topology root complex that lists the GPU
-	// (pci0000:15), empty when none does.
+	// (pci0000:15), empty when none does (Literal may fill it in).
 	Root string
+	// RootFrom says where Root comes from: FromProfile or FromLiteral;
+	// empty when Root is.
+	RootFrom string
 	// NUMANode is that root complex's numa_node, meaningful when
 	// NUMAGiven.
 	NUMANode  int
@@ -82,13 +88,16 @@ type GPU struct {
 }
 
 // RootGiven reports whether the profile's pcie_topology places the GPU.
-func (g GPU) RootGiven() bool { return g.Root != "" }
+func (g GPU) RootGiven() bool { return g.RootFrom == FromProfile }
 
-// RootSaid is the GPU's root complex as a row says it: the id, or that the
-// profile gives none.
+// RootSaid is the GPU's root complex as a row says it: the id, with where
+// it comes from when that is a literal, or that the profile gives none.
 func (g GPU) RootSaid() string {
-	if g.RootGiven() {
+	switch g.RootFrom {
+	case FromProfile:
 		return g.Root
+	case FromLiteral:
+		return g.Root + " (" + FromLiteral + ")"
 	}
 	return "not given (no pcie_topology places it)"
 }
@@ -155,6 +164,9 @@ func Parse(name string, data []byte) (*Profile, error) {
 		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
 	p := &Profile{File: name, Machine: strings.TrimSpace(doc.System.ProductName)}
+	if p.Machine != "" {
+		p.MachineFrom = FromProfile
+	}
 	// Where each devices[] entry goes.
 	byIndex := map[int]int{}
 	for pos, d := range doc.Devices {
@@ -230,7 +242,7 @@ func Parse(name string, data []byte) (*Profile, error) {
 			g.Driver = d
 		}
 		if pl, ok := at[g.BusID]; ok {
-			g.Root, g.NUMANode, g.NUMAGiven = pl.root, pl.numa, pl.numaGiven
+			g.Root, g.RootFrom, g.NUMANode, g.NUMAGiven = pl.root, FromProfile, pl.numa, pl.numaGiven
 		}
 		p.GPUs = append(p.GPUs, g)
 	}

@@ -2,6 +2,8 @@ package profilefacts_test
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
@@ -134,7 +137,9 @@ func TestEveryProfile(t *testing.T) {
 	for _, name := range []string{"dgx-a100", "hgx-h100", "gb200-tray", "t4-vm"} {
 		files = append(files, builtin(t, name))
 	}
+	files = append(files, standalone(t))
 	compared, inferred := 0, 0
+	judged := map[string]bool{}
 	for _, file := range files {
 		rel, _ := filepath.Rel(repo, file)
 		root := filepath.Join(t.TempDir(), "tree")
@@ -167,10 +172,57 @@ func TestEveryProfile(t *testing.T) {
 			}
 		}
 		compared++
+		// The literals of the suites' own profiles against the render:
+		// the machine it wrote for GFD, the roots it inferred.
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		if strings.HasPrefix(rel, "testdata/hostile/") || strings.HasPrefix(rel, "testdata/flip/") {
+			continue
+		}
+		require.NoError(t, p.Literal(name), rel)
+		machine, _ := os.ReadFile(filepath.Join(root, "dmi", "product_name"))
+		if p.Machine != "" || strings.TrimSpace(string(machine)) == "" {
+			require.Equal(t, strings.TrimSpace(string(machine)), p.Machine, "%s: the machine (%s)", rel, p.MachineFrom)
+		}
+		for i, g := range p.GPUs {
+			if g.Root == "" {
+				continue
+			}
+			require.Equal(t, effective.GPUs[i].Root, g.Root, "%s: GPU %s's root (%s)", rel, g.BusID, g.RootFrom)
+			require.Equal(t, effective.GPUs[i].NUMANode, g.NUMANode, "%s: GPU %s's NUMA node (%s)", rel, g.BusID, g.RootFrom)
+			if g.RootFrom == profilefacts.FromLiteral {
+				judged[name] = true
+			}
+		}
+		if p.MachineFrom == profilefacts.FromLiteral {
+			judged[name] = true
+		}
 	}
 	t.Logf("%d profiles compared with their renders, %d GPUs' roots inferred by the render", compared, inferred)
-	require.GreaterOrEqual(t, compared, 23, "profiles compared")
+	require.GreaterOrEqual(t, compared, 24, "profiles compared")
 	require.Positive(t, inferred, "a profile without pcie_topology was among them")
+	require.Equal(t, profilefacts.LiteralNames(), slices.Sorted(maps.Keys(judged)), "every literal judged against a render")
+}
+
+// standalone writes the standalone ConfigMap's profile (the node suite's)
+// as a file named as literals names it.
+func standalone(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(overlaytest.Repo(t), "deploy/kubernetes/standalone/nvml-mock-config.yaml"))
+	require.NoError(t, err)
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var cm struct {
+			Kind string
+			Data map[string]string
+		}
+		require.NoError(t, yaml.Unmarshal([]byte(doc), &cm))
+		if cm.Kind == "ConfigMap" {
+			file := filepath.Join(t.TempDir(), "nvml-mock-config.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(cm.Data["config.yaml"]), 0o644))
+			return file
+		}
+	}
+	t.Fatal("no ConfigMap in the standalone manifest")
+	return ""
 }
 
 // builtin writes a built-in profile as the binary prints it.
