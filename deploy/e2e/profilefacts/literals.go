@@ -33,11 +33,16 @@ type literal struct {
 // literals are the suites' own profiles that leave a fact to the
 // renderer, by name: a built-in's, or a profile file's without .yaml
 // (nvml-mock's in ../shared, the repository's testdata/profiles, the
-// standalone ConfigMap's nvml-mock-config). A PCIe board's profile (t4,
-// t4-vm, graphics, hcas-on-some-roots) names no machine and gets none.
+// standalone ConfigMap's nvml-mock-config). A PCIe board's (t4, t4-vm,
+// graphics, hcas-on-some-roots) has no machine: the render writes none,
+// and GFD labels the node's own.
 func literals() map[string]literal {
 	a100, h100, gb200 := "NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3", "NVIDIA GB200"
 	return map[string]literal{
+		"t4":                 {gpus: "NVIDIA T4"},
+		"t4-vm":              {gpus: "Tesla T4"},
+		"graphics":           {gpus: "NVIDIA L40S"},
+		"hcas-on-some-roots": {gpus: "NVIDIA H100 PCIe"},
 		"dgx-a100":         {gpus: a100, machine: "DGX A100"},
 		"a100":             {gpus: a100, machine: "DGX A100"},
 		"hgx-h100":         {gpus: h100, machine: "DGX H100"},
@@ -55,9 +60,9 @@ func literals() map[string]literal {
 
 // Literal fills in, for one of the suites' own profiles (name: as
 // literals keys it), the facts it leaves to the renderer: the machine
-// where it names none, the root of each GPU no pcie_topology places; and
-// says so in MachineFrom and RootFrom. Any other profile keeps them
-// unknown (empty). A literal written for other GPUs than the profile's,
+// where it names none (none, for a PCIe board's), the root of each GPU no
+// pcie_topology places; and says so in MachineFrom and RootFrom. Any
+// other profile keeps them unknown (MachineFrom and RootFrom empty). A literal written for other GPUs than the profile's,
 // or for other bus ids, is refused: it would judge the wrong profile.
 func (p *Profile) Literal(name string) error {
 	l, ok := literals()[name]
@@ -67,7 +72,7 @@ func (p *Profile) Literal(name string) error {
 	if names := p.Names(); !slices.Equal(names, []string{l.gpus}) {
 		return fmt.Errorf("profile %s: the suites' literal for %q was written for %s GPUs, the profile has %q", p.File, name, l.gpus, names)
 	}
-	if p.Machine == "" {
+	if p.MachineFrom == "" {
 		p.Machine, p.MachineFrom = l.machine, FromLiteral
 	}
 	placed := map[string]bool{}

@@ -52,7 +52,8 @@ type Profile struct {
 	// inference this reader does not make, but Literal may fill in).
 	Machine string
 	// MachineFrom says where Machine comes from: FromProfile or
-	// FromLiteral; empty when Machine is.
+	// FromLiteral (which may say there is none: a PCIe board's); empty
+	// when the machine is unknown.
 	MachineFrom string
 	// Topology is true when the profile has pcie_topology.root_complexes.
 	Topology bool
