@@ -3,10 +3,10 @@ package profilefacts_test
 import (
 	"fmt"
 	"maps"
-	"slices"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
