@@ -39,9 +39,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/builtin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 // NVIDIAGPUDriver is the NVIDIA DRA driver's name for its GPUs.
@@ -257,11 +257,11 @@ func minorOf(name string) int {
 // a built-in's effective profile, every value explicit, which is the file
 // the suites give nvml-mock for it. It returns the name refusals give it.
 func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
-	p, source, err := builtin.Load(nameOrPath)
+	p, source, err := shipped.Load(nameOrPath)
 	if err != nil {
 		return "", nil, err
 	}
-	if _, ok := builtin.Get(nameOrPath); ok && source != nameOrPath {
+	if _, ok := shipped.Get(nameOrPath); ok && source != nameOrPath {
 		m, err := profile.Normalize(source, p, profile.Options{})
 		if err != nil {
 			return "", nil, err

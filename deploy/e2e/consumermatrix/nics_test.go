@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -27,22 +28,31 @@ const (
 // where GFD ran as a served pod does, with the CDI spec's variables and no
 // flag (the tree row); the node's own without them, with no tree and with
 // the tree served (the escaped row serves the same file), so the file is
-// read only through the variable. A render without a machine type (a PCIe
-// card) sets no variable: GFD labels the node's own.
+// read only through the variable. The machine is system.product_name, else
+// the suite's literal of its board's (our inference; none for a PCIe
+// card's, whose render sets no variable: GFD labels the node's own). An
+// extra profile that names none is not judged: the row says so.
 func gfdMachine(t *testing.T, x *subject, gfd map[string]map[string]string, row func(string) *row) {
 	t.Helper()
 	// The node's own machine is what GFD labels without the variable: the
 	// escaped run's (the run without a tree may exit, GFD v0.17.4 reading
 	// each GPU's vendor from sysfs).
 	node := gfd[servedEscaped][gfdMachineLabel]
-	want := node
-	if x.m.ProductName != "" {
-		want = programs.GFDMachineLabel(x.m.ProductName)
-	}
 	got := gfd[servedTree][gfdMachineLabel]
-	row(servedTree).check(t, colGFDMachine, got+" (spec's "+deploy.MachineTypeFileEnv+", no flag)", got == want,
-		fmt.Sprintf("want %q, the profile's %q as GFD labels it", want, x.m.ProductName))
-	row(servedEscaped).check(t, colGFDMachine, node+" (tree served, no variable: the node's)", node != "" && (x.m.ProductName == "" || node != want),
+	if x.facts.MachineFrom == "" {
+		row(servedTree).notRun(t, colGFDMachine, programs.NotRunPrefix+"gpu.machine "+got+" not judged: the profile names no machine (system.product_name), and no literal of the suite's gives its board's")
+		return
+	}
+	want, from := node, "the node's: "+x.facts.MachineFrom+" is none"
+	if x.facts.Machine != "" {
+		want, from = programs.GFDMachineLabel(x.facts.Machine), x.facts.MachineFrom+" "+x.facts.Machine
+	}
+	if x.facts.MachineFrom == profilefacts.FromLiteral {
+		got += " (" + profilefacts.FromLiteral + ")"
+	}
+	row(servedTree).check(t, colGFDMachine, got+" (spec's "+deploy.MachineTypeFileEnv+", no flag)", gfd[servedTree][gfdMachineLabel] == want,
+		fmt.Sprintf("want %q, %s as GFD labels it", want, from))
+	row(servedEscaped).check(t, colGFDMachine, node+" (tree served, no variable: the node's)", node != "" && (x.facts.Machine == "" || node != want),
 		fmt.Sprintf("want the node's own machine without the variable, got %q, the profile's %q: the check cannot fail", node, want))
 }
 

@@ -19,10 +19,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -171,14 +171,17 @@ func (s *suite) readNode(t *testing.T) {
 // subject is one profile, rendered.
 type subject struct {
 	suiteProfile
-	m    *profile.Machine
-	gpus []profile.Device
+	// facts are the profile's, read apart from the renderer
+	// (programs.SuiteProfile.Facts): every expectation below comes from
+	// them, the render's plan gives only the bridges and HCAs.
+	facts *profilefacts.Profile
+	gpus  []profilefacts.GPU
 	// nvml is the profile nvml-mock's NVML serves (programs.NVMLProfile):
 	// the file itself, or on a passthrough node its nvidia-bound GPUs
 	// alone; nvmlGPUs are those GPUs, the ones GFD's NVML strategy and the
 	// DRA driver can see, and vfio counts the others.
 	nvml     string
-	nvmlGPUs []profile.Device
+	nvmlGPUs []profilefacts.GPU
 	vfio     int
 	// bridges are the bridges the plan puts in the tree, rendered alone
 	// and with the host's devices (which keep bridges off the host's BDFs).
@@ -195,15 +198,14 @@ type subject struct {
 
 func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	t.Helper()
-	x := &subject{suiteProfile: p}
+	x := &subject{suiteProfile: p, facts: p.Facts(t)}
 	var err error
-	x.m, err = overlay.LoadMachine(p.File, "")
-	require.NoError(t, err)
-	x.gpus = x.m.GPUs()
+	x.gpus = x.facts.GPUs
 	require.NotEmpty(t, x.gpus)
 	x.nvml, err = programs.NVMLProfile(t.TempDir(), p.Name, p.File)
 	require.NoError(t, err)
-	x.nvmlGPUs, x.vfio = x.m.GPUsOn(profile.DriverNVIDIA), x.m.VFIOGPUs()
+	x.nvmlGPUs = x.facts.NVIDIABound()
+	x.vfio = len(x.gpus) - len(x.nvmlGPUs)
 	dir := t.TempDir()
 	x.root, x.merged = filepath.Join(dir, "tree"), filepath.Join(dir, "merged")
 	pl, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.root})
@@ -216,10 +218,24 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	// GFD labels a node whose GPUs differ in class "unknown" (the suite's
 	// own profiles each have one class; an extra profile may not).
 	x.mode = "unknown"
-	if classes := gpuClasses(x.gpus); len(classes) == 1 {
-		x.mode = compat.GFDMode(classes[0])
+	if classes := x.facts.Classes(); len(classes) == 1 {
+		x.mode = gfdMode(classes[0])
 	}
 	return x
+}
+
+// gfdMode is the gpu.mode GFD v0.17.4 labels GPUs of a PCI class with
+// (its resource/nvml-lib.go: a 3D controller computes, a VGA controller
+// is graphics), written here apart from compat's GFDMode, which compat's
+// own row applies.
+func gfdMode(class uint32) string {
+	switch class {
+	case profilefacts.Class3D:
+		return "compute"
+	case profilefacts.ClassVGA:
+		return "graphics"
+	}
+	return "unknown"
 }
 
 // besidesVFIO notes, where the profile binds GPUs to vfio-pci, that a
@@ -243,22 +259,12 @@ func bridgesOf(pl *plan.Plan) []string {
 }
 
 // products counts the distinct GPU products (device ids) of a profile.
-func products(gpus []profile.Device) int {
+func products(gpus []profilefacts.GPU) int {
 	ids := map[uint16]bool{}
 	for _, g := range gpus {
-		ids[g.DeviceID] = true
+		ids[g.Product()] = true
 	}
 	return len(ids)
-}
-
-func gpuClasses(gpus []profile.Device) []uint32 {
-	var classes []uint32
-	for _, g := range gpus {
-		if !slices.Contains(classes, g.Class) {
-			classes = append(classes, g.Class)
-		}
-	}
-	return classes
 }
 
 // profile runs every consumer for one profile, served every way.
@@ -343,9 +349,10 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	dra := map[string][]programs.NVMLDevice{}
 	for _, name := range []string{servedTree, servedNone, servedEscaped} {
 		dra[name] = s.runNVMLList(t, served[name], x.nvml)
-		rooted, problems := pcieRoots(x.nvmlGPUs, dra[name])
+		rooted, problems, _ := pcieRoots(x.nvmlGPUs, dra[name])
 		text := fmt.Sprintf("%d/%d GPUs%s", rooted, len(x.nvmlGPUs), x.besidesVFIO())
 		if name == servedTree {
+			text += rootsSaid(x.nvmlGPUs)
 			row(name).check(t, colDRA, text, rooted == len(x.nvmlGPUs) && len(problems) == 0, strings.Join(problems, "; "))
 		} else {
 			row(name).check(t, colDRA, text+" (none expected)", rooted == 0, "pcieRoot published without a correct link form: "+strings.Join(problems, "; "))
@@ -354,27 +361,35 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 
 	// NVML (the real mock library) and the served sysfs name the same
 	// GPUs, with the same ids, but for those sysfs binds to vfio-pci,
-	// which NVML must not list.
-	nvml := s.runNVMLList(t, overlaytest.Served{}, x.nvml)
-	requireNVMLModel(t, x.nvml, nvml)
+	// which NVML must not list. The stand-in serves verify's own model of
+	// nvml-mock's NVML (profile.NVMLGPUs), so with it the comparison would
+	// hold by construction: the rows say they were not run.
 	nvmlOK := map[string]bool{}
-	for _, name := range []string{servedTree, servedNone} {
-		sysfs := readSysfsGPUs(t, served[name])
-		text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
-		nvmlOK[name] = ok
-		if name == servedNone {
-			row(name).check(t, colNVML, text, !ok, "NVML and the node's own sysfs agree without the tree: the check cannot fail")
-			continue
+	if s.nvml.StandIn {
+		for _, name := range []string{servedTree, servedNone} {
+			row(name).notRun(t, colNVML, programs.NotRun("NVML's GPUs against sysfs's and verify's model of NVML (the stand-in serves that model)", programs.MockNVML))
 		}
-		row(name).check(t, colNVML, text, ok, why)
-		if x.vfio > 0 {
-			// The negative control of the passthrough pairing: NVML served
-			// the whole profile lists the vfio-pci GPUs, which the check
-			// must name.
-			_, ok, why := compareNVMLSysfs(x, s.runNVMLList(t, overlaytest.Served{}, x.File), sysfs)
-			named := strings.Count(why, "which sysfs binds to "+profile.DriverVFIO)
-			row(name).check(t, colNVML, fmt.Sprintf("the whole profile to NVML: %d named on %s", named, profile.DriverVFIO), !ok && named == x.vfio,
-				fmt.Sprintf("NVML served the whole profile lists its %d GPUs on %s, which the pairing must name: %s", x.vfio, profile.DriverVFIO, why))
+	} else {
+		nvml := s.runNVMLList(t, overlaytest.Served{}, x.nvml)
+		requireNVMLModel(t, x.nvml, nvml)
+		for _, name := range []string{servedTree, servedNone} {
+			sysfs := readSysfsGPUs(t, served[name])
+			text, ok, why := compareNVMLSysfs(x, nvml, sysfs)
+			nvmlOK[name] = ok
+			if name == servedNone {
+				row(name).check(t, colNVML, text, !ok, "NVML and the node's own sysfs agree without the tree: the check cannot fail")
+				continue
+			}
+			row(name).check(t, colNVML, text, ok, why)
+			if x.vfio > 0 {
+				// The negative control of the passthrough pairing: NVML served
+				// the whole profile lists the vfio-pci GPUs, which the check
+				// must name.
+				_, ok, why := compareNVMLSysfs(x, s.runNVMLList(t, overlaytest.Served{}, x.File), sysfs)
+				named := strings.Count(why, "which sysfs binds to "+profile.DriverVFIO)
+				row(name).check(t, colNVML, fmt.Sprintf("the whole profile to NVML: %d named on %s", named, profile.DriverVFIO), !ok && named == x.vfio,
+					fmt.Sprintf("NVML served the whole profile lists its %d GPUs on %s, which the pairing must name: %s", x.vfio, profile.DriverVFIO, why))
+			}
 		}
 	}
 
@@ -398,7 +413,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	// classes whitelisted, the node's labels survive only when the render
 	// keeps host devices.
 	gpuLabels := map[string]string{}
-	for _, c := range gpuClasses(x.gpus) {
+	for _, c := range x.facts.Classes() {
 		gpuLabels[nfdClassLabel(c, boards.VendorNVIDIA)] = "true"
 	}
 	treeLabels := s.runNFD(t, nfdServed(tree), programs.NFDWorkerRun{})
@@ -485,32 +500,35 @@ func labelDiff(want, got map[string]string, ignore ...string) string {
 }
 
 // pcieRoots counts the GPUs whose device carries the pcieRoot of their
-// profile root complex, and lists every device the driver announced
-// wrongly or not at all.
-func pcieRoots(gpus []profile.Device, devices []programs.NVMLDevice) (int, []string) {
-	byAddr := map[pciaddr.Address]programs.NVMLDevice{}
-	var problems []string
+// root complex (the profile's, or the suite's literal where the render
+// infers it), and lists every device the driver announced wrongly or not
+// at all. A GPU whose root neither gives (an extra profile without
+// pcie_topology) is counted when it has a pcieRoot, and named in unjudged.
+func pcieRoots(gpus []profilefacts.GPU, devices []programs.NVMLDevice) (rooted int, problems, unjudged []string) {
+	byAddr := map[string]programs.NVMLDevice{}
 	for _, d := range devices {
 		a, err := d.Address()
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
 		}
-		byAddr[a] = d
+		byAddr[a.String()] = d
 	}
-	rooted := 0
 	for _, g := range gpus {
-		d, ok := byAddr[g.Address]
+		d, ok := byAddr[g.BusID]
 		if !ok {
-			problems = append(problems, fmt.Sprintf("GPU %s not announced", g.Address))
+			problems = append(problems, fmt.Sprintf("GPU %s not announced", g.BusID))
 			continue
 		}
 		root := d.PCIeRoot
 		switch {
 		case root == "":
-			problems = append(problems, fmt.Sprintf("%s: no pcieRoot (%s)", g.Address, d.PCIeRootError))
-		case root != g.RootComplex.String():
-			problems = append(problems, fmt.Sprintf("%s: pcieRoot %s, want %s", g.Address, root, g.RootComplex))
+			problems = append(problems, fmt.Sprintf("%s: no pcieRoot (%s)", g.BusID, d.PCIeRootError))
+		case g.Root == "":
+			unjudged = append(unjudged, g.BusID)
+			rooted++
+		case root != g.Root:
+			problems = append(problems, fmt.Sprintf("%s: pcieRoot %s, want %s", g.BusID, root, g.RootSaid()))
 		default:
 			rooted++
 		}
@@ -518,7 +536,32 @@ func pcieRoots(gpus []profile.Device, devices []programs.NVMLDevice) (int, []str
 	if len(byAddr) != len(gpus) {
 		problems = append(problems, fmt.Sprintf("%d GPUs announced, the profile has %d", len(byAddr), len(gpus)))
 	}
-	return rooted, problems
+	return rooted, problems, unjudged
+}
+
+// rootsSaid says, for a row, which of the GPUs' roots are not the
+// profile's: the suite's literals of the render's inference, or none.
+func rootsSaid(gpus []profilefacts.GPU) string {
+	literal, unknown := 0, 0
+	for _, g := range gpus {
+		switch g.RootFrom {
+		case profilefacts.FromLiteral:
+			literal++
+		case "":
+			unknown++
+		}
+	}
+	var out []string
+	if literal > 0 {
+		out = append(out, fmt.Sprintf("%d roots %s", literal, profilefacts.FromLiteral))
+	}
+	if unknown > 0 {
+		out = append(out, fmt.Sprintf("%d roots not given by the profile, no literal: present, value not judged", unknown))
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, "; ") + ")"
 }
 
 // compatDisagreements compares compat's rows with what GFD and the DRA
@@ -552,8 +595,13 @@ func compatDisagreements(x *subject, report *compat.Report, gfd map[string]strin
 	// The driver sees the GPUs NVML lists; compat's pcieRoot rows are of
 	// every GPU in sysfs.
 	for _, g := range x.nvmlGPUs {
-		bdf := g.Address.String()
-		if draOK := driverRoot[bdf] == g.RootComplex.String(); draOK != rootOK[bdf] {
+		bdf := g.BusID
+		if g.Root == "" {
+			// Neither the profile nor a literal gives the root to judge the
+			// driver's by.
+			continue
+		}
+		if draOK := driverRoot[bdf] == g.Root; draOK != rootOK[bdf] {
 			out = append(out, fmt.Sprintf("%s pcieRoot: compat passes=%v, the driver published %q", bdf, rootOK[bdf], driverRoot[bdf]))
 		}
 	}
@@ -635,13 +683,13 @@ func ghwFinds(x *subject, bridges []string, hcas []plan.HCA, devices []programs.
 		nodeByAddr[d.Address] = d
 	}
 	for _, g := range x.gpus {
-		d, ok := byAddr[g.Address.String()]
+		d, ok := byAddr[g.BusID]
 		want := fmt.Sprintf("10de %04x", g.Class>>8)
 		switch got := d.Vendor + " " + d.Class + d.Subclass; {
 		case !ok:
-			f.problems = append(f.problems, g.Address.String()+" not listed")
+			f.problems = append(f.problems, g.BusID+" not listed")
 		case got != want:
-			f.problems = append(f.problems, fmt.Sprintf("%s: vendor and class %s, want %s", g.Address, got, want))
+			f.problems = append(f.problems, fmt.Sprintf("%s: vendor and class %s, want %s", g.BusID, got, want))
 		default:
 			f.gpus++
 		}

@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -31,7 +31,12 @@ import (
 // vfioDevice calls it MiB (GetTotalMemoryMiB).
 func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.Served, row func(string) *row) {
 	t.Helper()
-	vfio := x.m.GPUsOn(profile.DriverVFIO)
+	var vfio []profilefacts.GPU
+	for _, g := range x.gpus {
+		if g.Driver == profilefacts.DriverVFIO {
+			vfio = append(vfio, g)
+		}
+	}
 	for _, name := range []string{servedTree, servedNone} {
 		labels, failed := s.runGFD(t, served[name], x.nvml, "vfio")
 		if failed != "" && name == servedTree {
@@ -66,7 +71,7 @@ func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.S
 // rounded up to a power of two, and BAR1, a power of two, with BAR3's few
 // MiB beside it rounds up to twice itself. known is false for a GPU with
 // no capture.
-func vfioLabels(t *testing.T, g profile.Device) (product, memory string, known bool) {
+func vfioLabels(t *testing.T, g profilefacts.GPU) (product, memory string, known bool) {
 	t.Helper()
 	captures := map[string]struct{ file, product string }{
 		// pci.ids: programs.H100SXM5PCIIDs.
@@ -101,9 +106,7 @@ func TestCompareNVMLSysfsPassthrough(t *testing.T) {
 		driver := profile.DriverVFIO
 		if i == 3 {
 			driver = profile.DriverNVIDIA
-			addr, err := pciaddr.Parse(a)
-			require.NoError(t, err)
-			x.nvmlGPUs = append(x.nvmlGPUs, profile.Device{Address: addr, Driver: driver})
+			x.nvmlGPUs = append(x.nvmlGPUs, profilefacts.GPU{BusID: a, Driver: driver})
 		}
 		sysfs[a] = sysfsGPU{Address: a, Device: device, SubsystemID: subsystem, Class: 0x030200, Driver: driver}
 		nvmlAll = append(nvmlAll, programs.NVMLDevice{Index: i, BusID: "0000" + strings.ToUpper(a), DeviceID: device, SubsystemID: subsystem})

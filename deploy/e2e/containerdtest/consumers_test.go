@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 )
 
@@ -78,16 +79,20 @@ func testConsumers(t *testing.T, s *served) {
 		return found
 	}
 	// GFD's machine label, with no flag: the injected CDI device sets
-	// GFD_MACHINE_TYPE_FILE at the overlay's machine type. A profile that
-	// names no machine (a PCIe board's) gets no such variable, and GFD
-	// labels the node's own: the rows then judge the rest, and say so.
-	machine := programs.GFDMachineLabel(s.machine.ProductName)
+	// GFD_MACHINE_TYPE_FILE at the overlay's machine type, the profile's
+	// system.product_name. A profile that names none (a PCIe board's, or
+	// one whose board's machine only the renderer infers) is not judged
+	// there: the rows judge the rest, and say so.
+	machine := ""
+	if s.facts.MachineFrom == profilefacts.FromProfile {
+		machine = programs.GFDMachineLabel(s.facts.Machine)
+	}
 	servedWant, unservedWant := "`nvidia.com/gpu.mode=compute`", "no `nvidia.com/gpu.mode=compute`, not the profile's machine"
 	if machine == "" {
 		servedWant += ", `gpu.machine` not judged (the profile names no machine)"
 		unservedWant = "no `nvidia.com/gpu.mode=compute`, `gpu.machine` not judged (the profile names no machine)"
 	}
-	gpus := s.machine.GPUs()
+	gpus := s.facts.GPUs
 	rows := []row{
 		{"GFD labels compute", "GPU Feature Discovery", "`cdi-devices.noderesource.dev/container.<name>`", servedWant + " (" + nvml.Name() + ")", func(t *testing.T) {
 			labels, res := gfd(t, gfdContainer)
@@ -109,8 +114,14 @@ func testConsumers(t *testing.T, s *served) {
 		}},
 		{"deviceattribute finds pcieRoot", "deviceattribute on NVML's bus ids (nvml-list)", "`cdi-devices.noderesource.dev/container.<name>`", "each GPU's `resource.kubernetes.io/pcieRoot` is its root complex (" + nvml.Name() + ")", func(t *testing.T) {
 			want, got := map[string]string{}, map[string]string{}
+			// A root the profile does not give is required present, its
+			// value not compared.
+			const anyRoot = "a root (not given by the profile: not compared)"
 			for _, d := range gpus {
-				want[d.Address.String()] = d.RootComplex.String()
+				want[d.BusID] = d.Root
+				if d.Root == "" {
+					want[d.BusID] = anyRoot
+				}
 			}
 			found := nvmlList(t, nvmlContainer)
 			require.Len(t, found, len(gpus), "NVML lists the profile's GPUs")
@@ -118,6 +129,9 @@ func testConsumers(t *testing.T, s *served) {
 				a, err := d.Address()
 				require.NoError(t, err)
 				got[a.String()] = d.PCIeRoot
+				if want[a.String()] == anyRoot && d.PCIeRoot != "" {
+					got[a.String()] = anyRoot
+				}
 				t.Logf("deviceattribute: %s %s=%s %s", d.BusID, programs.PCIeRootAttribute, d.PCIeRoot, d.PCIeRootError)
 			}
 			require.Equal(t, want, got, "each GPU's pcieRoot is its root complex")

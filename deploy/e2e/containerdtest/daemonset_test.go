@@ -17,6 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -200,15 +201,13 @@ func TestDaemonSetPod(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusOK, code)
 
-	machine := func(t *testing.T, name string, text []byte) *profile.Machine {
-		p, err := profile.Parse(name, text)
+	facts := func(t *testing.T, name string, text []byte) *profilefacts.Profile {
+		p, err := profilefacts.Parse(name, text)
 		require.NoError(t, err)
-		m, err := profile.Normalize(name, p, profile.Options{})
-		require.NoError(t, err)
-		return m
+		return p
 	}
 	links := os.DirFS(filepath.Join(overlay, plan.LinksDir))
-	s := &served{h: h, bin: bin, root: overlay, spec: specFile, profile: vol.File(), machine: machine(t, key, []byte(text)),
+	s := &served{h: h, bin: bin, root: overlay, spec: specFile, profile: vol.File(), facts: facts(t, key, []byte(text)),
 		containerRoot: podtest.FlagValue(spec.Containers[0].Args, "--container-root")}
 
 	t.Run("the tree and the spec appear, and serve a CDI pod", func(t *testing.T) {
@@ -236,7 +235,7 @@ func TestDaemonSetPod(t *testing.T) {
 	require.True(t, ok)
 	t4Text, err := profile.Marshal(t4, "changed")
 	require.NoError(t, err)
-	t4Machine := machine(t, "t4-vm", t4Text)
+	t4Facts := facts(t, "t4-vm", t4Text)
 	var swapIn time.Duration
 	var totals containerdtest.ReaderTotals
 	before := len(linkscan.Links(links).Entries)
@@ -258,7 +257,7 @@ func TestDaemonSetPod(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return m.Digest != old.Digest && m.GPUs == len(t4Machine.GPUs()), fmt.Sprintf("marker %+v", m)
+			return m.Digest != old.Digest && m.GPUs == len(t4Facts.GPUs), fmt.Sprintf("marker %+v", m)
 		})
 		require.NoError(t, err, "the swapped profile rendered; log:\n%s", logs().String())
 		swapIn = time.Since(swapped)
@@ -299,7 +298,7 @@ func TestDaemonSetPod(t *testing.T) {
 		}
 
 		// The old tree still serves a CDI pod, as the t4 it is.
-		s.machine = t4Machine
+		s.facts = t4Facts
 		c := s.verifyContainer("verify-while-bad")
 		c.CDIDevices = []string{device}
 		res := h.RunPod(t, containerdtest.Pod{Name: "daemonset-verify-bad"}).Run(t, c)

@@ -38,10 +38,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -214,15 +214,21 @@ func (s *suite) nodePath(path string) string {
 	return s.node.ProcPath(path)
 }
 
-// machine is a profile text as the renderer sees it.
-func machine(t *testing.T, name, text string) *profile.Machine {
+// facts are a profile text's facts as the suite's own reader reads them
+// (profilefacts: apart from the renderer), with the suites' literal where
+// literal names one of their own profiles (empty: none).
+func facts(t *testing.T, name, literal, text string) *profilefacts.Profile {
 	t.Helper()
-	p, err := profile.Parse(name, []byte(text))
+	p, err := profilefacts.Parse(name, []byte(text))
 	require.NoError(t, err)
-	m, err := profile.Normalize(name, p, profile.Options{})
-	require.NoError(t, err)
-	return m
+	require.NoError(t, p.Literal(literal))
+	return p
 }
+
+// standaloneLiteral names the standalone ConfigMap's profile in the
+// suites' literals: its H100s name no machine, so the board's (DGX H100)
+// is our inference, judged against the literal.
+const standaloneLiteral = "nvml-mock-config"
 
 // daemonSetPod is the DaemonSet's one pod on the suite's node.
 func (s *suite) daemonSetPod(t *testing.T) *corev1.Pod {
@@ -283,10 +289,10 @@ func (s *suite) testApply(t *testing.T, helm string) {
 	require.True(t, kubetest.PodReady(pod), "Ready: %+v", pod.Status.Conditions)
 	require.Zero(t, pod.Status.ContainerStatuses[0].RestartCount)
 
-	want := machine(t, s.key, s.cm.Data[s.key])
+	want := facts(t, s.key, standaloneLiteral, s.cm.Data[s.key])
 	_, err = writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
 	require.NoError(t, err, "a complete tree at the node's %s", s.root)
-	require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the tree has the ConfigMap's GPUs, as ghw lists them")
+	require.Equal(t, len(want.GPUs), s.servedGPUs(t), "the tree has the ConfigMap's GPUs, as ghw lists them")
 	spec, err := cdi.ReadSpec(s.nodePath(s.spec), 0)
 	require.NoError(t, err, "the CDI spec at the node's %s", s.spec)
 	require.NotEmpty(t, spec.Devices)
@@ -520,16 +526,35 @@ func wantLabels(want map[string]string) func(map[string]string) error {
 }
 
 // machineLabel is the nvidia.com/gpu.machine GFD must put on the Node for
-// a profile: its machine type as the render normalises it (the profile's
-// system.product_name, else its GPU board's machine), made a label value
-// as GFD makes it. It comes from the profile, not from the tree at the
-// node, so a render that wrote the wrong machine fails the check. A
-// profile that names no machine would leave GFD the node's own DMI name,
-// and the check nothing to catch.
-func machineLabel(t *testing.T, m *profile.Machine) string {
+// a profile, and how a row says it: the profile's system.product_name,
+// else the suites' literal of its board's machine (the render's
+// inference, said so), made a label value as GFD makes it. It comes from
+// the profile, not from the tree at the node, so a render that wrote the
+// wrong machine fails the check. Empty where neither gives one (a PCIe
+// board's, or a profile the suites have no literal of): GFD then labels
+// the node's own DMI name, which the check could not tell from a wrong
+// render, and the row says it is not judged.
+func machineLabel(p *profilefacts.Profile) (label, said string) {
+	switch {
+	case p.MachineFrom == "":
+		return "", "not judged (the profile names no machine, and the suites have no literal of its board's)"
+	case p.Machine == "":
+		return "", "not judged (a PCIe board's profile: no machine)"
+	}
+	label = programs.GFDMachineLabel(p.Machine)
+	if p.MachineFrom == profilefacts.FromLiteral {
+		return label, label + " (" + profilefacts.FromLiteral + ")"
+	}
+	return label, label
+}
+
+// requireMachineLabel is machineLabel for a step that judges the machine:
+// its profile must give one.
+func requireMachineLabel(t *testing.T, p *profilefacts.Profile) (label, said string) {
 	t.Helper()
-	require.NotEmpty(t, m.ProductName, "the profile names a machine, so the gpu.machine check can fail")
-	return programs.GFDMachineLabel(m.ProductName)
+	label, said = machineLabel(p)
+	require.NotEmpty(t, label, "%s: the step judges gpu.machine, so its profile must give one: %s", p.File, said)
+	return label, said
 }
 
 // nfdCRDs is the NodeFeature CRDs' file in node-feature-discovery's
@@ -557,7 +582,7 @@ func moduleDir(t *testing.T, module, version string) string {
 // control), then one served.
 func (s *suite) testGFD(t *testing.T) {
 	s.labellerAccess(t)
-	want := machine(t, s.key, s.cm.Data[s.key])
+	want := facts(t, s.key, standaloneLiteral, s.cm.Data[s.key])
 
 	t.Run("not served", func(t *testing.T) {
 		s.rows.Expect(t, "GFD pod not served our device (`--use-node-feature-api`, nfd-master)", "the pod fails: GFD reads each GPU's PCI vendor from sysfs; no `"+labelMode+"` on the Node")
@@ -569,11 +594,12 @@ func (s *suite) testGFD(t *testing.T) {
 		require.NotContains(t, s.nodeLabels(t), labelMode)
 	})
 	t.Run("served", func(t *testing.T) {
-		s.rows.Expect(t, "GFD pod served our device", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine (by %s; %s)", labelMode, labelCount, len(want.GPUs()), labelMachine, servedBy, s.nvml.Name()))
+		machine, said := requireMachineLabel(t, want)
+		s.rows.Expect(t, "GFD pod served our device", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` %s (by %s; %s)", labelMode, labelCount, len(want.GPUs), labelMachine, said, servedBy, s.nvml.Name()))
 		began := time.Now()
 		s.c.RunPod(t, s.gfdPod(t, "gfd-served", true))
 		labels := s.waitLabels(t, "GFD's labels", wantLabels(map[string]string{
-			labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelMachine: machineLabel(t, want),
+			labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs)), labelMachine: machine,
 		}))
 		s.figure("GFD pod created -> Node %s=%s %s=%s %s=%s in %s", labelMode, labels[labelMode], labelCount, labels[labelCount], labelMachine, labels[labelMachine], time.Since(began).Round(time.Millisecond))
 		keys, header, row := s.readmeLabels(t)
@@ -758,9 +784,9 @@ func withProductName(t *testing.T, file, name string) string {
 func (s *suite) testReprofile(t *testing.T) {
 	s.rows.Expect(t, "ConfigMap updated through the API to built-in "+reprofileTo+" (system.product_name "+reprofileToMachine+")", "tree re-rendered, 0 torn entries in a served reader throughout; GFD and nfd-worker label the new profile")
 	text := withProductName(t, programs.BuiltinProfile(t, reprofileTo), reprofileToMachine)
-	want := machine(t, reprofileTo, text)
-	require.Equal(t, reprofileToMachine, want.ProductName)
-	require.NotNil(t, want.HCAs, "%s has HCAs", reprofileTo)
+	want := facts(t, reprofileTo, "", text)
+	require.Equal(t, reprofileToMachine, want.Machine)
+	require.Contains(t, text, "\ninfiniband:", "%s has HCAs", reprofileTo)
 	pod := s.daemonSetPod(t)
 	data := s.profileVolumeData(pod)
 	oldData, err := os.Readlink(data)
@@ -785,7 +811,7 @@ func (s *suite) testReprofile(t *testing.T) {
 		r.TreeRendered = time.Now()
 		return nil
 	})
-	require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the new tree has %s's GPUs, as ghw lists them", reprofileTo)
+	require.Equal(t, len(want.GPUs), s.servedGPUs(t), "the new tree has %s's GPUs, as ghw lists them", reprofileTo)
 	require.False(t, r.VolumeSwapped.IsZero(), "the tree changed before the volume did")
 	r.UpdateToSwap, r.SwapToTree, r.UpdateToTree = r.VolumeSwapped.Sub(r.APIUpdate), r.TreeRendered.Sub(r.VolumeSwapped), r.TreeRendered.Sub(r.APIUpdate)
 	r.UpdateToSwapString, r.SwapToTreeString = r.UpdateToSwap.Round(time.Millisecond).String(), r.SwapToTree.Round(time.Millisecond).String()
@@ -795,7 +821,8 @@ func (s *suite) testReprofile(t *testing.T) {
 	r.ReaderScans, r.ReaderTorn, r.ReaderViews = totals.Scans, totals.Torn, totals.Views
 	require.GreaterOrEqual(t, len(totals.Views), 2, "the reader saw the first tree and the new one: %v", totals.Views)
 
-	r.ExpectedGPUs, r.ExpectedMachine = len(want.GPUs()), machineLabel(t, want)
+	r.ExpectedGPUs = len(want.GPUs)
+	r.ExpectedMachine, _ = requireMachineLabel(t, want)
 	s.c.RunPod(t, s.gfdPod(t, "gfd-reprofiled", true))
 	r.LabelsAfterGFD = s.waitLabels(t, "GFD's labels of "+reprofileTo, wantLabels(map[string]string{
 		labelMode: "compute", labelCount: fmt.Sprint(r.ExpectedGPUs), labelMachine: r.ExpectedMachine,
@@ -828,19 +855,19 @@ func (s *suite) testExtraProfiles(t *testing.T) {
 			})
 			data, err := os.ReadFile(p.File)
 			require.NoError(t, err)
-			want := machine(t, p.Name, string(data))
-			labels := map[string]string{labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs())), labelNVIDIA: "true"}
-			said := fmt.Sprintf("tree re-rendered with its %d GPUs; Node `%s=%d`, `%s`", len(want.GPUs()), labelCount, len(want.GPUs()), labelNVIDIA)
-			if want.ProductName != "" {
-				labels[labelMachine] = machineLabel(t, want)
-				said += ", `" + labelMachine + "`"
+			want := facts(t, p.Name, p.Literal, string(data))
+			labels := map[string]string{labelMode: "compute", labelCount: fmt.Sprint(len(want.GPUs)), labelNVIDIA: "true"}
+			machine, machineSaid := machineLabel(want)
+			said := fmt.Sprintf("tree re-rendered with its %d GPUs; Node `%s=%d`, `%s`, `%s` %s", len(want.GPUs), labelCount, len(want.GPUs), labelNVIDIA, labelMachine, machineSaid)
+			if machine != "" {
+				labels[labelMachine] = machine
 			}
 			s.rows.Expect(t, "ConfigMap updated through the API to "+p.Name, said)
 			old, err := writer.ReadMarker(os.DirFS(s.nodePath(s.root)))
 			require.NoError(t, err)
 			s.updateProfile(t, string(data))
 			s.waitNewTree(t, "serve's render of "+p.Name, old)
-			require.Equal(t, len(want.GPUs()), s.servedGPUs(t), "the tree has %s's GPUs, as ghw lists them", p.Name)
+			require.Equal(t, len(want.GPUs), s.servedGPUs(t), "the tree has %s's GPUs, as ghw lists them", p.Name)
 			name := strings.ToLower(slug(p.Name))
 			s.c.RunPod(t, s.gfdPod(t, "gfd-"+name, true))
 			s.c.RunPod(t, s.nfdPod(t, "nfd-worker-"+name, true))

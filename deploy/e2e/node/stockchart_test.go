@@ -80,7 +80,8 @@ func (s *suite) testStockGFD(t *testing.T) {
 	ctx := context.Background()
 	helm := programs.NeedBinary(t, programs.Helm())
 	chart := filepath.Join(moduleDir(t, programs.GFDModule, programs.GFDVersion), stockChartPath)
-	want := machine(t, s.key, s.cm.Data[s.key])
+	want := facts(t, s.key, standaloneLiteral, s.cm.Data[s.key])
+	machine, machineSaid := requireMachineLabel(t, want)
 	s.c.Runtime.Import(t, s.gfdImage(t), containerdtest.CRINamespace)
 	node, err := s.c.Client.CoreV1().Nodes().Patch(ctx, s.node.Name, types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"`+gpuPresent+`":"true"}}}`), metav1.PatchOptions{})
@@ -134,8 +135,8 @@ func (s *suite) testStockGFD(t *testing.T) {
 	})
 
 	t.Run("served", func(t *testing.T) {
-		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod asking nothing", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` the profile's machine, and `%s`, from GFD's own pod (through nfd-worker's local source; %s)",
-			labelMode, labelCount, len(want.GPUs()), labelMachine, labelTimestamp, s.nvml.Name()))
+		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod asking nothing", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` %s, and `%s`, from GFD's own pod (through nfd-worker's local source; %s)",
+			labelMode, labelCount, len(want.GPUs), labelMachine, machineSaid, labelTimestamp, s.nvml.Name()))
 		var values []string
 		if s.sabotage == programs.SabotageNoTree {
 			values = optOut
@@ -155,8 +156,8 @@ func (s *suite) testStockGFD(t *testing.T) {
 			return nil
 		})
 		require.Equal(t, "compute", labels[labelMode], "GFD's labels: %v", labels)
-		require.Equal(t, fmt.Sprint(len(want.GPUs())), labels[labelCount])
-		require.Equal(t, machineLabel(t, want), labels[labelMachine])
+		require.Equal(t, fmt.Sprint(len(want.GPUs)), labels[labelCount])
+		require.Equal(t, machine, labels[labelMachine])
 		worker := s.nfdWorkerPod(t, "nfd-worker-local", true, true)
 		s.c.RunPod(t, worker)
 		got := s.waitLabels(t, "the stock GFD's labels", wantLabels(map[string]string{

@@ -133,8 +133,8 @@ func (w *helmWritable) profileValues(t *testing.T) string {
 	t.Helper()
 	text, err := os.ReadFile(filepath.Join(w.repo, writableProfile))
 	require.NoError(t, err)
-	for _, g := range machine(t, writableProfileKey, string(text)).GPUs() {
-		w.gpus = append(w.gpus, g.Address.String())
+	for _, g := range facts(t, writableProfileKey, "", string(text)).GPUs {
+		w.gpus = append(w.gpus, g.BusID)
 	}
 	require.GreaterOrEqual(t, len(w.gpus), 2, "%s: a GPU for a pod, one for a served namespace", writableProfile)
 	var v struct {

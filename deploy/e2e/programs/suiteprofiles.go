@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -19,6 +20,25 @@ import (
 type SuiteProfile struct {
 	Name string // the matrix's row label
 	File string
+	// Literal names the profile in profilefacts' literals of the suites'
+	// own profiles (a built-in's name, a file's without .yaml); empty for
+	// an extra, which no literal judges.
+	Literal string
+}
+
+// Facts are the profile's facts as profilefacts reads them from its file,
+// with the literals of the suites' own profiles where it leaves a fact to
+// the renderer: the suites' expectations, apart from the renderer's.
+func (p SuiteProfile) Facts(t testing.TB) *profilefacts.Profile {
+	t.Helper()
+	f, err := profilefacts.Read(p.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Literal(p.Literal); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // ExtraProfilesEnv names a variable listing more profile files for the
@@ -38,21 +58,23 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 	t.Helper()
 	var out []SuiteProfile
 	for _, name := range shipped.Names() {
-		out = append(out, SuiteProfile{Name: "built-in " + name, File: BuiltinProfile(t, name)})
+		out = append(out, SuiteProfile{Name: "built-in " + name, File: BuiltinProfile(t, name), Literal: name})
 	}
 	shared, err := filepath.Glob(filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "*.yaml"))
 	if err != nil || len(shared) == 0 {
 		t.Fatalf("no nvml-mock profiles in ../shared/testdata/nvml-mock-profiles: %v", err)
 	}
 	for _, f := range shared {
-		out = append(out, SuiteProfile{Name: "shared " + strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		out = append(out, SuiteProfile{Name: "shared " + name, File: servableFile(t, f), Literal: name})
 	}
 	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "deploy/e2e/programs/testdata/profiles/*.yaml"))
 	if err != nil || len(own) == 0 {
 		t.Fatalf("no profiles in deploy/e2e/programs/testdata/profiles: %v", err)
 	}
 	for _, f := range own {
-		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		out = append(out, SuiteProfile{Name: name, File: servableFile(t, f), Literal: name})
 	}
 	// The repository's profiles of nvml-mock's newest shapes and of a
 	// passthrough node.
@@ -60,7 +82,8 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		if !slices.Contains(repoShapes(), filepath.Base(f)) {
 			continue
 		}
-		out = append(out, SuiteProfile{Name: strings.TrimSuffix(filepath.Base(f), ".yaml"), File: servableFile(t, f)})
+		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		out = append(out, SuiteProfile{Name: name, File: servableFile(t, f), Literal: name})
 	}
 	return append(out, ExtraProfiles(t)...)
 }
