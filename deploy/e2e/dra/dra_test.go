@@ -42,7 +42,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
-	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
 
 func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
@@ -152,9 +151,9 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 		opts:     opts,
 	}
 	s.dranet, _ = programs.NeedSupplied(t, programs.Dranet)
-	binary, err := os.ReadFile(plugin)
+	var err error
+	s.driverNUMA, err = programs.PublishesNUMANode(plugin)
 	require.NoError(t, err, "the driver's kubelet plugin")
-	s.driverNUMA = bytes.Contains(binary, []byte(numaNodeAttribute))
 	dir := t.TempDir()
 	s.driverRoot = filepath.Join(dir, "driver-root")
 	require.NoError(t, programs.WriteDriverRoot(s.driverRoot, mockNVML), "the driver root %s", s.driverRoot)
@@ -241,8 +240,9 @@ const (
 	checkTooMany   = "claim too-many"
 	checkVerify    = "verify in the claim's pod"
 	checkUnprepare = "unprepare"
-	// checkVerifyOptedOut is checkVerify's control.
+	// checkVerifyOptedOut is checkVerify's control, in podOptedOut.
 	checkVerifyOptedOut = "verify in the claim's pod, opted out"
+	podOptedOut         = "fit-opted-out"
 )
 
 // maxGPUs is the most GPUs a profile of the set has: the driver root
@@ -509,16 +509,19 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 
 	// The control of the pod's tree: the same claim's pod, opted out of
 	// serve --nri, gets the claim's GPUs and not our mounts.
-	check(checkVerifyOptedOut, "verify fails for want of the links directory", func(t *testing.T) {
-		const name = "fit-opted-out"
-		s.verifyPod(t, name, "fit", nriplugin.InjectAnnotation, "false")
-		pod := s.c.WaitPod(t, namespace, name, podTimeout, func(p *corev1.Pod) bool {
+	check(checkVerifyOptedOut, "verify fails: no overlay in the container", func(t *testing.T) {
+		s.verifyPod(t, podOptedOut, "fit", nriplugin.InjectAnnotation, "false")
+		pod := s.c.WaitPod(t, namespace, podOptedOut, podTimeout, func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
 		})
-		require.Equal(t, corev1.PodFailed, pod.Status.Phase, "pod %s: %s", name, unschedulable(pod))
-		report := s.verifyReport(t, pod)
-		require.Contains(t, report.FailedChecks(), verify.LinksMount, "verify's failures: %+v", report.Failures())
-		r.optedOut = "fails: " + strings.Join(report.FailedChecks(), ", ")
+		require.Equal(t, corev1.PodFailed, pod.Status.Phase, "pod %s: %s", podOptedOut, unschedulable(pod))
+		logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
+		require.NoError(t, err, "verify's log through the API server")
+		// verify refuses to judge a container without our overlay, in
+		// one line naming where it looked.
+		refusal := "no effective profile at " + plan.DefaultContainerRoot
+		require.Contains(t, string(logs), refusal, "verify's refusal")
+		r.optedOut = "verify fails: " + refusal
 	})
 	s.removePods(t)
 
@@ -552,7 +555,7 @@ func (s *suite) list(file string) ([]byte, error) {
 // until they are gone.
 func (s *suite) removePods(t *testing.T) {
 	t.Helper()
-	s.remove(t, []string{"fit", "too-many"}, []string{"fit", "too-many"})
+	s.remove(t, []string{"fit", "too-many", podOptedOut}, []string{"fit", "too-many"})
 }
 
 // remove deletes the pods and the claims named, if there, and waits until

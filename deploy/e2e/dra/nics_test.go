@@ -48,7 +48,7 @@ const (
 	mellanox = "Mellanox Technologies"
 	// numaNodeAttribute is the standard attribute both drivers publish a
 	// device's NUMA node in (deviceattribute's, for dranet).
-	numaNodeAttribute = "resource.kubernetes.io/numaNode"
+	numaNodeAttribute = programs.NUMANodeAttribute
 	// nicPCIAddress is dranet's attribute of a device's PCI address.
 	nicPCIAddress = nicDriver + "/pciAddress"
 )

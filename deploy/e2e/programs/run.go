@@ -7,6 +7,7 @@ package programs
 // container.
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -354,4 +355,20 @@ func ParseNVMLDevices(stdout []byte) ([]NVMLDevice, error) {
 		return nil, fmt.Errorf("nvml-list output: %w", err)
 	}
 	return devices, nil
+}
+
+// NUMANodeAttribute is the standard attribute of a device's NUMA node.
+const NUMANodeAttribute = "resource.kubernetes.io/numaNode"
+
+// PublishesNUMANode reports whether the NVIDIA DRA driver's kubelet plugin
+// at path names NUMANodeAttribute: a version that does publishes it on
+// every GPU whose numa_node the tree gives; one that does not (the
+// attribute's name is nowhere in its binary) publishes no NUMA attribute
+// on a GPU, so the rows that match GPUs on it cannot be run.
+func PublishesNUMANode(path string) (bool, error) {
+	binary, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	return bytes.Contains(binary, []byte(NUMANodeAttribute)), nil
 }

@@ -113,7 +113,8 @@ func suites(t *testing.T) []suite {
 	consumerCells, consumerUnchecked := committedCells(t, "../../../docs/evidence/consumers.md", "built-in dgx-a100", "vfio-passthrough")
 	runtimeCells, _ := committedCells(t, "../../../docs/evidence/runtime.md")
 	nodeCells, _ := committedCells(t, "../../../docs/evidence/kubernetes.md")
-	draRed := slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough"))
+	unjudgedNUMA := numaUnjudged(t, "built-in dgx-a100", "vfio-passthrough", listAttributes)
+	draRed := without(slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough")), unjudgedNUMA)
 	return []suite{
 		{
 			name: "consumer matrix", pkg: "./deploy/e2e/consumermatrix",
@@ -165,8 +166,9 @@ func suites(t *testing.T) []suite {
 			// on numaNode are not allocated either.
 			name: "DRA driver", pkg: "./deploy/e2e/dra",
 			run: "^TestDRA$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
-			cells: slices.Concat(draCells("built-in dgx-a100"), nicCells("built-in dgx-a100"), draCells("vfio-passthrough")),
-			red:   map[string][]string{programs.SabotageEscaped: draRed, programs.SabotageNoTree: draRed},
+			cells:     slices.Concat(draCells("built-in dgx-a100"), nicCells("built-in dgx-a100"), draCells("vfio-passthrough")),
+			unchecked: unjudgedNUMA,
+			red:       map[string][]string{programs.SabotageEscaped: draRed, programs.SabotageNoTree: draRed},
 		},
 		{
 			// Each node's labellers, verify and DRA driver are served
@@ -201,10 +203,11 @@ func suites(t *testing.T) []suite {
 			// tree.
 			name: "DRA driver, list-typed attributes", pkg: "./deploy/e2e/dra",
 			run: "^TestDRAListAttributes$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
-			cells: slices.Concat(draCells(listAttributes), nicCells(listAttributes)),
+			cells:     slices.Concat(draCells(listAttributes), nicCells(listAttributes)),
+			unchecked: unjudgedNUMA,
 			red: map[string][]string{
-				programs.SabotageEscaped: slices.Concat(draRows(listAttributes), nicRows(listAttributes)),
-				programs.SabotageNoTree:  slices.Concat(draRows(listAttributes), nicRows(listAttributes)),
+				programs.SabotageEscaped: without(slices.Concat(draRows(listAttributes), nicRows(listAttributes)), unjudgedNUMA),
+				programs.SabotageNoTree:  without(slices.Concat(draRows(listAttributes), nicRows(listAttributes)), unjudgedNUMA),
 			},
 		},
 		{
@@ -299,11 +302,13 @@ var sriovPlugin = []string{
 // draCells are the DRA suite's rows of a profile (its draChecks), and
 // draRows those of them that need its GPUs' pcieRoot or NUMA node.
 func draCells(profile string) []string {
-	return profileCells(profile, "escaped links", "slices", "claim fit", "claim too-many", "verify in the claim's pod", "unprepare", "claim numaNode", "claim numaNode too-many")
+	return profileCells(profile, "escaped links", "slices", "claim fit", "claim too-many", "verify in the claim's pod", "unprepare", "verify in the claim's pod, opted out", "claim numaNode", "claim numaNode too-many")
 }
 
 func draRows(profile string) []string {
-	return profileCells(profile, "slices", "claim fit", "verify in the claim's pod", "unprepare", "claim numaNode") // the DRA suite's checkSlices, checkFit, checkVerify, checkUnprepare, checkGPUNUMA
+	// The opted-out control needs the claim allocated, which needs the
+	// GPUs' pcieRoot.
+	return profileCells(profile, "slices", "claim fit", "verify in the claim's pod", "unprepare", "verify in the claim's pod, opted out", "claim numaNode") // the DRA suite's checkSlices, checkFit, checkVerify, checkUnprepare, checkVerifyOptedOut, checkGPUNUMA
 }
 
 // nicCells are the DRA suite's rows of a profile's HCAs (its nicChecks;
@@ -316,6 +321,33 @@ func nicCells(profile string) []string {
 
 func nicRows(profile string) []string {
 	return profileCells(profile, "dranet slices", "GPU+HCA on each root", "GPUs+HCA on one root", "GPU+HCA on each NUMA node", "the node's own NIC", "prepare GPU+HCA") // the DRA suite's checkNICSlices, checkAlignRoot, checkAlignRootMost, checkAlignNUMA, checkNodeNIC, checkNICPrepare
+}
+
+// numaUnjudged are the profiles' rows that match GPUs on numaNode where
+// the supplied driver publishes none on a GPU (programs.PublishesNUMANode):
+// the DRA suite says why they are not run, sabotaged or not. None where
+// the driver does, or is not supplied (every row then says so).
+func numaUnjudged(t *testing.T, profiles ...string) []string {
+	t.Helper()
+	plugin, ok := programs.NeedSupplied(t, programs.GPUKubeletPlugin)
+	if !ok {
+		return nil
+	}
+	publishes, err := programs.PublishesNUMANode(plugin)
+	require.NoError(t, err)
+	if publishes {
+		return nil
+	}
+	var cells []string
+	for _, p := range profiles {
+		cells = append(cells, profileCells(p, "claim numaNode", "claim numaNode too-many", "GPU+HCA on each NUMA node", "GPUs+HCA numaNode too-many")...)
+	}
+	return cells
+}
+
+// without is cells but those of drop.
+func without(cells, drop []string) []string {
+	return slices.DeleteFunc(slices.Clone(cells), func(c string) bool { return slices.Contains(drop, c) })
 }
 
 // profileCells are the cells of a profile's checks, in the DRA suite's
