@@ -59,6 +59,10 @@ type Profile struct {
 	Topology bool
 	// GPUs are the profile's GPUs by index.
 	GPUs []GPU
+	// HCAs is whether the infiniband block gives GPUs HCAs: enabled,
+	// hcas_per_gpu (1 unless given) above 0, and its gpus list, where
+	// given, not empty.
+	HCAs bool
 }
 
 // GPU is one GPU as the profile states it.
@@ -124,7 +128,12 @@ type document struct {
 	} `yaml:"system"`
 	DeviceDefaults device   `yaml:"device_defaults"`
 	Devices        []device `yaml:"devices"`
-	PCIeTopology   *struct {
+	InfiniBand     *struct {
+		Enabled    bool   `yaml:"enabled"`
+		HCAsPerGPU *int   `yaml:"hcas_per_gpu"`
+		GPUs       *[]int `yaml:"gpus"`
+	} `yaml:"infiniband"`
+	PCIeTopology *struct {
 		RootComplexes []struct {
 			ID       string   `yaml:"id"`
 			NUMANode *int     `yaml:"numa_node"`
@@ -165,6 +174,9 @@ func Parse(name string, data []byte) (*Profile, error) {
 		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
 	p := &Profile{File: name, Machine: strings.TrimSpace(doc.System.ProductName)}
+	if ib := doc.InfiniBand; ib != nil && ib.Enabled {
+		p.HCAs = (ib.HCAsPerGPU == nil || *ib.HCAsPerGPU > 0) && (ib.GPUs == nil || len(*ib.GPUs) > 0)
+	}
 	if p.Machine != "" {
 		p.MachineFrom = FromProfile
 	}

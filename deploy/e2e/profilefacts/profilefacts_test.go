@@ -2,6 +2,7 @@ package profilefacts_test
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -153,6 +154,7 @@ func TestEveryProfile(t *testing.T) {
 		effective, err := profilefacts.Read(filepath.Join(root, "effective-profile.json"))
 		require.NoError(t, err, "%s's effective profile", rel)
 		require.Equal(t, p.Machine, effective.Machine, "%s: the machine named", rel)
+		require.Equal(t, p.HCAs, hasMellanox(t, root), "%s: HCAs, as the reader says, and Mellanox functions in the tree", rel)
 		require.Len(t, effective.GPUs, len(p.GPUs), "%s: GPUs", rel)
 		for i, g := range p.GPUs {
 			e := effective.GPUs[i]
@@ -236,3 +238,20 @@ func builtin(t *testing.T, name string) string {
 }
 
 func hex(v uint32) string { return fmt.Sprintf("%#x", v) }
+
+// hasMellanox reports whether the rendered tree at root holds a PCI
+// function of Mellanox's vendor id, an HCA.
+func hasMellanox(t *testing.T, root string) bool {
+	t.Helper()
+	found := false
+	err := filepath.WalkDir(filepath.Join(root, "sys", "devices"), func(path string, d fs.DirEntry, err error) error {
+		if err != nil || found || d.Name() != "vendor" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		found = err == nil && strings.TrimSpace(string(b)) == "0x15b3"
+		return err
+	})
+	require.NoError(t, err)
+	return found
+}
