@@ -37,6 +37,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
@@ -141,7 +142,7 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	began := time.Now()
 	plugin, mockNVML, missing := suppliedDriver(t)
 	if missing != "" {
-		notRunDRA(t, profiles, missing)
+		notRunDRA(t, profiles, func(row string) string { return programs.NotRun(row, missing) })
 		return nil
 	}
 	s := &suite{
@@ -205,20 +206,18 @@ func (s *suite) appendMatrix(t *testing.T, about string, began time.Time) {
 // notRunDRA reports every profile's rows as not run, their program
 // missing, in the log (counted by make test's closing line) and the
 // matrix.
-func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, missing string) {
+func notRunDRA(t *testing.T, profiles []programs.SuiteProfile, why func(row string) string) {
 	var rows docmatrix.Rows
 	for _, p := range profiles {
-		m, err := overlay.LoadMachine(p.File, "")
-		require.NoError(t, err, "profile %s", p.Name)
 		checks := draChecks()
-		if m.HCAs != nil {
+		if p.Facts(t).HCAs {
 			checks = append(checks, nicChecks()...)
 		}
 		t.Run(p.Name, func(t *testing.T) {
 			for _, c := range checks {
 				t.Run(c, func(t *testing.T) {
 					rows.Expect(t, p.Name, c, "")
-					rows.NotRun(t, programs.NotRun(t.Name(), missing))
+					rows.NotRun(t, why(t.Name()))
 				})
 			}
 		})
@@ -252,9 +251,7 @@ const (
 func maxGPUs(t *testing.T, profiles []programs.SuiteProfile) int {
 	n := 0
 	for _, p := range profiles {
-		m, err := overlay.LoadMachine(p.File, "")
-		require.NoError(t, err, "profile %s", p.Name)
-		n = max(n, len(m.GPUs()))
+		n = max(n, len(p.Facts(t).GPUs))
 	}
 	return n
 }
@@ -265,7 +262,7 @@ type subject struct {
 	// gpus are the GPUs NVML lists, the ones the driver can see: on a
 	// passthrough node those the profile leaves on nvidia; vfio counts the
 	// others, which the tree still holds (bound to vfio-pci).
-	gpus []profile.Device
+	gpus []profilefacts.GPU
 	vfio int
 	// nvml is the profile the mock NVML serves (programs.NVMLProfile):
 	// the file itself, or on a passthrough node its nvidia-bound GPUs
@@ -375,6 +372,14 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	check(checkSlices, "a device per GPU NVML lists, each with its root complex as pcieRoot and the profile's numaNode where published", func(t *testing.T) {
 		rootOf = judgeSlices(t, x, devices, s.driverNUMA, &r)
 	})
+	if len(x.perRoot) == 0 {
+		// The profile places some GPU on no root: the claims' sizes are
+		// the published roots'.
+		for _, root := range rootOf {
+			x.perRoot[root]++
+		}
+	}
+	require.NotEmpty(t, x.perRoot, "the GPUs per root, for the claims' sizes")
 
 	// dranet, beside it, before the claims: the slices judged hold both
 	// drivers'.
@@ -593,15 +598,27 @@ func (s *suite) remove(t *testing.T, podNames, claimNames []string) {
 // copy, and writes the profile NVML serves.
 func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	x := &subject{SuiteProfile: p, perRoot: map[string]int{}}
-	m, err := overlay.LoadMachine(p.File, "")
-	require.NoError(t, err, "profile %s", p.Name)
+	// The expectations: the profile as the wing's own reader states it,
+	// and its literals for the suite's own profiles.
+	facts := p.Facts(t)
 	// A real passthrough node's NVML lists no GPU bound to vfio-pci, so
 	// neither does the driver, which finds its GPUs through NVML.
+	var err error
 	x.nvml, err = programs.NVMLProfile(t.TempDir(), p.Name, p.File)
 	require.NoError(t, err, "the profile NVML serves")
-	x.gpus, x.vfio = m.GPUsOn(profile.DriverNVIDIA), m.VFIOGPUs()
-	for _, g := range x.gpus {
-		x.perRoot[g.RootComplex.String()]++
+	x.gpus = facts.NVIDIABound()
+	for _, g := range facts.GPUs {
+		if g.Driver == profilefacts.DriverVFIO {
+			x.vfio++
+		}
+	}
+	// The claims' sizes come from the GPUs per root the profile states;
+	// where it places some GPU on no root, from those the driver
+	// publishes (profile).
+	if !slices.ContainsFunc(x.gpus, func(g profilefacts.GPU) bool { return g.Root == "" }) {
+		for _, g := range x.gpus {
+			x.perRoot[g.Root]++
+		}
 	}
 	require.NotEmpty(t, x.gpus)
 	s.driverLibraries(t, x.nvml)
@@ -767,9 +784,9 @@ func byDeviceName(a, b string) int {
 // what this one published.
 func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNUMA bool, r *row) map[string]string {
 	t.Helper()
-	byAddress := map[string]profile.Device{}
+	byAddress := map[string]profilefacts.GPU{}
 	for _, g := range x.gpus {
-		byAddress[g.Address.String()] = g
+		byAddress[g.BusID] = g
 	}
 	rootOf := map[string]string{}
 	published := map[string]int{}
@@ -780,13 +797,17 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNU
 		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "device %s at %s is no GPU NVML lists (%d of the profile's on %s)", d.Name, bdf, x.vfio, profile.DriverVFIO)
-		delete(byAddress, g.Address.String())
+		delete(byAddress, g.BusID)
 		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
-		require.Equal(t, g.RootComplex.String(), root, "device %s (%s): pcieRoot", d.Name, bdf)
+		if g.Root == "" {
+			t.Logf("device %s (%s): pcieRoot %s not judged: %s", d.Name, bdf, root, g.RootSaid())
+		} else {
+			require.Equal(t, g.Root, root, "device %s (%s): pcieRoot, the profile's %s", d.Name, bdf, g.RootSaid())
+		}
 		rootOf[d.Name] = root
 		published[root]++
-		if _, ok := d.Attributes[numaNodeAttribute]; driverNUMA && g.NUMANode >= 0 && !ok {
+		if _, ok := d.Attributes[numaNodeAttribute]; driverNUMA && onNUMANode(g) && !ok {
 			t.Errorf("device %s (%s): no %s, where the driver publishes it and the profile gives NUMA node %d: the tree lost its numa_node", d.Name, bdf, numaNodeAttribute, g.NUMANode)
 		}
 		for _, name := range numaAttributes() {
@@ -801,7 +822,7 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNU
 				forms[name] = "int"
 			}
 			// Each form judged as the standard attribute is.
-			if _, err := judgeNUMA(resourcev1.Device{Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{numaNodeAttribute: a}}, g.NUMANode); err != nil {
+			if _, err := judgeNUMA(resourcev1.Device{Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{numaNodeAttribute: a}}, numaOf(g)); err != nil {
 				t.Errorf("device %s (%s): %s: %v", d.Name, bdf, name, err)
 			}
 		}
@@ -816,7 +837,7 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNU
 		r.perGPU = append(r.perGPU, name+" "+rootOf[name])
 	}
 	r.numa = "none on any GPU device (this driver version publishes no NUMA attribute on a GPU)"
-	if !slices.ContainsFunc(x.gpus, func(g profile.Device) bool { return g.NUMANode >= 0 }) {
+	if !slices.ContainsFunc(x.gpus, onNUMANode) {
 		r.numa = "none on any GPU device, as the profile gives none a NUMA node (-1)"
 	}
 	if len(numa) > 0 {
@@ -829,6 +850,18 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNU
 	r.gpuNUMA = numa[numaNodeAttribute] > 0
 	return rootOf
 }
+
+// numaOf is the GPU's NUMA node as the profile gives it (its root
+// complex's numa_node), -1 where it gives none.
+func numaOf(g profilefacts.GPU) int {
+	if g.NUMAGiven {
+		return g.NUMANode
+	}
+	return -1
+}
+
+// onNUMANode reports whether the profile places the GPU on a NUMA node.
+func onNUMANode(g profilefacts.GPU) bool { return numaOf(g) >= 0 }
 
 // claim creates a claim for n GPUs of the class that must share a
 // pcieRoot.

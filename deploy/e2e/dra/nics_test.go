@@ -27,7 +27,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 const (
@@ -283,7 +282,7 @@ func notApplicable(why string) string { return programs.NotRunPrefix + why }
 // rows are judged, and turn red.
 func (s *suite) noGPUNUMA(x *subject) string {
 	switch {
-	case !slices.ContainsFunc(x.gpus, func(g profile.Device) bool { return g.NUMANode >= 0 }):
+	case !slices.ContainsFunc(x.gpus, onNUMANode):
 		return "the profile gives no GPU a NUMA node"
 	case !s.driverNUMA:
 		return "this gpu-kubelet-plugin never names " + numaNodeAttribute + ": its version publishes no NUMA attribute on a GPU"
@@ -515,7 +514,7 @@ func pendingWithReason(t *testing.T, g got, name string) string {
 func (s *suite) gpuNUMA(t *testing.T, x *subject, r *row, judged map[string][]byte, check func(string, string, func(*testing.T))) {
 	perNode := map[int]int{}
 	for _, g := range x.gpus {
-		if g.NUMANode >= 0 {
+		if onNUMANode(g) {
 			perNode[g.NUMANode]++
 		}
 	}
@@ -558,7 +557,7 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 	}
 	gpusOnNode := map[int]int{}
 	for _, g := range x.gpus {
-		gpusOnNode[g.NUMANode]++
+		gpusOnNode[numaOf(g)]++
 	}
 	mostBesideHCA := 0
 	for root := range hcaRoots {
