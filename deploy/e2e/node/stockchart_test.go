@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,25 +48,64 @@ func stockGFDValues() []string {
 }
 
 // gfdImage is the chart's image, v0.17.4's gpu-feature-discovery built
-// from the module proxy, under the name the chart asks the node for; the
-// NVML the suite's pods load (nvml-mock's where supplied, else our
-// stand-in) and the ConfigMap's profile beside it, named by the image's
-// environment, since the chart mounts no NVML.
-func (s *suite) gfdImage(t *testing.T) ociimage.Image {
+// from the module proxy, under the name the chart asks the node for.
+// Where nvml-mock's NRI plugin serves the pod its NVML (fromNRI), that is
+// all; else the NVML the suite's pods load (our stand-in, or nvml-mock's
+// where supplied) and the ConfigMap's profile beside it, named by the
+// image's environment, since the chart mounts no NVML.
+func (s *suite) gfdImage(t *testing.T, fromNRI bool) ociimage.Image {
+	t.Helper()
+	files := []ociimage.File{{Path: "/usr/bin/gpu-feature-discovery", Source: filepath.Join(s.gfd, "gpu-feature-discovery"), Mode: 0o755}}
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if !fromNRI {
+		const nvmlDir, profileAt = "/usr/lib/nvml-mock", "/etc/nvml-mock/config.yaml"
+		files = append(files,
+			ociimage.File{Path: nvmlDir + "/" + programs.MockNVML, Source: filepath.Join(s.nvml.Dir, programs.MockNVML), Mode: 0o755},
+			ociimage.File{Path: profileAt, Source: s.profileFile(t), Mode: 0o644})
+		if s.nvml.StandIn {
+			files = append(files, ociimage.File{Path: nvmlDir + "/" + programs.StandInConverter, Source: filepath.Join(s.nvml.Dir, programs.StandInConverter), Mode: 0o755})
+		}
+		env = append(env, programs.NVMLEnv(nvmlDir, profileAt)...)
+	}
+	return containerdtest.LinkedImage(t, "nvcr.io/nvidia/k8s-device-plugin:"+programs.GFDVersion, files, env)
+}
+
+// profileFile is the ConfigMap's profile in a file of its own.
+func (s *suite) profileFile(t *testing.T) string {
 	t.Helper()
 	profile := filepath.Join(t.TempDir(), "config.yaml")
 	require.NoError(t, os.WriteFile(profile, []byte(s.cm.Data[s.key]), 0o644))
-	const nvmlDir, profileAt = "/usr/lib/nvml-mock", "/etc/nvml-mock/config.yaml"
-	files := []ociimage.File{
-		{Path: "/usr/bin/gpu-feature-discovery", Source: filepath.Join(s.gfd, "gpu-feature-discovery"), Mode: 0o755},
-		{Path: nvmlDir + "/" + programs.MockNVML, Source: filepath.Join(s.nvml.Dir, programs.MockNVML), Mode: 0o755},
-		{Path: profileAt, Source: profile, Mode: 0o644},
+	return profile
+}
+
+// startNvmlMockNRI runs nvml-mock's NRI plugin, where it and nvml-mock's
+// NVML are supplied, on the node beside ours, node-wide as its chart runs
+// it, with an overlay holding its NVML and the ConfigMap's profile where
+// it looks for them: it serves every pod NVML's environment, and ours the
+// PCI sysfs. Its overlay goes to a path of its own in the container, not
+// our overlay's, and it preloads none of its shims (GFD is Go: they are
+// for C programs). It reports whether it runs.
+func (s *suite) startNvmlMockNRI(t *testing.T) bool {
+	t.Helper()
+	bin, ok := programs.NeedSupplied(t, programs.NvmlMockNRI)
+	if !ok || s.nvml.StandIn {
+		return false
 	}
-	if s.nvml.StandIn {
-		files = append(files, ociimage.File{Path: nvmlDir + "/" + programs.StandInConverter, Source: filepath.Join(s.nvml.Dir, programs.StandInConverter), Mode: 0o755})
+	overlay := t.TempDir()
+	for _, f := range []struct{ path, source string }{
+		{"driver/usr/lib64/" + programs.MockNVML, filepath.Join(s.nvml.Dir, programs.MockNVML)},
+		{"driver/config/config.yaml", s.profileFile(t)},
+	} {
+		data, err := os.ReadFile(f.source)
+		require.NoError(t, err)
+		require.NoError(t, os.MkdirAll(filepath.Join(overlay, filepath.Dir(f.path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(overlay, f.path), data, 0o755))
 	}
-	return containerdtest.LinkedImage(t, "nvcr.io/nvidia/k8s-device-plugin:"+programs.GFDVersion, files,
-		append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, programs.NVMLEnv(nvmlDir, profileAt)...))
+	s.c.Runtime.StartNRIPlugin(t, "10-nvml-mock", exec.Command(bin,
+		"--socket-path", s.c.Runtime.NRISocket, "--plugin-index", "10", "--health-addr", "",
+		"--overlay-host-path", overlay, "--overlay-mount-path", "/opt/nvml-mock-nvml",
+		"--ld-preload-shims", ""))
+	return true
 }
 
 // testStockGFD installs GFD's own chart with Helm, values only, and checks
@@ -82,7 +122,14 @@ func (s *suite) testStockGFD(t *testing.T) {
 	chart := filepath.Join(moduleDir(t, programs.GFDModule, programs.GFDVersion), stockChartPath)
 	want := facts(t, s.key, standaloneLiteral, s.cm.Data[s.key])
 	machine, machineSaid := requireMachineLabel(t, want)
-	s.c.Runtime.Import(t, s.gfdImage(t), containerdtest.CRINamespace)
+	// Where nvml-mock's plugin is supplied, its NVML is GFD's, as on a
+	// node with both mocks; else the image carries it.
+	nvmlFrom := s.nvml.Name() + " in the image"
+	fromNRI := s.startNvmlMockNRI(t)
+	if fromNRI {
+		nvmlFrom = s.nvml.Name() + " from nvml-mock-nri"
+	}
+	s.c.Runtime.Import(t, s.gfdImage(t, fromNRI), containerdtest.CRINamespace)
 	node, err := s.c.Client.CoreV1().Nodes().Patch(ctx, s.node.Name, types.MergePatchType,
 		[]byte(`{"metadata":{"labels":{"`+gpuPresent+`":"true"}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
@@ -136,7 +183,7 @@ func (s *suite) testStockGFD(t *testing.T) {
 
 	t.Run("served", func(t *testing.T) {
 		s.rows.Expect(t, "GFD's own chart (v0.17.4, values only), its pod asking nothing", fmt.Sprintf("Node `%s=compute`, `%s=%d`, `%s` %s, and `%s`, from GFD's own pod (through nfd-worker's local source; %s)",
-			labelMode, labelCount, len(want.GPUs), labelMachine, machineSaid, labelTimestamp, s.nvml.Name()))
+			labelMode, labelCount, len(want.GPUs), labelMachine, machineSaid, labelTimestamp, nvmlFrom))
 		var values []string
 		if s.sabotage == programs.SabotageNoTree {
 			values = optOut
