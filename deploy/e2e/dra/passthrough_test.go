@@ -29,9 +29,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 const (
@@ -85,7 +86,7 @@ type passthrough struct {
 	*suite
 	// file is the profile the renderer and NVML read; gpus its GPUs.
 	file string
-	gpus []profile.Device
+	gpus []profilefacts.GPU
 	// view is serve --writable's FUSE view, mounted in the node's mount
 	// namespace only; writable is its spec's mounts, as containers get
 	// them.
@@ -120,7 +121,14 @@ func TestVFIOPassthrough(t *testing.T) {
 	began := time.Now()
 	plugin, mockNVML, missing := suppliedDriver(t)
 	if missing != "" {
-		notRunPassthrough(t, missing)
+		notRunPassthrough(t, missing, "")
+		return
+	}
+	// The suite gives the driver the node's root as its host root by its
+	// --host-root flag; a version without it chroots into a fixed
+	// /host-root its chart mounts, which this suite does not make.
+	if help, _ := exec.Command(plugin, "--help").CombinedOutput(); !bytes.Contains(help, []byte("--host-root")) {
+		notRunPassthrough(t, programs.GPUKubeletPlugin, " (one with --host-root: the one supplied has no such flag)")
 		return
 	}
 	overlaytest.RequireFUSE(t)
@@ -142,6 +150,9 @@ func TestVFIOPassthrough(t *testing.T) {
 	}, containerdtest.CRINamespace)
 	p.c.CreateDeviceClass(t, vfioClass, `device.driver == "`+driverName+`" && device.attributes["`+driverName+`"].type == "vfio"`)
 	p.serveWritable(t, dir)
+	if sabotage := programs.Sabotage(t); sabotage != "" {
+		p.writable = p.sabotaged(t, sabotage)
+	}
 	p.nodeVFIODir(t)
 	p.lap(began, "node, programs and serve --writable ready")
 
@@ -254,12 +265,12 @@ func TestVFIOPassthrough(t *testing.T) {
 }
 
 // notRunPassthrough reports every row as not run, its program missing.
-func notRunPassthrough(t *testing.T, missing string) {
+func notRunPassthrough(t *testing.T, missing, why string) {
 	var rows docmatrix.Rows
 	for _, row := range passthroughSteps() {
 		t.Run(row[0], func(t *testing.T) {
 			rows.Expect(t, row[0], row[1], row[2])
-			rows.NotRun(t, programs.NotRun(t.Name(), missing))
+			rows.NotRun(t, programs.NotRun(t.Name(), missing)+why)
 		})
 	}
 	kubetest.AppendMatrix(t, "VFIO passthrough through serve --writable (gpu-kubelet-plugin, PassthroughSupport):\n\n"+rows.Table("step", "served", "result"))
@@ -279,12 +290,12 @@ func (p *passthrough) setup(t *testing.T, dir, mockNVML string) {
 	require.NoError(t, err, "profile %s", src)
 	p.file, err = programs.ServableProfile(dir, "sriov", src, data)
 	require.NoError(t, err)
-	m, err := overlay.LoadMachine(p.file, "")
+	facts, err := profilefacts.Read(p.file)
 	require.NoError(t, err, "profile %s", p.file)
-	p.gpus = m.GPUsOn(profile.DriverNVIDIA)
+	p.gpus = facts.NVIDIABound()
 	// The driver binds GPUs that NVML lists; a GPU already on vfio-pci
 	// would leave it nothing to bind.
-	require.Len(t, p.gpus, len(m.GPUs()), "%s: every GPU on nvidia", passthroughProfile)
+	require.Len(t, p.gpus, len(facts.GPUs), "%s: every GPU on nvidia", passthroughProfile)
 	nvml, err := programs.NVMLProfile(dir, "sriov", p.file)
 	require.NoError(t, err)
 	require.Equal(t, p.file, nvml, "NVML serves the whole profile")
@@ -375,7 +386,13 @@ func (p *passthrough) mounts(spec []*specs.Mount, tree string, loaded bool) []*s
 // the writable spec's modules.alias stand-in, which the driver reads at
 // its start.
 func (p *passthrough) readOnlyMounts() ([]*specs.Mount, error) {
-	ms, err := deploy.Mounts(p.readOnly, "", nil)
+	return p.specMounts(p.readOnly)
+}
+
+// specMounts is the default mode's spec of the render at root, with the
+// writable spec's modules.alias stand-in.
+func (p *passthrough) specMounts(root string) ([]*specs.Mount, error) {
+	ms, err := deploy.Mounts(root, "", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -384,12 +401,38 @@ func (p *passthrough) readOnlyMounts() ([]*specs.Mount, error) {
 		return nil, err
 	}
 	out := spec.Devices[0].ContainerEdits.Mounts
+	out = append(out, p.modulesAlias()...)
+	return out, nil
+}
+
+// modulesAlias is the writable spec's modules.alias stand-in, which the
+// driver reads at its start.
+func (p *passthrough) modulesAlias() []*specs.Mount {
+	var out []*specs.Mount
 	for _, m := range p.writable {
 		if filepath.Base(m.ContainerPath) == "modules.alias" {
 			out = append(out, m)
 		}
 	}
-	return out, nil
+	return out
+}
+
+// sabotaged is what a sabotaged run serves the plugin in place of the
+// writable view's mounts: the read-only render's links plainly escaped
+// (escaped), or empty read-only directories at the links directory and
+// the overlay (no tree). Never nothing: the plugin binds GPUs by writes,
+// which would then reach the node's own /sys.
+func (p *passthrough) sabotaged(t *testing.T, sabotage string) []*specs.Mount {
+	t.Helper()
+	if sabotage == programs.SabotageEscaped {
+		mounts, err := p.specMounts(overlaytest.PlainLinksCopy(t, p.readOnly))
+		require.NoError(t, err, "the escaped tree's mounts")
+		return mounts
+	}
+	empty := t.TempDir()
+	out := []*specs.Mount{bindRO(empty, "/sys/bus/pci/devices"), bindRO(empty, plan.DefaultContainerRoot)}
+	out = append(out, p.modulesAlias()...)
+	return out
 }
 
 // args is the plugin's command line: the dra suite's, with the
@@ -452,9 +495,9 @@ func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([
 // address with its root complex as pcieRoot, and says what it saw.
 func (p *passthrough) judgePublished(t *testing.T, devices []resourcev1.Device) string {
 	t.Helper()
-	byAddress := map[string]profile.Device{}
+	byAddress := map[string]profilefacts.GPU{}
 	for _, g := range p.gpus {
-		byAddress[g.Address.String()] = g
+		byAddress[g.BusID] = g
 	}
 	var seen []string
 	for _, d := range devices {
@@ -465,10 +508,11 @@ func (p *passthrough) judgePublished(t *testing.T, devices []resourcev1.Device) 
 		require.True(t, ok, "vfio device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "vfio device %s at %s is no GPU of the profile, or a second device of one", d.Name, bdf)
-		delete(byAddress, g.Address.String())
+		delete(byAddress, g.BusID)
 		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "vfio device %s (%s) has no pcieRoot", d.Name, bdf)
-		require.Equal(t, g.RootComplex.String(), root, "vfio device %s (%s): pcieRoot", d.Name, bdf)
+		require.NotEmpty(t, g.Root, "%s: GPU %s: the suite's profile places every GPU (pcie_topology)", passthroughProfile, g.BusID)
+		require.Equal(t, g.Root, root, "vfio device %s (%s): pcieRoot", d.Name, bdf)
 		seen = append(seen, fmt.Sprintf("%s %s %s", d.Name, bdf, root))
 	}
 	require.Empty(t, byAddress, "GPUs with no vfio device")
@@ -577,12 +621,12 @@ func (p *passthrough) judgePrepared(t *testing.T, name string) (bdf, group, spec
 		_, err := fmt.Sscanf(device, "gpu-vfio-%d", &index)
 		require.NoError(t, err, "claim %s's device %q", name, device)
 		require.Less(t, index, len(p.gpus), "claim %s's device %q", name, device)
-		bdf = p.gpus[index].Address.String()
+		bdf = p.gpus[index].BusID
 	}
 	bdf = strings.ToLower(bdf)
 	p.c.Wait(t, bdf+" bound to vfio-pci in the view", vfioTimeout, func() error {
 		driver, err := p.driverOf(bdf)
-		if err == nil && driver != profile.DriverVFIO {
+		if err == nil && driver != profilefacts.DriverVFIO {
 			err = fmt.Errorf("%s is on %q", bdf, driver)
 		}
 		return err
@@ -686,7 +730,7 @@ func (p *passthrough) judgeUnprepare(t *testing.T, name, bdf, spec string, mount
 	})
 	driver, err := p.driverOf(bdf)
 	require.NoError(t, err)
-	require.Equal(t, profile.DriverVFIO, driver, "%s with the plugin stopped", bdf)
+	require.Equal(t, profilefacts.DriverVFIO, driver, "%s with the plugin stopped", bdf)
 	require.FileExists(t, spec, "claim %s's CDI spec with the plugin stopped", name)
 	// The kubelet keeps the pod until it has unprepared its claim.
 	_, err = p.c.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
@@ -704,7 +748,7 @@ func (p *passthrough) judgeUnprepare(t *testing.T, name, bdf, spec string, mount
 		switch {
 		case err != nil:
 			return err
-		case driver != profile.DriverNVIDIA:
+		case driver != profilefacts.DriverNVIDIA:
 			return fmt.Errorf("%s is on %q", bdf, driver)
 		}
 		if _, err := os.Stat(spec); err == nil {
