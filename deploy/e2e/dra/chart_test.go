@@ -115,23 +115,19 @@ func TestDRADriverChart(t *testing.T) {
 	optOut := []string{"--set-json", `kubeletPlugin.podAnnotations={"` + nriplugin.InjectAnnotation + `":"false"}`}
 	objects := kubetest.ObjectsDir(t, slug(p.Name))
 	install := func(t *testing.T, name string, extra ...string) []resourcev1.Device {
-		asksNothing := len(extra) == 0
 		t.Helper()
+		asksNothing := len(extra) == 0
 		args := append([]string{"install", chartRelease, chart, "--namespace", chartNamespace, "--create-namespace"}, values...)
 		out, err := s.c.Run(programs.HelmEnv(home), helm, append(args, extra...)...)
 		require.NoError(t, err, "helm install the driver's chart:\n%s", out)
-		uninstalled := false
-		uninstall := func() {
-			if uninstalled {
-				return
-			}
-			uninstalled = true
+		// Each install is judged alone: the release and the driver's
+		// registration and slices go before the next.
+		defer func() {
 			if out, err := s.c.Run(programs.HelmEnv(home), helm, "uninstall", chartRelease, "--namespace", chartNamespace, "--wait"); err != nil {
 				t.Errorf("helm uninstall the driver's chart: %v\n%s", err, out)
 			}
 			s.c.Unpublish(t, driverName, slicesTimeout)
-		}
-		defer uninstall()
+		}()
 		var devices []resourcev1.Device
 		s.c.Wait(t, fmt.Sprintf("ResourceSlices with %d GPUs from the chart's pod", len(x.gpus)), podTimeout, func() error {
 			list, err := s.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
