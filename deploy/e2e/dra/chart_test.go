@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
@@ -37,9 +36,6 @@ const (
 	// mock NVML serves lies, which the plugin's container reads through
 	// the chart's own mount of the driver root at /driver-root.
 	chartNVMLProfile = "etc/nvml-mock/config.yaml"
-	// gpuPresent is the Node label the chart's affinity asks for, which
-	// nvml-mock's chart puts on a mock GPU node.
-	gpuPresent = "nvidia.com/gpu.present"
 
 	checkChartOptedOut = "the driver's chart, its pod opted out"
 	checkChartServed   = "the driver's chart, its pod asking nothing"
@@ -62,8 +58,10 @@ func TestDRADriverChart(t *testing.T) {
 	matrix := func(t *testing.T) {
 		kubetest.AppendMatrix(t, fmt.Sprintf("The NVIDIA DRA driver's own chart on a node served by serve --nri (%s, in %s):\n\n%s", p.Name, time.Since(began).Round(time.Second), rows.Table("profile", "check", "result")))
 	}
+	supplied := map[string]string{}
 	for _, name := range []string{programs.GPUKubeletPlugin, programs.MockNVML, programs.DRADriverChart, programs.DRADriverPrestart} {
-		if _, ok := programs.NeedSupplied(t, name); !ok {
+		var ok bool
+		if supplied[name], ok = programs.NeedSupplied(t, name); !ok {
 			for _, c := range checks {
 				t.Run(c, func(t *testing.T) {
 					rows.Expect(t, p.Name, c, "")
@@ -74,8 +72,7 @@ func TestDRADriverChart(t *testing.T) {
 			return
 		}
 	}
-	chart, _ := programs.NeedSupplied(t, programs.DRADriverChart)
-	prestart, _ := programs.NeedSupplied(t, programs.DRADriverPrestart)
+	chart, prestart := supplied[programs.DRADriverChart], supplied[programs.DRADriverPrestart]
 	// A worker, not the single node: the chart's pod is not on the host
 	// network, and only a worker's pods reach the API server at the
 	// kubernetes Service's address, as on a real cluster.
@@ -96,8 +93,7 @@ func TestDRADriverChart(t *testing.T) {
 	// The chart's plugin mounts the kubelet's plugins directory
 	// Bidirectional, as on a real node, whose / systemd makes shared.
 	node.ShareMounts(t)
-	_, err = s.c.Client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+gpuPresent+`":"true"}}}`), metav1.PatchOptions{})
-	require.NoError(t, err)
+	s.c.MarkGPUNode(t, node.Name)
 	s.c.Runtime.Import(t, chartImageOf(t, chart, s.plugin, prestart, filepath.Join(s.driverRoot, "usr/lib64", programs.MockNVML)), containerdtest.CRINamespace)
 
 	helm := programs.NeedBinary(t, programs.Helm())
@@ -114,9 +110,8 @@ func TestDRADriverChart(t *testing.T) {
 	}
 	optOut := []string{"--set-json", `kubeletPlugin.podAnnotations={"` + nriplugin.InjectAnnotation + `":"false"}`}
 	objects := kubetest.ObjectsDir(t, slug(p.Name))
-	install := func(t *testing.T, name string, extra ...string) []resourcev1.Device {
+	install := func(t *testing.T, name string, extra ...string) ([]resourcev1.Device, []corev1.Pod) {
 		t.Helper()
-		asksNothing := len(extra) == 0
 		args := append([]string{"install", chartRelease, chart, "--namespace", chartNamespace, "--create-namespace"}, values...)
 		out, err := s.c.Run(programs.HelmEnv(home), helm, append(args, extra...)...)
 		require.NoError(t, err, "helm install the driver's chart:\n%s", out)
@@ -143,12 +138,23 @@ func TestDRADriverChart(t *testing.T) {
 		pods, err := s.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		kubetest.WriteObject(t, objects, name+"-pods.json", pods)
+		return devices, pods.Items
+	}
+
+	t.Run(checkChartOptedOut, func(t *testing.T) {
+		rows.Expect(t, p.Name, checkChartOptedOut, "a device per GPU NVML lists, none with a pcieRoot")
+		devices, _ := install(t, "opted-out", optOut...)
+		for _, d := range devices {
+			_, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]
+			require.False(t, ok, "device %s has a pcieRoot, served nothing", d.Name)
+		}
+	})
+	t.Run(checkChartServed, func(t *testing.T) {
+		rows.Expect(t, p.Name, checkChartServed, "a device per GPU NVML lists, each with its root complex as pcieRoot")
+		devices, pods := install(t, "served")
 		// Installed with the chart's values alone, its pods ask nothing of
 		// ours: no annotation, no hostPath of our overlay.
-		for _, pod := range pods.Items {
-			if !asksNothing {
-				break
-			}
+		for _, pod := range pods {
 			for k, v := range pod.Annotations {
 				require.False(t, strings.Contains(k, "nvml-mock") || strings.HasPrefix(k, "cdi-devices."), "pod %s asks: %s=%s", pod.Name, k, v)
 			}
@@ -158,20 +164,8 @@ func TestDRADriverChart(t *testing.T) {
 				}
 			}
 		}
-		return devices
-	}
-
-	t.Run(checkChartOptedOut, func(t *testing.T) {
-		rows.Expect(t, p.Name, checkChartOptedOut, "a device per GPU NVML lists, none with a pcieRoot")
-		for _, d := range install(t, "opted-out", optOut...) {
-			_, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]
-			require.False(t, ok, "device %s has a pcieRoot, served nothing", d.Name)
-		}
-	})
-	t.Run(checkChartServed, func(t *testing.T) {
-		rows.Expect(t, p.Name, checkChartServed, "a device per GPU NVML lists, each with its root complex as pcieRoot")
 		var r row
-		judgeSlices(t, x, install(t, "served"), s.driverNUMA, &r)
+		judgeSlices(t, x, devices, s.driverNUMA, &r)
 		t.Logf("the chart's pod published %s", strings.Join(r.perGPU, ", "))
 	})
 	matrix(t)

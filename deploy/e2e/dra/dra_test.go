@@ -407,7 +407,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	tooMany := s.claim(t, "too-many", most+1)
 	r.fit = fmt.Sprintf("%s, one pcieRoot", count(most, "GPU"))
 	r.tooMany = fmt.Sprintf("%s, one pcieRoot", count(most+1, "GPU"))
-	s.verifyPod(t, "fit", fit.Name)
+	s.verifyPod(t, "fit", fit.Name, nil)
 	s.holdPod(t, "too-many", tooMany.Name)
 	// Running once verify, its init container, has passed; Failed if
 	// not; unschedulable where no root can hold the claim.
@@ -515,7 +515,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// The control of the pod's tree: the same claim's pod, opted out of
 	// serve --nri, gets the claim's GPUs and not our mounts.
 	check(checkVerifyOptedOut, "verify fails: no overlay in the container", func(t *testing.T) {
-		s.verifyPod(t, podOptedOut, "fit", nriplugin.InjectAnnotation, "false")
+		s.verifyPod(t, podOptedOut, "fit", map[string]string{nriplugin.InjectAnnotation: "false"})
 		pod := s.c.WaitPod(t, namespace, podOptedOut, podTimeout, func(p *corev1.Pod) bool {
 			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
 		})
@@ -887,12 +887,10 @@ func (s *suite) claim(t *testing.T, name string, n int) *resourcev1.ResourceClai
 // devices and, by the annotation docs/user/dra.md gives DRA workloads, the
 // mock sysfs; its container then holds the claim (pause) until the pod is
 // deleted, so the claim stays prepared until then.
-func (s *suite) verifyPod(t *testing.T, name, claim string, annotations ...string) {
+func (s *suite) verifyPod(t *testing.T, name, claim string, annotations map[string]string) {
 	t.Helper()
 	pod := s.pod(name, claim)
-	for i := 0; i+1 < len(annotations); i += 2 {
-		pod.Annotations = map[string]string{annotations[i]: annotations[i+1]}
-	}
+	pod.Annotations = annotations
 	pod.Spec.InitContainers = []corev1.Container{{
 		Name: "verify", Image: verifyImage, ImagePullPolicy: corev1.PullNever,
 		Command:   []string{"/nvml-mock-sysfs", "verify", "--format", "json"},

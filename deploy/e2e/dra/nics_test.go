@@ -698,7 +698,7 @@ func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, attr
 func (s *suite) prepareAligned(t *testing.T, a asked, n *nicRow, check func(string, string, func(*testing.T))) {
 	check(checkNICPrepare, "the pod runs, or the kubelet reports the driver's own error", func(t *testing.T) {
 		s.createClaim(t, a.name, a.attribute, a.reqs...)
-		s.verifyPod(t, a.name, a.name)
+		s.verifyPod(t, a.name, a.name, nil)
 		defer s.remove(t, []string{a.name}, []string{a.name})
 		var failed string
 		pod := s.c.WaitPod(t, namespace, a.name, podTimeout, func(p *corev1.Pod) bool {

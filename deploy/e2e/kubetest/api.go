@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // requestTimeout bounds one API request of a poll, so that a connection
@@ -108,4 +109,25 @@ func (c *Cluster) Unpublish(t testing.TB, driver string, timeout time.Duration) 
 	if err := os.RemoveAll(filepath.Join(c.KubeletRootDir, "plugins", driver)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// GPUPresentLabel is the Node label stock NVIDIA charts' affinity asks
+// for (GFD's, the DRA driver's kubelet plugin's), which nvml-mock's chart
+// puts on a mock GPU node.
+const GPUPresentLabel = "nvidia.com/gpu.present"
+
+// MarkGPUNode labels the Node GPUPresentLabel=true, as nvml-mock's chart
+// does, until the test ends.
+func (c *Cluster) MarkGPUNode(t testing.TB, node string) {
+	t.Helper()
+	ctx := context.Background()
+	label := func(value string) error {
+		patch := `{"metadata":{"labels":{"` + GPUPresentLabel + `":` + value + `}}}`
+		_, err := c.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	if err := label(`"true"`); err != nil {
+		t.Fatalf("cluster: label Node %s %s=true: %v", node, GPUPresentLabel, err)
+	}
+	t.Cleanup(func() { _ = label("null") })
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
@@ -28,9 +27,6 @@ const (
 	stockRelease      = "nvidia-device-plugin"
 	stockNamespace    = "nvidia-device-plugin"
 	stockGFDContainer = "gpu-feature-discovery-ctr"
-	// gpuPresent is the Node label the chart's affinity asks for, which
-	// nvml-mock's chart puts on a mock GPU node.
-	gpuPresent = "nvidia.com/gpu.present"
 	// labelTimestamp is the label GFD adds unless --no-timestamp, as the
 	// chart runs it: only the stock pod's labels carry it here.
 	labelTimestamp = "nvidia.com/gfd.timestamp"
@@ -91,15 +87,15 @@ func (s *suite) startNvmlMockNRI(t *testing.T) bool {
 	if !ok || s.nvml.StandIn {
 		return false
 	}
+	lib, err := os.ReadFile(filepath.Join(s.nvml.Dir, programs.MockNVML))
+	require.NoError(t, err)
 	overlay := t.TempDir()
-	for _, f := range []struct{ path, source string }{
-		{"driver/usr/lib64/" + programs.MockNVML, filepath.Join(s.nvml.Dir, programs.MockNVML)},
-		{"driver/config/config.yaml", s.profileFile(t)},
+	for path, data := range map[string][]byte{
+		"driver/usr/lib64/" + programs.MockNVML: lib,
+		"driver/config/config.yaml":             []byte(s.cm.Data[s.key]),
 	} {
-		data, err := os.ReadFile(f.source)
-		require.NoError(t, err)
-		require.NoError(t, os.MkdirAll(filepath.Join(overlay, filepath.Dir(f.path)), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(overlay, f.path), data, 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(overlay, filepath.Dir(path)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(overlay, path), data, 0o755))
 	}
 	s.c.Runtime.StartNRIPlugin(t, "10-nvml-mock", exec.Command(bin,
 		"--socket-path", s.c.Runtime.NRISocket, "--plugin-index", "10", "--health-addr", "",
@@ -130,12 +126,7 @@ func (s *suite) testStockGFD(t *testing.T) {
 		nvmlFrom = s.nvml.Name() + " from nvml-mock-nri"
 	}
 	s.c.Runtime.Import(t, s.gfdImage(t, fromNRI), containerdtest.CRINamespace)
-	node, err := s.c.Client.CoreV1().Nodes().Patch(ctx, s.node.Name, types.MergePatchType,
-		[]byte(`{"metadata":{"labels":{"`+gpuPresent+`":"true"}}}`), metav1.PatchOptions{})
-	require.NoError(t, err)
-	t.Cleanup(func() {
-		_, _ = s.c.Client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"`+gpuPresent+`":null}}}`), metav1.PatchOptions{})
-	})
+	s.c.MarkGPUNode(t, s.node.Name)
 	home := t.TempDir()
 	install := func(t *testing.T, extra ...string) {
 		t.Helper()
