@@ -21,11 +21,22 @@ build: ## the static binary, bin/nvml-mock-sysfs
 deps: ## install, from Debian, the real programs the tests drive (as root)
 	@./.ci/install-deps
 
-vet: ## go vet
+# The product and the end-to-end wing are two modules: the wing
+# (deploy/e2e, its own go.mod) requires the product through a replace of
+# this checkout, so the product's go.mod holds nothing only the tests use.
+# go -C runs a command in the wing's module. .ci/testsummary.go is a
+# program of its own, outside both.
+WING := deploy/e2e
+
+vet: ## go vet, both modules and .ci
 	$(GO) vet ./...
+	$(GO) -C $(WING) vet ./...
+	$(GO) vet .ci/testsummary.go
 
 lint: vet ## go vet and staticcheck
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) -C $(WING) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) .ci/testsummary.go
 
 # The programs a registry serves (GFD, nfd, containerd, crictl, etcd, the
 # kube binaries, helm, our own small ones), built into the user's cache with one
@@ -34,13 +45,14 @@ lint: vet ## go vet and staticcheck
 # no registry serves are supplied in $NVML_MOCK_SYSFS_PROGRAMS
 # (deploy/e2e/programs); this says which are, and which rows say not run.
 programs: ## build the end-to-end suites' programs from the Go module proxy
-	$(GO) run ./deploy/e2e/programs/build-programs
+	$(GO) -C $(WING) run ./programs/build-programs -repo $(CURDIR)
 
 # The tiers. The suites are packages: the end-to-end wing is deploy/e2e,
-# whose consumer and containerd suites are e2e, whose Kubernetes suites
-# (one cluster at a time: kubetest holds a lock) are e2e-k8s.
-E2E_PKGS := ./deploy/e2e/consumermatrix ./deploy/e2e/containerdtest ./deploy/e2e/writable ./cmd/nvml-mock-sysfs
-K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deploy/e2e/passthrough ./deploy/e2e/sriovdra
+# whose consumer and containerd suites and the binary's own runs are e2e,
+# whose Kubernetes suites (one cluster at a time: kubetest holds a lock)
+# are e2e-k8s. Their paths are the wing module's.
+E2E_PKGS := ./consumermatrix ./containerdtest ./writable ./cli
+K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites
 # write their matrices where make prints them. E2E_SABOTAGE=escaped or
@@ -81,24 +93,27 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 # suites keep their order: their matrices are written in it.
 MODULE        := github.com/nvml-mock/nvml-mock-sysfs
 STATEFUL_PKGS := ./overlay/writer ./deploy/fusetree ./deploy/serve
-PKGS_unit      = $(filter-out $(patsubst ./%,$(MODULE)/%,$(STATEFUL_PKGS)),$(shell $(GO) list ./... | grep -v '/deploy/e2e/'))
+PKGS_unit      = $(filter-out $(patsubst ./%,$(MODULE)/%,$(STATEFUL_PKGS)),$(shell $(GO) list ./...))
 FLAGS_unit    := -shuffle=on -race
 ENV_unit      := CGO_ENABLED=1
 PKGS_stateful := $(STATEFUL_PKGS)
 FLAGS_stateful := -shuffle=on -count=3 -race
 ENV_stateful  := CGO_ENABLED=1
-PKGS_wing     := ./deploy/e2e/...
+PKGS_wing     := ./...
+DIR_wing      := $(WING)
 PKGS_e2e      := $(E2E_PKGS)
+DIR_e2e       := $(WING)
 PKGS_k8s      := $(K8S_PKGS)
+DIR_k8s       := $(WING)
 
-# run-tests runs the passes $(1) under gotestsum, each with go test flags
-# $(2) besides its own, prints the matrices the suites wrote, then the
+# run-tests runs the passes $(1) under gotestsum, each in its module
+# (DIR_name, the product's by default) with go test flags $(2) besides its own, prints the matrices the suites wrote, then the
 # closing line (.ci/testsummary.go: passed, failed, skipped, and the rows
 # not run for a program not supplied), failing if any pass failed.
 define run-tests
 	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTEVENTS)-*.json
 	@status=0; $(foreach p,$(1),echo "go test: the $(p) pass"; \
-		$(SUITE_ENV) $(ENV_$(p)) $(GO) run $(GOTESTSUM) --format pkgname --jsonfile $(TESTEVENTS)-$(p).json -- \
+		$(SUITE_ENV) $(ENV_$(p)) $(GO) -C $(or $(DIR_$(p)),.) run $(GOTESTSUM) --format pkgname --jsonfile $(CURDIR)/$(TESTEVENTS)-$(p).json -- \
 			-count=1 $(2) $(FLAGS_$(p)) $(PKGS_$(p)) || status=1;) \
 		for m in $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX); do [ ! -f $$m ] || cat $$m; done; \
 		$(GO) run .ci/testsummary.go $(foreach p,$(1),$(TESTEVENTS)-$(p).json) || status=1; exit $$status
@@ -107,8 +122,12 @@ endef
 test: deps build lint programs fuzz-run ## everything: every package, every suite, the fuzz seeds (as root)
 	$(call run-tests,unit stateful wing,-timeout 60m)
 
+# The two modules' quick tiers run side by side, as one go test of the old
+# single module ran their packages.
 test-quick: ## the quick tier: go test -short, no apt, no root needed
-	$(GO) test -short -count=1 -shuffle=on ./...
+	@status=0; $(GO) test -short -count=1 -shuffle=on ./... & product=$$!; \
+		$(GO) -C $(WING) test -short -count=1 -shuffle=on ./... || status=1; \
+		wait $$product || status=1; exit $$status
 
 test-root: deps ## every package but the end-to-end suites' long runs (-short, as root)
 	$(call run-tests,unit stateful wing,-short -timeout 20m)
@@ -125,7 +144,7 @@ e2e-k8s: deps build programs ## the Kubernetes suites on a real node (as root)
 # this when it drifted.
 docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(MAKE) --no-print-directory e2e
-	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(SUITE_ENV) $(GO) test -count=1 -timeout 20m -run '^TestNode$$' ./deploy/e2e/node/
+	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(SUITE_ENV) $(GO) -C $(WING) test -count=1 -timeout 20m -run '^TestNode$$' ./node/
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and
@@ -151,6 +170,7 @@ fuzz: ## each fuzz target for FUZZTIME_LONG (5m)
 
 bench: build ## the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+	$(GO) -C $(WING) test -run '^$$' -bench . -benchmem -count 1 ./...
 
 clean: ## remove bin/
 	rm -rf bin

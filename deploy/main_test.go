@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // Their served namespaces must leave nothing in the host's root.

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -16,22 +14,12 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
-// binaries holds the static binary that the tests running it as a separate
-// process (the kernel path, the DaemonSet, podman) share: built once per
-// test binary, not once per test.
-var binaries overlaytest.Binaries
-
 func TestMain(m *testing.M) {
-	code := overlaytest.Main(m)
-	if err := binaries.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(overlaytest.Main(m))
 }
 
 // runCLI runs the command in-process, as main would.
@@ -191,57 +179,6 @@ func fakeExecutable(t *testing.T, content string) func() (string, error) {
 	path := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o755))
 	return func() (string, error) { return path, nil }
-}
-
-// TestRenderRefusesAnotherRenderersTree: render refuses, with one line that
-// says what to do, a root holding a tree that the real render-pci-sysfs
-// (nvml-mock's own renderer, supplied: no registry serves it) wrote from
-// nvml-mock's h100 profile, alone or over one of ours, as nvml-mock's setup
-// does on every start of its pod; and leaves it untouched. Without it, the
-// writer's own test of a foreign tree of the same shape stands
-// (overlay/writer TestAnotherRenderersTreeIsRefused), and this one says it is not run.
-func TestRenderRefusesAnotherRenderersTree(t *testing.T) {
-	t.Parallel()
-	renderPCISysfs, supplied := programs.NeedSupplied(t, programs.RenderPCISysfs)
-	if !supplied {
-		t.Log(programs.NotRun(t.Name(), programs.RenderPCISysfs))
-		return
-	}
-	h100 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "h100.yaml")
-	theirs := func(t *testing.T, root string) {
-		t.Helper()
-		out, err := exec.Command(renderPCISysfs, "--config", h100, "--output", root).CombinedOutput()
-		require.NoError(t, err, "render-pci-sysfs: %s", out)
-		target, err := os.Readlink(filepath.Join(root, plan.LinksDir, "0000:1a:00.0"))
-		require.NoError(t, err)
-		require.Equal(t, "../../../devices/pci0000:00/0000:1a:00.0", target, "its 3-level links")
-	}
-	tests := []struct {
-		name  string
-		setup func(t *testing.T, root string)
-	}{
-		{"its tree alone", theirs},
-		{"its tree over ours", func(t *testing.T, root string) {
-			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", "t4-vm", "--no-binary")
-			require.Equal(t, exitOK, code, stderr)
-			theirs(t, root)
-		}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			root := filepath.Join(t.TempDir(), "nvml-mock")
-			tt.setup(t, root)
-			before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
-
-			code, _, stderr := runCLI(t, "render", "--root", root, "--profile", h100)
-			require.Equal(t, exitFailure, code)
-			require.Equal(t, 1, strings.Count(stderr, "\n"), stderr)
-			require.Regexp(t, `^nvml-mock-sysfs: render into `+regexp.QuoteMeta(root)+`: root `+regexp.QuoteMeta(root)+` holds another renderer's PCI tree \(sys/bus/pci/devices/0000:[0-9a-f]{2}:00\.0 -> \.\./\.\./\.\./devices/pci0000:[08]0/0000:[0-9a-f]{2}:00\.0, which no render of nvml-mock-sysfs made;`, stderr)
-			require.Contains(t, stderr, "render into another --root, or stop render-pci-sysfs and remove "+root+"/sys first")
-			overlaytest.RequireSameTree(t, before, overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true}), "the refused root")
-			t.Logf("%s: %s", tt.name, strings.TrimSpace(stderr))
-		})
-	}
 }
 
 // TestFlagHint: a library error whose remedy is an option gets the flag's

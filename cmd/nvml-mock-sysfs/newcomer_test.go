@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 )
 
 const mapFile = "/etc/nvml-mock-sysfs/fleet/fleet.yaml"

@@ -12,7 +12,7 @@ import (
 
 	resourcev1 "k8s.io/api/resource/v1"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // recordedRun is the real run NVIDIAGPU is proven equal to: the DRA
@@ -195,7 +195,7 @@ func suiteProfile(t *testing.T, slug string) (string, []byte) {
 	case strings.HasPrefix(slug, "shared-"):
 		nameOrPath = filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), strings.TrimPrefix(slug, "shared-")+".yaml")
 	default:
-		for _, dir := range []string{"deploy/e2e/programs/testdata/profiles", "testdata/profiles"} {
+		for _, dir := range []string{"testdata/suite-profiles", "testdata/profiles"} {
 			f := filepath.Join(overlaytest.Repo(t), dir, slug+".yaml")
 			if _, err := os.Stat(f); err == nil {
 				nameOrPath = f

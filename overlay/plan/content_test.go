@@ -12,10 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/utils/cpuset"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/plancheck"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/internal/plancheck"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"

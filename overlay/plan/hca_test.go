@@ -18,7 +18,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // TestGoldenDigestsWithoutNewBlocks plans every profile of
@@ -119,7 +119,7 @@ func TestHCAsOnSomeGPUs(t *testing.T) {
 	require.Equal(t, []int{1, 6}, gpus)
 	require.Equal(t, []int{0, 1}, indexes)
 
-	const someRoots = "../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"
+	const someRoots = "../../testdata/suite-profiles/hcas-on-some-roots.yaml"
 	for _, h := range append([]boards.Hierarchy{""}, boards.Hierarchies()...) {
 		t.Run(string(h), func(t *testing.T) {
 			pl := mustPlan(t, machine(t, someRoots, h), plan.Options{})

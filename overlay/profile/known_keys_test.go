@@ -12,7 +12,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // The internal tests find nvml-mock's profiles as every other test does,

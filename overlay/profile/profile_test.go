@@ -132,7 +132,7 @@ func requireSameMachine(t *testing.T, m *Machine, outs ...[]byte) {
 
 func TestEffectiveRoundTrip(t *testing.T) {
 	paths := []string{"../../testdata/profiles/domains.yaml", "../../testdata/profiles/tight.yaml", "../../testdata/profiles/no-topology.yaml",
-		"../../deploy/e2e/programs/testdata/profiles/hcas-on-some-roots.yaml"} // infiniband.gpus
+		"../../testdata/suite-profiles/hcas-on-some-roots.yaml"} // infiniband.gpus
 	roundTrip := func(t *testing.T, path string) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			m := load(t, path)

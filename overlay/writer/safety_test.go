@@ -21,7 +21,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 func builtinPlan(t *testing.T, name string) *plan.Plan {

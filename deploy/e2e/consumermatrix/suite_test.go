@@ -18,11 +18,12 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -32,10 +33,10 @@ import (
 const compatChild = "compat"
 
 func TestMain(m *testing.M) {
-	if overlaytest.ChildMode() == compatChild {
+	if hosttest.ChildMode() == compatChild {
 		os.Exit(runCompat(os.Args[len(os.Args)-2], os.Args[len(os.Args)-1]))
 	}
-	os.Exit(overlaytest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) }))
+	os.Exit(hosttest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) }))
 }
 
 // runCompat runs compat with the consumers' defaults (/sys) for the
@@ -73,8 +74,8 @@ const (
 // nfdServed is how node-feature-discovery's DaemonSet sees a node: the
 // node's /sys at /host-sys and the links directory over both PCI device
 // directories.
-func nfdServed(root string) overlaytest.Served {
-	s := overlaytest.Served{Root: root, HostSysAt: []string{"/host-sys"}}
+func nfdServed(root string) hosttest.Served {
+	s := hosttest.Served{Root: root, HostSysAt: []string{"/host-sys"}}
 	if root != "" {
 		s.LinksAt = []string{"/" + plan.LinksDir, programs.NFDHostPCIDevices}
 	}
@@ -164,7 +165,7 @@ func (s *suite) readNode(t *testing.T) {
 	s.nodeNFDLabels = s.runNFD(t, nfdServed(""), programs.NFDWorkerRun{DeviceClassWhitelist: s.nfdWhitelist})
 	s.nodeNFDVendorLabels = s.runNFD(t, nfdServed(""), operatorNFD())
 	require.NotEmpty(t, s.nodeNFDLabels, "nfd-worker labels none of the node's own devices with the whitelist %v", s.nfdWhitelist)
-	s.nodeGHW = s.runGHW(t, overlaytest.Served{})
+	s.nodeGHW = s.runGHW(t, hosttest.Served{})
 	require.Len(t, s.nodeGHW, len(entries), "ghw lists the node's own devices")
 }
 
@@ -214,7 +215,7 @@ func (s *suite) render(t *testing.T, p suiteProfile) *subject {
 	merged, _, err := overlay.Render(overlay.Options{Profile: p.File, Root: x.merged, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
 	x.mergedHCAs, x.mergedBridges = merged.Tree.HCAs, bridgesOf(merged)
-	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
+	x.escaped = hosttest.PlainLinksCopy(t, x.root)
 	// GFD labels a node whose GPUs differ in class "unknown" (the suite's
 	// own profiles each have one class; an extra profile may not).
 	x.mode = "unknown"
@@ -277,7 +278,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 	case programs.SabotageNoTree:
 		tree = ""
 	}
-	served := map[string]overlaytest.Served{
+	served := map[string]hosttest.Served{
 		servedTree:    {Root: tree},
 		servedNone:    {},
 		servedEscaped: {Root: x.escaped},
@@ -370,7 +371,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 			row(name).notRun(t, colNVML, programs.NotRun("NVML's GPUs against sysfs's and verify's model of NVML (the stand-in serves that model)", programs.MockNVML))
 		}
 	} else {
-		nvml := s.runNVMLList(t, overlaytest.Served{}, x.nvml)
+		nvml := s.runNVMLList(t, hosttest.Served{}, x.nvml)
 		requireNVMLModel(t, x.nvml, nvml)
 		for _, name := range []string{servedTree, servedNone} {
 			sysfs := readSysfsGPUs(t, served[name])
@@ -385,7 +386,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 				// The negative control of the passthrough pairing: NVML served
 				// the whole profile lists the vfio-pci GPUs, which the check
 				// must name.
-				_, ok, why := compareNVMLSysfs(x, s.runNVMLList(t, overlaytest.Served{}, x.File), sysfs)
+				_, ok, why := compareNVMLSysfs(x, s.runNVMLList(t, hosttest.Served{}, x.File), sysfs)
 				named := strings.Count(why, "which sysfs binds to "+profile.DriverVFIO)
 				row(name).check(t, colNVML, fmt.Sprintf("the whole profile to NVML: %d named on %s", named, profile.DriverVFIO), !ok && named == x.vfio,
 					fmt.Sprintf("NVML served the whole profile lists its %d GPUs on %s, which the pairing must name: %s", x.vfio, profile.DriverVFIO, why))
@@ -444,7 +445,7 @@ func (s *suite) profile(t *testing.T, p suiteProfile) {
 		case servedTree:
 			devices = s.runGHW(t, served[name])
 		case servedMerged:
-			devices, hcas, bridges = s.runGHW(t, overlaytest.Served{Root: x.merged}), x.mergedHCAs, x.mergedBridges
+			devices, hcas, bridges = s.runGHW(t, hosttest.Served{Root: x.merged}), x.mergedHCAs, x.mergedBridges
 		}
 		f := ghwFinds(x, bridges, hcas, devices, s.nodeGHW)
 		text := fmt.Sprintf("GPUs %d/%d, %sbridges %d/%d, node's %d/%d", f.gpus, len(x.gpus), f.hcaText(hcas), f.bridges, len(bridges), f.host, len(s.nodeGHW))
@@ -724,7 +725,7 @@ type sysfsGPU struct {
 // readSysfsGPUs reads, inside the namespace, every NVIDIA function of
 // display class in /sys/bus/pci/devices, with its ids as NVML packs them
 // and the driver it is bound to.
-func readSysfsGPUs(t *testing.T, s overlaytest.Served) map[string]sysfsGPU {
+func readSysfsGPUs(t *testing.T, s hosttest.Served) map[string]sysfsGPU {
 	t.Helper()
 	stdout, stderr, err := s.Shell(`cd /sys/bus/pci/devices
 for d in *; do
@@ -843,7 +844,7 @@ const gfdNoVendor = "unable to read PCI device vendor id"
 
 // runGFD runs GFD once and returns its labels, or, where it exits with an
 // error, no labels and its last line of output.
-func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, strategy string) (map[string]string, string) {
+func (s *suite) runGFD(t *testing.T, served hosttest.Served, prof, strategy string) (map[string]string, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "gfd-labels")
 	r := programs.GFDRun{Binary: s.gfd, NVMLDir: s.nvml.Dir, Profile: prof, OutputFile: file, Strategy: strategy}
@@ -869,7 +870,7 @@ func (s *suite) runGFD(t *testing.T, served overlaytest.Served, prof, strategy s
 }
 
 // runNFD runs nfd-worker with r's PCI source config.
-func (s *suite) runNFD(t *testing.T, served overlaytest.Served, r programs.NFDWorkerRun) map[string]string {
+func (s *suite) runNFD(t *testing.T, served hosttest.Served, r programs.NFDWorkerRun) map[string]string {
 	t.Helper()
 	r.Binary, r.Kubeconfig = s.nfd, s.kubeconfig
 	inv, err := r.Invocation()
@@ -880,7 +881,7 @@ func (s *suite) runNFD(t *testing.T, served overlaytest.Served, r programs.NFDWo
 	return labels
 }
 
-func (s *suite) runGHW(t *testing.T, served overlaytest.Served) []programs.GHWDevice {
+func (s *suite) runGHW(t *testing.T, served hosttest.Served) []programs.GHWDevice {
 	t.Helper()
 	stdout, _ := s.run(t, "ghw-list", programs.GHWListRun{Binary: s.ghw}.Invocation().In(served))
 	devices, err := programs.ParseGHWDevices(stdout)
@@ -890,7 +891,7 @@ func (s *suite) runGHW(t *testing.T, served overlaytest.Served) []programs.GHWDe
 
 // runNVMLList runs nvml-list served as asked: NVML's GPUs and
 // deviceattribute's pcieRoot of each in that sysfs.
-func (s *suite) runNVMLList(t *testing.T, served overlaytest.Served, prof string) []programs.NVMLDevice {
+func (s *suite) runNVMLList(t *testing.T, served hosttest.Served, prof string) []programs.NVMLDevice {
 	t.Helper()
 	inv := programs.NVMLListRun{Binary: s.nvmlList, NVMLDir: s.nvml.Dir, Profile: prof}.Invocation()
 	stdout, _ := s.run(t, "nvml-list", inv.In(served))
@@ -899,7 +900,7 @@ func (s *suite) runNVMLList(t *testing.T, served overlaytest.Served, prof string
 	return devices
 }
 
-func (s *suite) runCompat(t *testing.T, served overlaytest.Served, effective, nvmlProfile string) *compat.Report {
+func (s *suite) runCompat(t *testing.T, served hosttest.Served, effective, nvmlProfile string) *compat.Report {
 	t.Helper()
 	stdout, _ := s.run(t, "compat", served.Reexec(t, compatChild, effective, nvmlProfile))
 	var r compat.Report

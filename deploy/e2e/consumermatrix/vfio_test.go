@@ -15,9 +15,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -29,7 +30,7 @@ import (
 // go-nvlib's GetTotalAddressableMemory(true) of the GPU's BARs: their
 // 64-bit total rounded up to a power of two, in bytes, though GFD's
 // vfioDevice calls it MiB (GetTotalMemoryMiB).
-func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]overlaytest.Served, row func(string) *row) {
+func gfdVFIO(t *testing.T, x *subject, s *suite, served map[string]hosttest.Served, row func(string) *row) {
 	t.Helper()
 	var vfio []profilefacts.GPU
 	for _, g := range x.gpus {

@@ -14,10 +14,11 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -167,7 +168,7 @@ func TestDaemonSetPod(t *testing.T) {
 		key, text = k, v
 	}
 
-	bin := overlaytest.BuildBinary(t)
+	bin := hosttest.BuildBinary(t)
 	h.Import(t, containerdtest.BinaryImage(t, containerdtest.NormalizedImage(spec.Containers[0].Image), bin), containerdtest.CRINamespace)
 	h.Import(t, containerdtest.BinaryImage(t, verifyImage, bin), containerdtest.CRINamespace)
 	h.Import(t, containerdtest.ReaderBaseImage(t), containerdtest.CRINamespace)

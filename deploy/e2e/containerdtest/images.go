@@ -14,9 +14,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // pauseProgram is the sandbox's program, built static from the
@@ -35,7 +36,7 @@ func ProgramImage(t testing.TB, name, program, path string) ociimage.Image {
 	t.Helper()
 	return ociimage.Image{
 		Name:       name,
-		Files:      []ociimage.File{{Path: path, Source: overlaytest.BuildStatic(t, program), Mode: 0o755}},
+		Files:      []ociimage.File{{Path: path, Source: hosttest.BuildStatic(t, program), Mode: 0o755}},
 		Entrypoint: []string{path},
 	}
 }

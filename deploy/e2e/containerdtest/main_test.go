@@ -4,10 +4,11 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // Their served namespaces must leave nothing in the host's root.
 func TestMain(m *testing.M) {
-	os.Exit(overlaytest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) }))
+	os.Exit(hosttest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) }))
 }

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 )
 

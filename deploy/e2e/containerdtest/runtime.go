@@ -31,9 +31,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 const (
@@ -217,7 +218,7 @@ func (h *Harness) start(t testing.TB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := overlaytest.Served{
+	served := hosttest.Served{
 		Tmpfs: []string{"/run"},
 		// The shim is found on PATH, runc by the config.
 		Env: []string{"PATH=" + h.bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
@@ -342,9 +343,9 @@ func (h *Harness) CtrRun(t testing.TB, cdiDir string, flags []string, image stri
 		"--fifo-dir", filepath.Join(h.Dir, "fifo")}, flags...)
 	args = append(args, "--cgroup", path.Join(h.CgroupParent, id))
 	args = append(append(args, image, id), command...)
-	served := overlaytest.Served{Tmpfs: []string{"/run"}}
+	served := hosttest.Served{Tmpfs: []string{"/run"}}
 	if cdiDir != "" {
-		served.Binds = []overlaytest.Bind{{Source: cdiDir, Target: "/run/cdi"}}
+		served.Binds = []hosttest.Bind{{Source: cdiDir, Target: "/run/cdi"}}
 	}
 	cmd := served.Command(filepath.Join(h.bin, "ctr"), args...)
 	var stdout, stderr bytes.Buffer

@@ -16,7 +16,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -32,7 +32,7 @@ import (
 // held-out one): it is made servable for the mock NVML as the consumer
 // suite makes its extra profiles.
 const (
-	unseenProfile = "../programs/testdata/profiles/two-domains.yaml"
+	unseenProfile = "../../../testdata/suite-profiles/two-domains.yaml"
 	profileEnv    = "NVML_MOCK_SYSFS_RUNTIME_PROFILE"
 	// device is our CDI device, as `cdi` writes it by default.
 	device = deploy.DefaultKind + "=" + deploy.DeviceName
@@ -72,7 +72,7 @@ func (s *served) cli(t testing.TB, args ...string) string {
 // writes our spec into the harness's CDI directory.
 func serve(t testing.TB, h *containerdtest.Harness, profileFile string) *served {
 	t.Helper()
-	s := &served{h: h, bin: overlaytest.BuildBinary(t), routes: &routes{}}
+	s := &served{h: h, bin: hosttest.BuildBinary(t), routes: &routes{}}
 	file, err := filepath.Abs(profileFile)
 	require.NoError(t, err)
 	data, err := os.ReadFile(file)

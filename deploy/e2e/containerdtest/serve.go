@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 )
 

@@ -18,9 +18,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 )

@@ -33,19 +33,20 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
+func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 
 const (
 	// driverName is the DRA driver's, and its ResourceSlices'.
@@ -147,7 +148,7 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 	}
 	s := &suite{
 		plugin:   plugin,
-		bin:      overlaytest.BuildBinary(t),
+		bin:      hosttest.BuildBinary(t),
 		sabotage: programs.Sabotage(t),
 		opts:     opts,
 	}
@@ -167,7 +168,7 @@ func startSuite(t *testing.T, profiles []programs.SuiteProfile, opts suiteOption
 		Name: verifyImage,
 		Files: []ociimage.File{
 			{Path: "/nvml-mock-sysfs", Source: s.bin, Mode: 0o755},
-			{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755},
+			{Path: "/pause", Source: hosttest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755},
 		},
 		Entrypoint: []string{"/pause"},
 	}, containerdtest.CRINamespace)
@@ -627,7 +628,7 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	// which verify checks.
 	x.plan, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err, "render %s", p.Name)
-	x.escaped = overlaytest.PlainLinksCopy(t, x.root)
+	x.escaped = hosttest.PlainLinksCopy(t, x.root)
 	// What the plugin is served: the tree, or in a sabotaged run its
 	// plainly escaped copy or nothing.
 	x.served = x.root
@@ -670,7 +671,7 @@ func (s *suite) publish(t *testing.T, x *subject, root, what string) ([]resource
 			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
 			s.opts.driverGates()...),
 		Env:    []string{"MOCK_NVML_CONFIG=" + x.nvml, "LD_LIBRARY_PATH=" + filepath.Join(s.driverRoot, "usr/lib64")},
-		Served: &overlaytest.Served{Root: root},
+		Served: &hosttest.Served{Root: root},
 	})
 	t.Cleanup(func() { proc.Stop(t) })
 	devices := s.waitPublished(t, proc, fmt.Sprintf("%s: ResourceSlices with %d GPUs (driver served %s)", x.Name, len(x.gpus), what), func(devices []resourcev1.Device) error {

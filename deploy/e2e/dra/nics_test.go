@@ -23,8 +23,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
@@ -124,7 +124,7 @@ func (s *suite) startDranet(t *testing.T, root string) *kubetest.Process {
 			"--kubelet-root-dir", s.c.KubeletRootDir, "--db-path", "",
 			"--cloud-provider-hint", "NONE", "--profile-provider", "none",
 			"--bind-address", "127.0.0.1:0", "-v", "2"}, s.opts.driverGates()...),
-		Served: &overlaytest.Served{Root: root, Binds: []overlaytest.Bind{{Source: filepath.Dir(s.c.Runtime.NRISocket), Target: "/run/nri"}}},
+		Served: &hosttest.Served{Root: root, Binds: []hosttest.Bind{{Source: filepath.Dir(s.c.Runtime.NRISocket), Target: "/run/nri"}}},
 	})
 }
 

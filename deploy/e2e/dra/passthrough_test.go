@@ -25,13 +25,14 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -136,7 +137,7 @@ func TestVFIOPassthrough(t *testing.T) {
 	// into its host root): without one it retries for a minute and fails.
 	overlaytest.RequireProgram(t, "fuser", "psmisc")
 
-	p := &passthrough{suite: &suite{plugin: plugin, bin: overlaytest.BuildBinary(t)}, detail: map[string]string{}}
+	p := &passthrough{suite: &suite{plugin: plugin, bin: hosttest.BuildBinary(t)}, detail: map[string]string{}}
 	dir := t.TempDir()
 	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
@@ -145,7 +146,7 @@ func TestVFIOPassthrough(t *testing.T) {
 	p.objects = kubetest.ObjectsDir(t, "vfio-passthrough-writable")
 	p.c.Runtime.Import(t, ociimage.Image{
 		Name:       verifyImage,
-		Files:      []ociimage.File{{Path: "/pause", Source: overlaytest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755}},
+		Files:      []ociimage.File{{Path: "/pause", Source: hosttest.BuildStatic(t, "./deploy/e2e/containerdtest/testdata/pause"), Mode: 0o755}},
 		Entrypoint: []string{"/pause"},
 	}, containerdtest.CRINamespace)
 	p.c.CreateDeviceClass(t, vfioClass, `device.driver == "`+driverName+`" && device.attributes["`+driverName+`"].type == "vfio"`)
@@ -425,7 +426,7 @@ func (p *passthrough) modulesAlias() []*specs.Mount {
 func (p *passthrough) sabotaged(t *testing.T, sabotage string) []*specs.Mount {
 	t.Helper()
 	if sabotage == programs.SabotageEscaped {
-		mounts, err := p.specMounts(overlaytest.PlainLinksCopy(t, p.readOnly))
+		mounts, err := p.specMounts(hosttest.PlainLinksCopy(t, p.readOnly))
 		require.NoError(t, err, "the escaped tree's mounts")
 		return mounts
 	}
@@ -460,7 +461,7 @@ func (p *passthrough) env() []string {
 // within controlTimeout, and returns what it printed and its exit.
 func (p *passthrough) exitsAtStart(t *testing.T, mounts []*specs.Mount) (string, error) {
 	t.Helper()
-	served := overlaytest.Served{Spec: mounts}
+	served := hosttest.Served{Spec: mounts}
 	cmd := served.Command(p.args()[0], p.args()[1:]...)
 	out, err := p.c.Run(p.env(), "timeout", append([]string{fmt.Sprint(int(controlTimeout.Seconds()))}, cmd.Args...)...)
 	var exit *exec.ExitError
@@ -476,7 +477,7 @@ func (p *passthrough) exitsAtStart(t *testing.T, mounts []*specs.Mount) (string,
 // the devices and what stops it.
 func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([]resourcev1.Device, func()) {
 	t.Helper()
-	proc := p.c.Start(t, kubetest.Program{Name: "gpu-kubelet-plugin-" + what, Args: p.args(), Env: p.env(), Served: &overlaytest.Served{Spec: mounts}})
+	proc := p.c.Start(t, kubetest.Program{Name: "gpu-kubelet-plugin-" + what, Args: p.args(), Env: p.env(), Served: &hosttest.Served{Spec: mounts}})
 	devices := p.waitPublished(t, proc, fmt.Sprintf("ResourceSlices with a gpu and a vfio device per GPU (plugin served %s)", what), func(devices []resourcev1.Device) error {
 		types := map[string]int{}
 		for _, d := range devices {
@@ -736,7 +737,7 @@ func (p *passthrough) judgeUnprepare(t *testing.T, name, bdf, spec string, mount
 	_, err = p.c.Client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{})
 	require.NoError(t, err, "pod %s, terminating, with the plugin stopped", name)
 
-	proc := p.c.Start(t, kubetest.Program{Name: "gpu-kubelet-plugin-restarted", Args: p.args(), Env: p.env(), Served: &overlaytest.Served{Spec: mounts}})
+	proc := p.c.Start(t, kubetest.Program{Name: "gpu-kubelet-plugin-restarted", Args: p.args(), Env: p.env(), Served: &hosttest.Served{Spec: mounts}})
 	p.waitRegistered(t, proc, 1)
 	p.c.Wait(t, "claim "+name+" unprepared: "+bdf+" on nvidia, its CDI spec removed, the pod gone", vfioTimeout, func() error {
 		select {

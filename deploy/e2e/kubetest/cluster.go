@@ -3,7 +3,7 @@
 // the private containerd of containerdtest and a kubelet, built from the
 // Go module proxy into the programs' cache (programs.Kube, programs.Etcd).
 // The DRA driver's suite (deploy/e2e/dra), the deploy path's and the
-// fleet's share it, as the mount-namespace suites share overlaytest.Served.
+// fleet's share it, as the mount-namespace suites share hosttest.Served.
 //
 // A cluster has one node beside the control plane (Options.Workers zero)
 // or worker nodes of their own (nodes.go). The control plane runs in one
@@ -49,8 +49,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 const (
@@ -258,7 +259,7 @@ type Program struct {
 	// Served, when not nil, runs it in a mount namespace of its own,
 	// nested in the cluster's, with the mounts Served sets up: a
 	// consumer that must see a rendered overlay as a container does.
-	Served *overlaytest.Served
+	Served *hosttest.Served
 }
 
 // Start runs a program in the control plane's namespaces until the test

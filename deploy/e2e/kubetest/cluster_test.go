@@ -16,11 +16,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
+func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 
 // TestCluster starts the node, runs a pod on the bridge network through
 // the scheduler and the kubelet, stops the node, and finds nothing of it

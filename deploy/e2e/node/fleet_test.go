@@ -23,12 +23,13 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -153,7 +154,7 @@ func TestFleet(t *testing.T) {
 	gfd := programs.Need(t, programs.GFD())
 	nfd := programs.Need(t, programs.NFDWorker())
 	master := programs.NeedBinary(t, programs.NFDMaster())
-	bin := overlaytest.BuildBinary(t)
+	bin := hosttest.BuildBinary(t)
 	f.dra = newFleetDRA(t, f.profiles)
 	readmeFleet(t)
 	// A sabotaged run serves each node's labellers, verify and driver
@@ -606,7 +607,7 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 			"--kubelet-registrar-directory-path", filepath.Join(kubelet, "plugins_registry"),
 			"--kubelet-plugins-directory-path", filepath.Join(kubelet, "plugins")},
 		Env:    []string{"MOCK_NVML_CONFIG=" + p.file, "LD_LIBRARY_PATH=" + filepath.Join(d.driverRoot, "usr/lib64")},
-		Served: &overlaytest.Served{Root: root},
+		Served: &hosttest.Served{Root: root},
 	})
 	var devices []resourcev1.Device
 	proc := d.running[s.node.Name]

@@ -34,18 +34,19 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
+func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 
 const (
 	// reprofileTo is the profile the ConfigMap is changed to: four GPUs
@@ -140,7 +141,7 @@ func TestNode(t *testing.T) {
 	s.gfd = programs.Need(t, programs.GFD())
 	s.nfd = programs.Need(t, programs.NFDWorker())
 	master := programs.NeedBinary(t, programs.NFDMaster())
-	bin := overlaytest.BuildBinary(t)
+	bin := hosttest.BuildBinary(t)
 
 	m := podtest.DecodeManifests(t, filepath.Join(s.repo, "deploy/kubernetes/standalone"))
 	require.Len(t, m.ConfigMaps, 1)
@@ -394,7 +395,7 @@ func (s *suite) labellerPod(t *testing.T, name, container, build string, inv pro
 // A sabotaged run serves something else, so that the served rows that
 // need our tree turn red: no-tree serves nothing (the pod opts out);
 // escaped serves, by hostPath volumes, a copy of the DaemonSet's tree as
-// it is now with plainly escaped links (overlaytest.PlainLinksCopy), which
+// it is now with plainly escaped links (hosttest.PlainLinksCopy), which
 // every reader here resolves but deviceattribute's pcieRoot would refuse.
 func (s *suite) serve(t *testing.T, pod *corev1.Pod, container string) {
 	t.Helper()
@@ -402,7 +403,7 @@ func (s *suite) serve(t *testing.T, pod *corev1.Pod, container string) {
 	case programs.SabotageNoTree:
 		optOut(pod)
 	case programs.SabotageEscaped:
-		s.serveRoot(t, pod, container, overlaytest.PlainLinksCopy(t, s.nodePath(s.root)))
+		s.serveRoot(t, pod, container, hosttest.PlainLinksCopy(t, s.nodePath(s.root)))
 	}
 }
 
@@ -460,7 +461,7 @@ func (s *suite) servedGPUs(t *testing.T) int {
 	require.NoError(t, err, "copy the node's tree: %s", out)
 	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(root), root, "")
 	require.NoError(t, err)
-	cmd := programs.GHWListRun{Binary: programs.NeedBinary(t, programs.GHWList())}.Invocation().In(overlaytest.Served{Root: root, ContainerRoot: containerRoot})
+	cmd := programs.GHWListRun{Binary: programs.NeedBinary(t, programs.GHWList())}.Invocation().In(hosttest.Served{Root: root, ContainerRoot: containerRoot})
 	out, err = cmd.Output()
 	require.NoError(t, err, "ghw-list in the served tree")
 	devices, err := programs.ParseGHWDevices(out)

@@ -27,11 +27,12 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writable"
@@ -99,7 +100,7 @@ func TestHelmWritable(t *testing.T) {
 	w := &helmWritable{suite: &suite{repo: repo, root: fleetRoot, spec: fleetSpec}, ns: fleetNamespace(t, repo)}
 	w.helm, w.helmHome = programs.NeedBinary(t, programs.Helm()), t.TempDir()
 	w.values = w.profileValues(t)
-	bin := overlaytest.BuildBinary(t)
+	bin := hosttest.BuildBinary(t)
 	ds := podtest.DecodeManifests(t, filepath.Join(repo, "deploy/kubernetes"))
 	require.Len(t, ds.DaemonSets, 1)
 	image := ds.DaemonSets[0].Spec.Template.Spec.Containers[0].Image
@@ -317,7 +318,7 @@ func (w *helmWritable) writerPod(name string, command ...string) *corev1.Pod {
 // chart's --also-at=/host-sys/bus/pci/devices, nfd-worker's): Served's
 // spec mode makes a missing target in a layer over its top-level
 // directory, and / itself takes none. The writes use none of them.
-func (w *helmWritable) served(t *testing.T) overlaytest.Served {
+func (w *helmWritable) served(t *testing.T) hosttest.Served {
 	t.Helper()
 	var mounts []*specs.Mount
 	for _, m := range w.specMounts(t) {
@@ -328,7 +329,7 @@ func (w *helmWritable) served(t *testing.T) overlaytest.Served {
 		}
 		mounts = append(mounts, m)
 	}
-	return overlaytest.Served{Spec: mounts, Enter: w.nsPID}
+	return hosttest.Served{Spec: mounts, Enter: w.nsPID}
 }
 
 // testDefault installs the chart without the writable values: the
@@ -350,11 +351,11 @@ func (w *helmWritable) testDefault(t *testing.T) {
 	require.Contains(t, mountTo(mounts, "/sys/bus/pci/devices").Options, "ro")
 
 	gpu := w.gpus[0]
-	done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(gpu)))
+	done, log := w.c.RunPodToEnd(t, w.writerPod("default-bind", "/bin/sh", "-ec", hosttest.VFIOBindScript(gpu)))
 	require.Equal(t, corev1.PodFailed, done.Status.Phase, "a write took on the read-only tree; log:\n%s", log)
 	require.Contains(t, log, erofsText)
 	w.figure("default install, a pod served by serve --nri: %q", errorLine(log))
-	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(gpu))
+	stdout, stderr, err := w.served(t).Shell(hosttest.VFIOBindScript(gpu))
 	require.Error(t, err, "a write took on the read-only tree: %s", stdout)
 	require.Contains(t, stderr, erofsText)
 	w.figure("default install, a served namespace of the spec: %q", errorLine(stderr))
@@ -481,10 +482,10 @@ func (w *helmWritable) testShared(t *testing.T) {
 func (w *helmWritable) testBind(t *testing.T) {
 	first, second := w.gpus[0], w.gpus[1]
 	began := time.Now()
-	log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", overlaytest.VFIOBindScript(first)))
+	log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", hosttest.VFIOBindScript(first)))
 	require.Equal(t, "(null)\nvfio-pci\nvfio0\n", log, "the pod's writes and reads of %s", first)
 	w.figure("a pod served by serve --nri binds %s: %q, in %s", first, log, time.Since(began).Round(time.Millisecond))
-	stdout, stderr, err := w.served(t).Shell(overlaytest.VFIOBindScript(second))
+	stdout, stderr, err := w.served(t).Shell(hosttest.VFIOBindScript(second))
 	require.NoError(t, err, "a served namespace of the spec: %s", stderr)
 	require.Equal(t, "(null)\nvfio-pci\nvfio1\n", stdout, "the served namespace's writes and reads of %s", second)
 	w.figure("a served namespace of the spec binds %s: %q", second, stdout)

@@ -16,7 +16,8 @@ import (
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // readTar returns every entry of a tar archive by name, with its header.
@@ -166,7 +167,7 @@ func TestPodmanLoads(t *testing.T) {
 // crypto/sha256 in, which hides a missing import of it in the package
 // (go-digest then panics "sha256 not available" in every other program).
 func TestWriteFromAProgramOfItsOwn(t *testing.T) {
-	bin := overlaytest.BuildStatic(t, "./deploy/e2e/ociimage/testdata/writeimage")
+	bin := hosttest.BuildStatic(t, "./deploy/e2e/ociimage/testdata/writeimage")
 	out, err := exec.Command(bin).CombinedOutput()
 	require.NoError(t, err, "a program that links only ociimage:\n%s", out)
 }

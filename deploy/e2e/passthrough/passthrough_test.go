@@ -37,16 +37,17 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
-func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
+func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 
 const (
 	// pluginImage holds the plugin and the pci.ids it names resources
@@ -92,7 +93,7 @@ func TestPassthrough(t *testing.T) {
 	if _, err := os.Stat(hostPCIIDs); err != nil {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", hostPCIIDs, err)
 	}
-	s := &suite{bin: overlaytest.BuildBinary(t), root: filepath.Join(t.TempDir(), "tree"), vfio: filepath.Join(t.TempDir(), "vfio"), sabotage: programs.Sabotage(t)}
+	s := &suite{bin: hosttest.BuildBinary(t), root: filepath.Join(t.TempDir(), "tree"), vfio: filepath.Join(t.TempDir(), "vfio"), sabotage: programs.Sabotage(t)}
 	require.NoError(t, os.Mkdir(s.vfio, 0o755))
 	// No registry serves the plugin or the device-injector that hands it
 	// the tree: without either, each row says so.

@@ -14,8 +14,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // TestLiterals reads profiles against facts written out by hand from
@@ -43,7 +44,7 @@ func TestLiterals(t *testing.T) {
 			[]gpu{t4("0000:3b:00.0"), t4("0000:86:00.0"), t4("0000:af:00.0"), t4("0000:d8:00.0")}},
 		{filepath.Join(repo, "testdata/profiles/no-topology.yaml"), "", false, []gpu{
 			{"0000:00:1e.0", "", "", 0, false, "nvidia"}, {"0000:3b:00.0", "", "", 0, false, "nvidia"}, {"0002:81:00.0", "", "", 0, false, "nvidia"}}},
-		{filepath.Join(repo, "deploy/e2e/programs/testdata/profiles/two-domains.yaml"), "Mock 2-Domain Server (e2e)", true, []gpu{
+		{filepath.Join(repo, "testdata/suite-profiles/two-domains.yaml"), "Mock 2-Domain Server (e2e)", true, []gpu{
 			{"0002:3b:00.0", h100, "pci0002:30", -1, true, "nvidia"}, {"0002:3c:00.0", h100, "pci0002:30", -1, true, "nvidia"},
 			{"0002:9d:00.0", h100, "pci0002:90", 1, true, "nvidia"},
 			{"000a:05:00.0", h100, "pci000a:00", 1, true, "nvidia"}, {"000a:06:00.0", h100, "pci000a:00", 1, true, "nvidia"}}},
@@ -124,9 +125,9 @@ devices:
 // refuses must be one of testdata/hostile, the refusals on purpose.
 func TestEveryProfile(t *testing.T) {
 	repo := overlaytest.Repo(t)
-	bin := overlaytest.BuildBinary(t)
+	bin := hosttest.BuildBinary(t)
 	var files []string
-	for _, glob := range []string{"testdata/*.yaml", "testdata/*/*.yaml", "deploy/e2e/programs/testdata/profiles/*.yaml"} {
+	for _, glob := range []string{"testdata/*.yaml", "testdata/*/*.yaml"} {
 		found, err := filepath.Glob(filepath.Join(repo, glob))
 		require.NoError(t, err)
 		files = append(files, found...)
@@ -230,7 +231,7 @@ func standalone(t *testing.T) string {
 // builtin writes a built-in profile as the binary prints it.
 func builtin(t *testing.T, name string) string {
 	t.Helper()
-	out, err := exec.Command(overlaytest.BuildBinary(t), "profiles", "--show", name).Output()
+	out, err := exec.Command(hosttest.BuildBinary(t), "profiles", "--show", name).Output()
 	require.NoError(t, err, "profiles --show %s", name)
 	file := filepath.Join(t.TempDir(), name+".yaml")
 	require.NoError(t, os.WriteFile(file, out, 0o644))

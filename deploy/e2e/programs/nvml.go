@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 )
 
 // NVML is the NVML library the suites' NVML consumers (GFD, nvml-list, the
@@ -38,8 +38,8 @@ func NeedNVML(t testing.TB) NVML {
 	t.Logf("%v: the NVML rows load our stand-in and say so", err)
 	dir := t.TempDir()
 	for from, to := range map[string]string{
-		filepath.Join(Need(t, NVMLStandIn()), MockNVML):                       MockNVML,
-		overlaytest.BuildStatic(t, "./deploy/e2e/programs/"+StandInConverter): StandInConverter,
+		filepath.Join(Need(t, NVMLStandIn()), MockNVML):                    MockNVML,
+		hosttest.BuildStatic(t, "./deploy/e2e/programs/"+StandInConverter): StandInConverter,
 	} {
 		data, err := os.ReadFile(from)
 		if err != nil {

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 )
 
 // SabotageEnv names the variable that breaks the end-to-end suites' tree
@@ -36,14 +36,14 @@ func Sabotage(t testing.TB) string {
 // SabotagedRoot returns the tree a sabotaged run serves in place of the
 // rendered root, and the flags its CDI spec is written with (nvml-mock-sysfs
 // cdi): root itself without sabotage; a copy with plainly escaped links
-// (SabotageEscaped, overlaytest.PlainLinksCopy); or an empty directory
+// (SabotageEscaped, hosttest.PlainLinksCopy); or an empty directory
 // whose spec is written with --fail-open, as serve writes one before its
 // first render: the device with no mounts (SabotageNoTree).
 func SabotagedRoot(t testing.TB, sabotage, root string) (string, []string) {
 	t.Helper()
 	switch sabotage {
 	case SabotageEscaped:
-		return overlaytest.PlainLinksCopy(t, root), nil
+		return hosttest.PlainLinksCopy(t, root), nil
 	case SabotageNoTree:
 		empty := filepath.Join(t.TempDir(), "no-tree")
 		if err := os.Mkdir(empty, 0o755); err != nil {

@@ -3,7 +3,7 @@ package programs
 // The runners: for each consumer, the command line and environment of one
 // run, and a parser of what it prints. They take paths as the program will
 // see them, so the same Invocation runs in a served mount namespace
-// (overlaytest.Served) or, with the paths mounted into it, in a CRI
+// (hosttest.Served) or, with the paths mounted into it, in a CRI
 // container.
 
 import (
@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
@@ -35,7 +35,7 @@ type Invocation struct {
 
 // In returns a command that runs the invocation inside s's private mount
 // namespace.
-func (inv Invocation) In(s overlaytest.Served) *exec.Cmd {
+func (inv Invocation) In(s hosttest.Served) *exec.Cmd {
 	s.Env = append(slices.Clip(s.Env), inv.Env...)
 	return s.Command(inv.Args[0], inv.Args[1:]...)
 }

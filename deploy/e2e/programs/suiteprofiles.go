@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
@@ -50,7 +50,7 @@ const ExtraProfilesEnv = "NVML_MOCK_SYSFS_E2E_PROFILES"
 // SuiteProfiles lists every built-in, every profile of
 // ../shared/testdata/nvml-mock-profiles, the consumer suite's own (two PCI
 // domains, VGA class, roots without an HCA, in
-// deploy/e2e/programs/testdata/profiles), the repository's
+// testdata/suite-profiles), the repository's
 // profiles of nvml-mock's newest shapes and of a passthrough node
 // (repoShapes), and any named in ExtraProfilesEnv: the one profile set of
 // the consumer matrix and the Kubernetes suites.
@@ -68,9 +68,9 @@ func SuiteProfiles(t testing.TB) []SuiteProfile {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")
 		out = append(out, SuiteProfile{Name: "shared " + name, File: servableFile(t, f), Literal: name})
 	}
-	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "deploy/e2e/programs/testdata/profiles/*.yaml"))
+	own, err := filepath.Glob(filepath.Join(overlaytest.Repo(t), "testdata/suite-profiles/*.yaml"))
 	if err != nil || len(own) == 0 {
-		t.Fatalf("no profiles in deploy/e2e/programs/testdata/profiles: %v", err)
+		t.Fatalf("no profiles in testdata/suite-profiles: %v", err)
 	}
 	for _, f := range own {
 		name := strings.TrimSuffix(filepath.Base(f), ".yaml")

@@ -17,9 +17,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // suite is one end-to-end suite run sabotaged.
@@ -117,7 +118,7 @@ func suites(t *testing.T) []suite {
 	draRed := without(slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough")), unjudgedNUMA)
 	return []suite{
 		{
-			name: "consumer matrix", pkg: "./deploy/e2e/consumermatrix",
+			name: "consumer matrix", pkg: "./consumermatrix",
 			run: "^TestConsumers$/^profiles$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_MATRIX",
 			cells: consumerCells, unchecked: consumerUnchecked,
 			red: map[string][]string{
@@ -127,7 +128,7 @@ func suites(t *testing.T) []suite {
 			},
 		},
 		{
-			name: "containerd", pkg: "./deploy/e2e/containerdtest",
+			name: "containerd", pkg: "./containerdtest",
 			run: "^TestContainerd$", matrixEnv: "NVML_MOCK_SYSFS_RUNTIME_MATRIX",
 			cells: runtimeCells,
 			red: map[string][]string{
@@ -143,7 +144,7 @@ func suites(t *testing.T) []suite {
 		{
 			// Nothing the node suite runs reads pcieRoot: escaped links
 			// change none of its rows.
-			name: "Kubernetes node", pkg: "./deploy/e2e/node",
+			name: "Kubernetes node", pkg: "./node",
 			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: nodeCells,
 			red: map[string][]string{
@@ -164,7 +165,7 @@ func suites(t *testing.T) []suite {
 			// Neither leaves the driver a GPU's NUMA node (go-nvlib finds
 			// a GPU's numa_node through its link), so the claims matched
 			// on numaNode are not allocated either.
-			name: "DRA driver", pkg: "./deploy/e2e/dra",
+			name: "DRA driver", pkg: "./dra",
 			run: "^TestDRA$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells:     slices.Concat(draCells("built-in dgx-a100"), nicCells("built-in dgx-a100"), draCells("vfio-passthrough")),
 			unchecked: unjudgedNUMA,
@@ -176,7 +177,7 @@ func suites(t *testing.T) []suite {
 			// node's tree itself. verify's rows include deviceattribute's
 			// pcieRoot, which escaped links lose, as the driver's slices
 			// do; its claims select by product and need no pcieRoot.
-			name: "fleet", pkg: "./deploy/e2e/node",
+			name: "fleet", pkg: "./node",
 			run: "^TestFleet$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: slices.Concat(fleetVerify, fleetPCIeRoot, fleetLabels, []string{
 				"`helm install` with a fleet map | " + worker1,
@@ -201,7 +202,7 @@ func suites(t *testing.T) []suite {
 			// The same checks as TestDRA's on the first profile with
 			// HCAs, numaNode published as a list: the same rows need the
 			// tree.
-			name: "DRA driver, list-typed attributes", pkg: "./deploy/e2e/dra",
+			name: "DRA driver, list-typed attributes", pkg: "./dra",
 			run: "^TestDRAListAttributes$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells:     slices.Concat(draCells(listAttributes), nicCells(listAttributes)),
 			unchecked: unjudgedNUMA,
@@ -214,7 +215,7 @@ func suites(t *testing.T) []suite {
 			// Every step reads the GPUs through the writable view: the
 			// driver publishes them with their pcieRoot and binds them
 			// there, and the pod's /dev/vfio is the group the view names.
-			name: "DRA driver, VFIO passthrough", pkg: "./deploy/e2e/dra",
+			name: "DRA driver, VFIO passthrough", pkg: "./dra",
 			run: "^TestVFIOPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: vfioPassthrough,
 			red:   map[string][]string{programs.SabotageEscaped: vfioPassthrough, programs.SabotageNoTree: vfioPassthrough},
@@ -223,13 +224,13 @@ func suites(t *testing.T) []suite {
 			// The plugin is served nothing in both (serve --writable cannot
 			// serve an escaped copy): every row it judges turns red; the
 			// write through the view stays green.
-			name: "SR-IOV DRA driver", pkg: "./deploy/e2e/sriovdra",
+			name: "SR-IOV DRA driver", pkg: "./sriovdra",
 			run: "^TestSRIOVDRA$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: append([]string{sriovWrite}, sriovPlugin...),
 			red:   map[string][]string{programs.SabotageEscaped: sriovPlugin, programs.SabotageNoTree: sriovPlugin},
 		},
 		{
-			name: "passthrough", pkg: "./deploy/e2e/passthrough",
+			name: "passthrough", pkg: "./passthrough",
 			run: "^TestPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: []string{"built-in hgx-h100 (every GPU on nvidia)", "testdata/profiles/vfio-passthrough.yaml (3 of 4 GPUs on vfio-pci)"},
 			red: map[string][]string{
@@ -365,13 +366,13 @@ func TestSabotage(t *testing.T) {
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t)
 	goTool := overlaytest.RequireProgram(t, "go", "golang")
-	repo := overlaytest.Repo(t)
+	wing := hosttest.Wing(t)
 	for _, s := range suites(t) {
 		for _, sabotage := range []string{programs.SabotageEscaped, programs.SabotageNoTree} {
 			t.Run(s.name+"/"+sabotage, func(t *testing.T) {
 				matrix := filepath.Join(t.TempDir(), "matrix.md")
 				cmd := exec.Command(goTool, "test", "-count=1", "-timeout", "20m", "-run", s.run, s.pkg)
-				cmd.Dir = repo
+				cmd.Dir = wing
 				cmd.Env = append(withoutSuiteEnv(os.Environ()), programs.SabotageEnv+"="+sabotage, s.matrixEnv+"="+matrix)
 				var out bytes.Buffer
 				cmd.Stdout, cmd.Stderr = &out, &out

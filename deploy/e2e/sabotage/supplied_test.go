@@ -9,9 +9,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // TestFailingSuppliedProgram supplies programs that fail (a script that
@@ -33,7 +34,7 @@ func TestFailingSuppliedProgram(t *testing.T) {
 		}
 		matrix := filepath.Join(t.TempDir(), "matrix.md")
 		cmd := exec.Command(goTool, "test", "-count=1", "-timeout", "10m", "-run", runPattern, pkg)
-		cmd.Dir = overlaytest.Repo(t)
+		cmd.Dir = hosttest.Wing(t)
 		cmd.Env = append(withoutSuiteEnv(os.Environ()), programs.SuppliedEnv+"="+dir, "NVML_MOCK_SYSFS_K8S_MATRIX="+matrix)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -43,7 +44,7 @@ func TestFailingSuppliedProgram(t *testing.T) {
 	}
 
 	t.Run(programs.GPUKubeletPlugin, func(t *testing.T) {
-		out, v, err := run(t, "./deploy/e2e/dra", "^TestDRA$/^built-in_dgx-a100$", map[string][]byte{
+		out, v, err := run(t, "./dra", "^TestDRA$/^built-in_dgx-a100$", map[string][]byte{
 			programs.GPUKubeletPlugin: failing,
 			programs.MockNVML:         []byte("not loaded: the plugin exits first"),
 		})
@@ -53,7 +54,7 @@ func TestFailingSuppliedProgram(t *testing.T) {
 		require.Contains(t, string(out), "the kubelet plugin exited", "the suite says the plugin exited")
 	})
 	t.Run(programs.RenderPCISysfs, func(t *testing.T) {
-		out, _, err := run(t, "./cmd/nvml-mock-sysfs", "^TestRenderRefusesAnotherRenderersTree$", map[string][]byte{
+		out, _, err := run(t, "./cli", "^TestRenderRefusesAnotherRenderersTree$", map[string][]byte{
 			programs.RenderPCISysfs: failing,
 		})
 		require.Error(t, err, "the renderer's test with a failing renderer must fail:\n%s", out)

@@ -38,11 +38,12 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("TMPDIR") == "" {
 		os.Setenv("TMPDIR", os.TempDir())
 	}
-	os.Exit(overlaytest.MainAlone(m))
+	os.Exit(hosttest.MainAlone(m))
 }
 
 const (
@@ -142,7 +143,7 @@ func TestSRIOVDRA(t *testing.T) {
 	if _, err := os.Stat(programs.HostPCIIDs); err != nil {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", programs.HostPCIIDs, err)
 	}
-	s := &suite{plugin: plugin, bin: overlaytest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile), sabotage: programs.Sabotage(t)}
+	s := &suite{plugin: plugin, bin: hosttest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile), sabotage: programs.Sabotage(t)}
 	var err error
 	s.m, err = overlay.LoadMachine(s.file, "")
 	require.NoError(t, err)
@@ -272,7 +273,7 @@ func (s *suite) startServe(t *testing.T) {
 // network and pid namespaces, as the kubelet's containers are. It returns
 // what the script printed, and an error with it when it failed.
 func (s *suite) shell(mounts []*specs.Mount, script string) (string, error) {
-	cmd := overlaytest.Served{Spec: mounts}.Command("sh", "-ec", script)
+	cmd := hosttest.Served{Spec: mounts}.Command("sh", "-ec", script)
 	return s.c.Run(nil, cmd.Args[0], cmd.Args[1:]...)
 }
 
@@ -370,7 +371,7 @@ func (s *suite) runPlugin(t *testing.T, name string, standIn bool) ([]resourcev1
 	}
 	s.runs++
 	proc := s.c.Start(t, kubetest.Program{Name: fmt.Sprintf("dra-driver-sriov-%d-%s", s.runs, name), Args: args,
-		Served: &overlaytest.Served{Spec: mounts}})
+		Served: &hosttest.Served{Spec: mounts}})
 	defer s.stopPlugin(t, proc)
 
 	matching := -1

@@ -12,7 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
@@ -69,7 +70,7 @@ const benchProfile = "hgx-h100"
 
 // timed runs a timing child b.N times over and reports its figure as the
 // benchmark's ns/op.
-func timed(b *testing.B, served overlaytest.Served, mode string) {
+func timed(b *testing.B, served hosttest.Served, mode string) {
 	cmd := served.Reexec(b, mode, "--", "x", fmt.Sprint(b.N))
 	out, err := cmd.Output()
 	require.NoError(b, err, "%s child", mode)
@@ -86,7 +87,7 @@ func BenchmarkReaders(b *testing.B) {
 	overlaytest.RequireFUSE(b)
 	for _, mode := range []string{nvpciChild, readChild} {
 		b.Run(mode+"/read-only", func(b *testing.B) {
-			timed(b, overlaytest.Served{Root: renderReadOnly(b, benchProfile)}, mode)
+			timed(b, hosttest.Served{Root: renderReadOnly(b, benchProfile)}, mode)
 		})
 		b.Run(mode+"/writable", func(b *testing.B) {
 			srv := start(b, benchProfile, filepath.Join(b.TempDir(), "root"), memDir(b))

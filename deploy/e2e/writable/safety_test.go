@@ -15,7 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writable"
@@ -143,7 +144,7 @@ func TestKilledMidWrite(t *testing.T) {
 	_ = writer.Process.Kill()
 	_ = writer.Wait()
 	require.True(t, mountedIn(t, ns, root), "the killed serve's view is still mounted")
-	_, stderr, err := overlaytest.Served{Enter: ns}.Shell("stat " + root)
+	_, stderr, err := hosttest.Served{Enter: ns}.Shell("stat " + root)
 	require.Error(t, err, "the killed serve's view answers")
 	require.Contains(t, stderr, "Transport endpoint is not connected", "the killed serve's view is dead")
 

@@ -33,8 +33,9 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
@@ -50,13 +51,13 @@ const (
 // effective is the effective profile where a served container sees it.
 var effective = filepath.Join(plan.DefaultContainerRoot, plan.ProfileFile)
 
-var binaries overlaytest.Binaries
+var binaries hosttest.Binaries
 
 func TestMain(m *testing.M) {
-	if mode := overlaytest.ChildMode(); mode != "" {
+	if mode := hosttest.ChildMode(); mode != "" {
 		os.Exit(runChild(mode, os.Args[len(os.Args)-3:]))
 	}
-	code := overlaytest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) })
+	code := hosttest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) })
 	binaries.Close()
 	os.Exit(code)
 }
@@ -165,12 +166,12 @@ func startIn(t testing.TB, ns int, prof, root, tree string) *server {
 
 // served is a container of the server's spec: its mounts, from inside the
 // server's namespace.
-func (s *server) served(t testing.TB) overlaytest.Served {
+func (s *server) served(t testing.TB) hosttest.Served {
 	t.Helper()
 	spec, err := deploy.ReadSpec(s.spec)
 	require.NoError(t, err)
 	require.Len(t, spec.Devices, 1)
-	return overlaytest.Served{Spec: spec.Devices[0].ContainerEdits.Mounts, Enter: cmp.Or(s.ns, s.cmd.Process.Pid)}
+	return hosttest.Served{Spec: spec.Devices[0].ContainerEdits.Mounts, Enter: cmp.Or(s.ns, s.cmd.Process.Pid)}
 }
 
 // stop ends the server with SIGTERM, as the kubelet does; it unmounts its
@@ -188,7 +189,7 @@ func (s *server) stop(t testing.TB) {
 }
 
 // report runs a child in served and returns its report.
-func report(t testing.TB, served overlaytest.Served, mode string, args ...string) *compat.Report {
+func report(t testing.TB, served hosttest.Served, mode string, args ...string) *compat.Report {
 	t.Helper()
 	cmd := served.Reexec(t, mode, append([]string{"--", "x"}, args...)...)
 	var stderr strings.Builder
@@ -201,7 +202,7 @@ func report(t testing.TB, served overlaytest.Served, mode string, args ...string
 }
 
 // ghwDrivers lists the driver ghw reads for each function it lists.
-func ghwDrivers(t *testing.T, served overlaytest.Served) map[string]programs.GHWDevice {
+func ghwDrivers(t *testing.T, served hosttest.Served) map[string]programs.GHWDevice {
 	t.Helper()
 	cmd := programs.GHWListRun{Binary: programs.NeedBinary(t, programs.GHWList())}.Invocation().In(served)
 	var stderr strings.Builder
@@ -247,7 +248,7 @@ func TestPassthrough(t *testing.T) {
 	srv := start(t, repoProfile(t), root, tree)
 	served := srv.served(t)
 
-	requireDrivers := func(served overlaytest.Served, driver, when string) {
+	requireDrivers := func(served hosttest.Served, driver, when string) {
 		t.Helper()
 		ghw := ghwDrivers(t, served)
 		for _, g := range m.GPUs() {
@@ -300,7 +301,7 @@ func TestSRIOV(t *testing.T) {
 	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	served := srv.served(t)
 
-	vfs := func(served overlaytest.Served) map[string]programs.GHWDevice {
+	vfs := func(served hosttest.Served) map[string]programs.GHWDevice {
 		out := map[string]programs.GHWDevice{}
 		for a, d := range ghwDrivers(t, served) {
 			if d.Vendor == "15b3" && d.Product == fmt.Sprintf("%04x", m.HCAs.VFDevice) {
@@ -335,7 +336,7 @@ func TestReadersSeeTheSame(t *testing.T) {
 	overlaytest.RequireFUSE(t)
 	srv := start(t, repoProfile(t), filepath.Join(t.TempDir(), "root"), filepath.Join(t.TempDir(), "tree"))
 	w := report(t, srv.served(t), compatChild)
-	r := report(t, overlaytest.Served{Root: renderReadOnly(t, repoProfile(t))}, compatChild)
+	r := report(t, hosttest.Served{Root: renderReadOnly(t, repoProfile(t))}, compatChild)
 	requireOK(t, w, "writable view")
 	require.Equal(t, r.Results, w.Results, "the same rows, read-only tree and writable view")
 }
@@ -344,7 +345,7 @@ func TestReadersSeeTheSame(t *testing.T) {
 // read-only mounts, and an empty modules.alias where the writable spec
 // mounts its stand-in (whose source, the view, only serve's namespace
 // has), so that nvpassthrough gets as far as it can.
-func readOnly(t *testing.T, writable overlaytest.Served) overlaytest.Served {
+func readOnly(t *testing.T, writable hosttest.Served) hosttest.Served {
 	t.Helper()
 	ms, err := deploy.Mounts(renderReadOnly(t, repoProfile(t)), "", nil)
 	require.NoError(t, err)
@@ -358,7 +359,7 @@ func readOnly(t *testing.T, writable overlaytest.Served) overlaytest.Served {
 			mounts = append(mounts, &specs.Mount{HostPath: alias, ContainerPath: m.ContainerPath, Options: []string{"ro", "bind"}})
 		}
 	}
-	return overlaytest.Served{Spec: mounts}
+	return hosttest.Served{Spec: mounts}
 }
 
 // repoProfile is the tests' profile file.

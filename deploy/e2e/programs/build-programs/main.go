@@ -6,13 +6,14 @@
 // supplied programs (NVML_MOCK_SYSFS_PROGRAMS) the suites will run, and
 // which rows will say "not run" without them.
 //
-//	go run ./deploy/e2e/programs/build-programs [-only NAME,...]
+//	go -C deploy/e2e run ./programs/build-programs [-repo DIR] [-only NAME,...]
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -22,13 +23,16 @@ import (
 
 func main() {
 	only := flag.String("only", "", "build only these programs (comma-separated names); empty builds all")
+	// The wing is its own module at deploy/e2e, where go -C runs this; the
+	// recipes' files are named from the repository's root.
+	repo := flag.String("repo", "../..", "the repository's root, whose files the recipes name")
 	flag.Parse()
-	repo, err := os.Getwd()
+	abs, err := filepath.Abs(*repo)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "build-programs:", err)
 		os.Exit(1)
 	}
-	c := programs.Cache{Repo: repo}
+	c := programs.Cache{Repo: abs}
 	start := time.Now()
 	all := programs.All()
 	if *only != "" {

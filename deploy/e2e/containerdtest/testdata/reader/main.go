@@ -17,7 +17,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/linkscan"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/linkscan"
 )
 
 // totals are what the reader saw over all its scans.
