@@ -141,10 +141,14 @@ e2e-k8s: deps build programs ## the Kubernetes suites on a real node (as root)
 # The matrices in docs/evidence/ (consumers.md, runtime.md, kubernetes.md),
 # rewritten from fresh runs of the suites that write them (as root); every
 # full run of each suite checks its committed copy's shape and says to run
-# this when it drifted.
-docs: deps build programs ## rewrite docs/evidence's matrices from fresh runs
+# this when it drifted. TestDRA, run with the drivers supplied, records the
+# slices they published into deploy/resourceslices/testdata (the real runs
+# TestRecordedRun proves the slices command against); without them its rows
+# are not run and nothing is recorded.
+docs: deps build programs ## rewrite docs/evidence's matrices and the recorded driver runs from fresh runs
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(MAKE) --no-print-directory e2e
 	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(SUITE_ENV) $(GO) -C $(WING) test -count=1 -timeout 20m -run '^TestNode$$' ./node/
+	NVML_MOCK_SYSFS_UPDATE_DOCS=1 $(SUITE_ENV) $(GO) -C $(WING) test -count=1 -timeout 30m -run '^TestDRA$$' ./dra/
 
 # Fuzz targets as package:Target. -fuzz takes one target per go test run.
 # make test runs each for FUZZTIME with its seed corpus (testdata/fuzz and

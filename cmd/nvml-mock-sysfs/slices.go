@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"path"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,13 +14,29 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 )
 
-const slicesHelp = `The slices are the NVIDIA DRA driver's (gpu.nvidia.com): a device per GPU
-nvml-mock's NVML lists for the profile, named, with the attributes and the
-memory capacity the driver's gpu-kubelet-plugin publishes on the tree
-render makes of it; docs/evidence/resourceslices.md says which driver
-version they were proven equal to, and what differs. Each slice has the
-generateName the driver's gives it: create them (kubectl create -f), the API
-server completes the name.
+// slicesHelp names the driver versions the plans are proven equal to
+// from their recorded runs' directories, the one home of which they are.
+func slicesHelp() string {
+	runs := resourceslices.RecordedRuns()
+	return fmt.Sprintf(slicesHelpText, path.Base(runs[resourceslices.NVIDIAGPUDriver]), path.Base(runs[resourceslices.DRANetDriver]))
+}
+
+const slicesHelpText = `The slices are those two DRA drivers publish on a node served the profile,
+proven equal to their real runs on the tree render makes of it, recorded
+as %s
+and %s
+(docs/evidence/resourceslices.md says what differs):
+
+  gpu.nvidia.com  the NVIDIA DRA driver's gpu-kubelet-plugin: a device per
+                  GPU nvml-mock's NVML lists for the profile, named, with
+                  the attributes and memory capacity the driver publishes;
+  dra.net         dranet's, on a profile with HCAs: a device per HCA, with
+                  its PCI identity, pcieRoot and NUMA node. A node's own
+                  NICs and links, which dranet also publishes, are the
+                  node's, not the profile's: none here.
+
+Each slice has the generateName the driver's gives it: create them
+(kubectl create -f), the API server completes the name.
 
 With --fleet, the profile is the one the map gives --node-name (its own
 entry, else the first label rule all of whose labels --node-labels gives,
@@ -26,7 +44,7 @@ else the default).
 `
 
 func runSlices(e *env, args []string) int {
-	flags := newFlags(e, "slices", "(--profile NAME|FILE | --fleet FILE [--node-labels KEY=VALUE,...]) --node-name NAME [--format yaml|json]", slicesHelp)
+	flags := newFlags(e, "slices", "(--profile NAME|FILE | --fleet FILE [--node-labels KEY=VALUE,...]) --node-name NAME [--format yaml|json]", slicesHelp())
 	var profileArg, fleetFile, nodeName, nodeLabels, format string
 	flags.StringVar(&profileArg, "profile", "", "a built-in profile name or a profile file")
 	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: the profile it gives --node-name, in place of --profile")
@@ -67,9 +85,13 @@ func runSlices(e *env, args []string) int {
 	if err != nil {
 		return failLoad(e, "slices", err)
 	}
-	items, err := resourceslices.NVIDIAGPU(source, data, nodeName)
-	if err != nil {
-		return fail(e, "%v", err)
+	var items []resourcev1.ResourceSlice
+	for _, plan := range []func(string, []byte, string) ([]resourcev1.ResourceSlice, error){resourceslices.NVIDIAGPU, resourceslices.DRANet} {
+		driver, err := plan(source, data, nodeName)
+		if err != nil {
+			return fail(e, "%v", err)
+		}
+		items = append(items, driver...)
 	}
 	list := resourcev1.ResourceSliceList{
 		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSliceList"},

@@ -24,17 +24,28 @@ func TestSlices(t *testing.T) {
 		node  string
 		gpus  int
 		first string
+		hcas  int // dra.net's devices, a slice of their own
 	}{
-		{[]string{"--profile", "t4-vm", "--node-name", "n1"}, "n1", 4, "0000:00:1b.0"},
-		{[]string{"--profile", "dgx-a100", "--node-name", "n2", "--format", "json"}, "n2", 8, "0000:07:00.0"},
-		{[]string{"--fleet", fleetMap, "--node-name", "a"}, "a", 8, "0000:53:00.0"},
-		{[]string{"--fleet", fleetMap, "--node-name", "b", "--node-labels", "gpu=t4"}, "b", 4, "0000:00:1b.0"},
+		{[]string{"--profile", "t4-vm", "--node-name", "n1"}, "n1", 4, "0000:00:1b.0", 0},
+		{[]string{"--profile", "dgx-a100", "--node-name", "n2", "--format", "json"}, "n2", 8, "0000:07:00.0", 8},
+		{[]string{"--fleet", fleetMap, "--node-name", "a"}, "a", 8, "0000:53:00.0", 8},
+		{[]string{"--fleet", fleetMap, "--node-name", "b", "--node-labels", "gpu=t4"}, "b", 4, "0000:00:1b.0", 0},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"slices"}, tc.args...)...)
 		require.Equal(t, exitOK, code, "%v: %s", tc.args, stderr)
 		var list resourcev1.ResourceSliceList
 		require.NoError(t, yaml.Unmarshal([]byte(stdout), &list), "%v", tc.args)
-		require.Len(t, list.Items, 1, "%v", tc.args)
+		want := 1
+		if tc.hcas > 0 {
+			want = 2
+		}
+		require.Len(t, list.Items, want, "%v", tc.args)
+		if tc.hcas > 0 {
+			n := list.Items[1].Spec
+			require.Equal(t, "dra.net", n.Driver)
+			require.Equal(t, tc.node, *n.NodeName)
+			require.Len(t, n.Devices, tc.hcas, "%v", tc.args)
+		}
 		s := list.Items[0].Spec
 		require.Equal(t, "gpu.nvidia.com", s.Driver)
 		require.Equal(t, tc.node, *s.NodeName)

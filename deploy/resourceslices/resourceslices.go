@@ -1,11 +1,14 @@
 // Package resourceslices plans the ResourceSlices DRA drivers publish on a
-// node served a profile, without running them: the NVIDIA DRA driver's
-// gpu.nvidia.com pool, device by device and attribute by attribute as its
-// gpu-kubelet-plugin (sigs.k8s.io/dra-driver-nvidia-gpu) publishes it on
-// the tree this tool renders, with nvml-mock's NVML reading the profile.
-// A node that runs no driver (a KWOK node) can carry them all the same.
+// node served a profile, without running them, device by device and
+// attribute by attribute as they publish them on the tree this tool
+// renders: the NVIDIA DRA driver's gpu.nvidia.com pool (NVIDIAGPU), as its
+// gpu-kubelet-plugin (sigs.k8s.io/dra-driver-nvidia-gpu) publishes it with
+// nvml-mock's NVML reading the profile, and dranet's dra.net pool of the
+// profile's HCAs (DRANet, in dranet.go). A node that runs no driver (a
+// KWOK node) can carry them all the same. RecordedRuns are the real runs
+// they are proven equal to.
 //
-// Where the values come from, as the driver reads them:
+// Where NVIDIAGPU's values come from, as the NVIDIA driver reads them:
 //
 //   - which GPUs, and their order, bus ids and identities: NVML's, as
 //     profile.NVMLGPUs models nvml-mock's engine (at most
@@ -20,7 +23,7 @@
 //     /sys/bus/pci/devices/<bus id> leads to, which is what the driver's
 //     deviceattribute reads (compat's PCIeRoot row checks that it does).
 //
-// The driver's own choices: a device is gpu-<minor number>; one pool named
+// The NVIDIA driver's own choices: a device is gpu-<minor number>; one pool named
 // for the node, generation 1, of one slice; version attributes are
 // semantic versions (550.163.01 is 550.163.1). It publishes no NUMA node
 // for a full GPU (only for a passthrough one, behind a feature gate off by
@@ -77,10 +80,9 @@ var brands = map[string]string{
 
 // NVIDIAGPU returns the ResourceSlices the NVIDIA DRA driver publishes on
 // node for the profile data (source names it in refusals): one slice
-// holding a device per GPU NVML lists, ordered by name (the driver's order
-// is a Go map's), with the generateName the driver's ResourceSlice
-// controller gives it; the API server adds the rest of the name. A profile
-// whose every GPU is bound to vfio-pci gives none.
+// (nodeSlices) holding a device per GPU NVML lists, ordered by name (the
+// driver's order is a Go map's). A profile whose every GPU is bound to
+// vfio-pci gives none.
 func NVIDIAGPU(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
 	if node == "" {
 		return nil, fmt.Errorf("profile %s: no node name for the ResourceSlices", source)
@@ -116,22 +118,31 @@ func NVIDIAGPU(source string, data []byte, node string) ([]resourcev1.ResourceSl
 		}
 		devices = append(devices, d)
 	}
-	if len(devices) == 0 {
-		return nil, nil
-	}
 	slices.SortFunc(devices, func(a, b resourcev1.Device) int { return cmp.Compare(minorOf(a.Name), minorOf(b.Name)) })
+	return nodeSlices(NVIDIAGPUDriver, node, devices), nil
+}
+
+// nodeSlices is the one slice a driver's kubelet plugin publishes for its
+// devices on node, none without devices: a pool named for the node,
+// generation 1, of one slice, with the generateName the ResourceSlice
+// controller (k8s.io/dynamic-resource-allocation/resourceslice) gives it;
+// the API server adds the rest of the name.
+func nodeSlices(driver, node string, devices []resourcev1.Device) []resourcev1.ResourceSlice {
+	if len(devices) == 0 {
+		return nil
+	}
 	return []resourcev1.ResourceSlice{{
 		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSlice"},
 		// The controller's scheme: [slice index, 5 hex digits]-[driver]-[owner]-,
 		// the owner being the Node.
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "00000-" + NVIDIAGPUDriver + "-" + node + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "00000-" + driver + "-" + node + "-"},
 		Spec: resourcev1.ResourceSliceSpec{
-			Driver:   NVIDIAGPUDriver,
+			Driver:   driver,
 			Pool:     resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
 			NodeName: &node,
 			Devices:  devices,
 		},
-	}}, nil
+	}}
 }
 
 // systemAttributes are the attributes every GPU shares: the driver's and
@@ -274,4 +285,18 @@ func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
 		return "", nil, &profile.Error{Source: nameOrPath, Err: err}
 	}
 	return source, data, nil
+}
+
+// RecordedRuns are the real runs the plans are proven equal to, by
+// driver: each a directory of deploy/resourceslices holding, per profile
+// of the DRA suite (deploy/e2e/dra, its slug of the row), the slices the
+// driver published there, named for the driver's version. make docs
+// records them again from the suite's run of the supplied drivers;
+// TestRecordedRun compares them with the plans, and
+// docs/evidence/resourceslices.md says which versions they are.
+func RecordedRuns() map[string]string {
+	return map[string]string{
+		NVIDIAGPUDriver: "testdata/dra-driver-nvidia-gpu-0.5.0-dev-22407113",
+		DRANetDriver:    "testdata/dranet-1.4.0-70-gf258477",
+	}
 }

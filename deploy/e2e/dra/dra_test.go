@@ -423,6 +423,11 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		require.NoError(t, err, "%s", file)
 		judged[file] = b
 	}
+	recorded := map[string]func(resourcev1.Device) bool{driverName: nil}
+	if nics != nil {
+		recorded[nicDriver] = hcas.nodeOwn
+	}
+	s.recordSlices(t, p.Literal, slug(p.Name), judged["resourceslices.json"], recorded)
 	var sl resourcev1.ResourceSliceList
 	require.NoError(t, json.Unmarshal(judged["resourceslices.json"], &sl), "resourceslices.json")
 	var gpuSlices []resourcev1.ResourceSlice

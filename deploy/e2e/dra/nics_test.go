@@ -128,6 +128,14 @@ func (s *suite) startDranet(t *testing.T, root string) *kubetest.Process {
 	})
 }
 
+// nodeOwn reports whether a dranet device is the node's own, not the
+// tree's: a link with no PCI function (a bridge such as cni0), or one of
+// the node's own PCI devices.
+func (h *hcaSubject) nodeOwn(d resourcev1.Device) bool {
+	a := nicAddress(d)
+	return a == "" || h.host[a]
+}
+
 // nicAddress is a dranet device's PCI address, lower-case, or "".
 func nicAddress(d resourcev1.Device) string {
 	a, _ := stringAttribute(d, nicPCIAddress)
