@@ -278,8 +278,9 @@ type subject struct {
 	servedByNRI string
 	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
-	// plan is the render's: where the HCAs and the node's own devices are.
-	plan *plan.Plan
+	// facts are the profile as the wing's reader states it, with the
+	// suite's literals.
+	facts *profilefacts.Profile
 }
 
 // row is one profile's block of the matrix.
@@ -386,8 +387,8 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// drivers'.
 	var hcas *hcaSubject
 	var nics map[string]resourcev1.Device
-	if x.plan.Tree.HCAs != nil {
-		hcas, r.nics = newHCASubject(x.plan), &nicRow{}
+	if x.facts.HCAs {
+		hcas, r.nics = newHCASubject(t, x.facts), &nicRow{}
 		if s.dranet == "" {
 			for _, c := range nicChecks() {
 				check(c, "", func(t *testing.T) { s.checks.NotRun(t, programs.NotRun(t.Name(), programs.Dranet)) })
@@ -607,6 +608,7 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	// The expectations: the profile as the wing's own reader states it,
 	// and its literals for the suite's own profiles.
 	facts := p.Facts(t)
+	x.facts = facts
 	// A real passthrough node's NVML lists no GPU bound to vfio-pci, so
 	// neither does the driver, which finds its GPUs through NVML.
 	var err error
@@ -631,7 +633,7 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	x.root = filepath.Join(t.TempDir(), "tree")
 	// As the DaemonSet renders: the node's own PCI devices stay listed,
 	// which verify checks.
-	x.plan, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
+	_, _, err = overlay.Render(overlay.Options{Profile: p.File, Root: x.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err, "render %s", p.Name)
 	x.escaped = hosttest.PlainLinksCopy(t, x.root)
 	// What the plugin is served: the tree, or in a sabotaged run its

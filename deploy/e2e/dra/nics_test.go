@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,8 +26,8 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 const (
@@ -90,25 +91,59 @@ type nicRow struct {
 	prepare         string
 }
 
-// hcaSubject is the profile's HCAs as the render placed them, around the
-// node's own devices it lists.
+// hcaSubject is the profile's HCAs as the wing's reader states them
+// (profilefacts: each GPU's HCAs, on its root complex), around the node's
+// own devices, read from the node's /sys: not the render's plan, whose
+// placement of the HCAs is what the rows judge.
 type hcaSubject struct {
-	hcas []plan.HCA
-	// byAddress are the HCAs by PCI address.
-	byAddress map[string]plan.HCA
+	// total is how many HCAs the profile gives its GPUs.
+	total int
+	// perRoot is how many sit on each root complex the profile places
+	// GPUs carrying them on; numa is that root's NUMA node (-1: none).
+	perRoot map[string]int
+	numa    map[string]int
+	// placed is whether the profile (or the suite's literal for its own
+	// profile) places every GPU that carries HCAs; where neither does,
+	// their root is the renderer's inference and only the count is judged.
+	placed bool
 	// host are the node's own devices' addresses.
 	host map[string]bool
 }
 
-func newHCASubject(p *plan.Plan) *hcaSubject {
-	h := &hcaSubject{hcas: p.Tree.HCAs, byAddress: map[string]plan.HCA{}, host: map[string]bool{}}
-	for _, hca := range p.Tree.HCAs {
-		h.byAddress[hca.Node.Address.String()] = hca
+func newHCASubject(t *testing.T, facts *profilefacts.Profile) *hcaSubject {
+	t.Helper()
+	h := &hcaSubject{perRoot: map[string]int{}, numa: map[string]int{}, placed: true, host: map[string]bool{}}
+	for _, g := range facts.GPUs {
+		if g.HCAs == 0 {
+			continue
+		}
+		h.total += g.HCAs
+		if g.Root == "" {
+			h.placed = false
+			continue
+		}
+		h.perRoot[g.Root] += g.HCAs
+		h.numa[g.Root] = numaOf(g)
 	}
-	for _, a := range plan.HostAddresses(p.HostDevices) {
-		h.host[a.String()] = true
+	entries, err := os.ReadDir("/sys/bus/pci/devices")
+	require.NoError(t, err, "the node's own PCI devices")
+	for _, e := range entries {
+		h.host[strings.ToLower(e.Name())] = true
 	}
 	return h
+}
+
+// ours reports whether a dranet device is one of the tree's: a PCI
+// function the node itself does not have.
+func (h *hcaSubject) ours(d resourcev1.Device) bool { return !h.nodeOwn(d) }
+
+// roots are the root complexes the profile puts HCAs on.
+func (h *hcaSubject) roots() map[string]bool {
+	out := map[string]bool{}
+	for root := range h.perRoot {
+		out[root] = true
+	}
+	return out
 }
 
 // startDranet runs dranet's kubelet plugin served root (empty: the node's
@@ -146,7 +181,7 @@ func nicAddress(d resourcev1.Device) string {
 // the HCAs) and then served the tree, judges its devices, and leaves it
 // running for the claims; it returns its devices by name.
 func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, check func(string, string, func(*testing.T))) map[string]resourcev1.Device {
-	r.hcas = len(h.hcas)
+	r.hcas = h.total
 	check(checkNICsNoTree, "none of the profile's HCAs, once the node's own NIC is published", func(t *testing.T) {
 		proc := s.startDranet(t, "")
 		var devices []resourcev1.Device
@@ -166,12 +201,12 @@ func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, 
 		s.c.Unpublish(t, nicDriver, slicesTimeout)
 		var ours []string
 		for _, d := range devices {
-			if _, ok := h.byAddress[nicAddress(d)]; ok {
+			if h.ours(d) {
 				ours = append(ours, nicAddress(d))
 			}
 		}
-		r.noTree = fmt.Sprintf("%d devices, %d of the profile's HCAs", len(devices), len(ours))
-		require.Empty(t, ours, "dranet served the node's own /sys published the profile's HCAs")
+		r.noTree = fmt.Sprintf("%d devices, %d not the node's own", len(devices), len(ours))
+		require.Empty(t, ours, "dranet served the node's own /sys published PCI functions the node does not have")
 	})
 
 	proc := s.startDranet(t, x.served)
@@ -181,19 +216,19 @@ func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, 
 	})
 	var devices []resourcev1.Device
 	check(checkNICSlices, "a device per HCA, with its GPU's pcieRoot and NUMA node", func(t *testing.T) {
-		s.c.Wait(t, fmt.Sprintf("%s: dranet's slices hold the %d HCAs", x.Name, len(h.hcas)), slicesTimeout, func() error {
+		s.c.Wait(t, fmt.Sprintf("%s: dranet's slices hold the %d HCAs", x.Name, h.total), slicesTimeout, func() error {
 			var err error
 			if devices, err = s.published(t, proc, nicDriver); err != nil {
 				return err
 			}
 			n := 0
 			for _, d := range devices {
-				if _, ok := h.byAddress[nicAddress(d)]; ok {
+				if h.ours(d) {
 					n++
 				}
 			}
-			if n != len(h.hcas) {
-				return fmt.Errorf("%d of %d HCAs among %d devices", n, len(h.hcas), len(devices))
+			if n != h.total {
+				return fmt.Errorf("%d of %d HCAs among %d devices", n, h.total, len(devices))
 			}
 			return nil
 		})
@@ -206,17 +241,20 @@ func (s *suite) publishNICs(t *testing.T, x *subject, h *hcaSubject, r *nicRow, 
 	return byName
 }
 
-// judgeNICs requires every HCA to carry its GPU's pcieRoot and the
-// profile's NUMA node (none where the profile has -1), and notes the
-// node's own NICs and their roots.
+// judgeNICs requires the HCAs published on each root complex to be the
+// ones the profile puts there, with that root's NUMA node (none where the
+// profile has -1), and notes the node's own NICs and their roots. Where
+// neither the profile nor a literal places every GPU that carries HCAs,
+// their root is the renderer's inference: only their count is judged, and
+// the row says so.
 func judgeNICs(t *testing.T, h *hcaSubject, devices []resourcev1.Device, r *nicRow) {
 	t.Helper()
 	var own []string
+	got := map[string]int{}
 	for _, d := range devices {
 		a := nicAddress(d)
 		root, _ := stringAttribute(d, programs.PCIeRootAttribute)
-		hca, ok := h.byAddress[a]
-		if !ok {
+		if !h.ours(d) {
 			if h.host[a] {
 				vendor, _ := stringAttribute(d, nicDriver+"/pciVendor")
 				own = append(own, fmt.Sprintf("%s on %s (%s)", a, root, vendor))
@@ -224,15 +262,27 @@ func judgeNICs(t *testing.T, h *hcaSubject, devices []resourcev1.Device, r *nicR
 			continue
 		}
 		r.published++
-		want := hca.GPU.RootComplex.String()
-		if root != want {
-			t.Errorf("HCA %s (%s): pcieRoot %q, want its GPU %s's %s", d.Name, a, root, hca.GPU.Address, want)
-		}
-		numa, err := judgeNUMA(d, hca.Node.NUMANode)
-		if err != nil {
-			t.Errorf("HCA %s (%s): %v", d.Name, a, err)
+		got[root]++
+		numa := "not judged"
+		if h.placed {
+			want, ok := h.numa[root]
+			if !ok {
+				t.Errorf("HCA %s (%s) on %q, a root the profile puts no HCA on", d.Name, a, root)
+				want = -1
+			}
+			var err error
+			if numa, err = judgeNUMA(d, want); err != nil {
+				t.Errorf("HCA %s (%s): %v", d.Name, a, err)
+			}
 		}
 		r.perHCA = append(r.perHCA, fmt.Sprintf("%s %s numa %s", a, root, numa))
+	}
+	if h.placed {
+		if !maps.Equal(got, h.perRoot) {
+			t.Errorf("HCAs per pcieRoot %v, want the profile's %v (each GPU's HCAs on its root)", got, h.perRoot)
+		}
+	} else {
+		r.perHCA = append(r.perHCA, "roots not judged: the profile does not place every GPU carrying them, the renderer does")
 	}
 	slices.Sort(r.perHCA)
 	r.nodeNICs = strings.Join(own, ", ")
@@ -556,11 +606,10 @@ func (s *suite) alignNICs(t *testing.T, x *subject, h *hcaSubject, r *row, nics 
 	attrs := attributes{driverName: r.gpuDevices, nicDriver: nics}
 	n := r.nics
 	// The roots and NUMA nodes that have an HCA, and the GPUs on each.
-	hcaRoots, hcaNodes := map[string]bool{}, map[int]bool{}
-	for _, hc := range h.hcas {
-		hcaRoots[hc.GPU.RootComplex.String()] = true
-		if hc.Node.NUMANode >= 0 {
-			hcaNodes[hc.Node.NUMANode] = true
+	hcaRoots, hcaNodes := h.roots(), map[int]bool{}
+	for _, node := range h.numa {
+		if node >= 0 {
+			hcaNodes[node] = true
 		}
 	}
 	gpusOnNode := map[int]int{}

@@ -1,7 +1,8 @@
 // Package profilefacts reads, straight from an nvml-mock profile file, the
 // facts the end-to-end suites judge a render by: each GPU's bus id, NVML
 // name, ids, class and driver, the root complex and NUMA node its
-// pcie_topology gives it, and the machine type the profile names.
+// pcie_topology gives it, how many HCAs its infiniband block puts beside
+// it, and the machine type the profile names.
 //
 // It is the suites' own reader, written apart from the product's
 // (overlay/profile): it imports nothing of the product, so that an
@@ -90,6 +91,11 @@ type GPU struct {
 	// NUMAGiven.
 	NUMANode  int
 	NUMAGiven bool
+	// HCAs is how many HCAs the infiniband block puts beside the GPU, on
+	// its root complex: hcas_per_gpu (1 unless given) when the block is
+	// enabled and its gpus list names the GPU's index or is not given;
+	// else 0.
+	HCAs int
 }
 
 // RootGiven reports whether the profile's pcie_topology places the GPU.
@@ -174,8 +180,20 @@ func Parse(name string, data []byte) (*Profile, error) {
 		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
 	p := &Profile{File: name, Machine: strings.TrimSpace(doc.System.ProductName)}
+	// The GPUs that carry HCAs (nil: every one), and how many each.
+	var carriers map[int]bool
+	perGPU := 1
 	if ib := doc.InfiniBand; ib != nil && ib.Enabled {
-		p.HCAs = (ib.HCAsPerGPU == nil || *ib.HCAsPerGPU > 0) && (ib.GPUs == nil || len(*ib.GPUs) > 0)
+		if ib.HCAsPerGPU != nil {
+			perGPU = *ib.HCAsPerGPU
+		}
+		p.HCAs = perGPU > 0 && (ib.GPUs == nil || len(*ib.GPUs) > 0)
+		if ib.GPUs != nil {
+			carriers = map[int]bool{}
+			for _, index := range *ib.GPUs {
+				carriers[index] = true
+			}
+		}
 	}
 	if p.Machine != "" {
 		p.MachineFrom = FromProfile
@@ -256,6 +274,9 @@ func Parse(name string, data []byte) (*Profile, error) {
 		}
 		if pl, ok := at[g.BusID]; ok {
 			g.Root, g.RootFrom, g.NUMANode, g.NUMAGiven = pl.root, FromProfile, pl.numa, pl.numaGiven
+		}
+		if p.HCAs && (carriers == nil || carriers[index]) {
+			g.HCAs = perGPU
 		}
 		p.GPUs = append(p.GPUs, g)
 	}

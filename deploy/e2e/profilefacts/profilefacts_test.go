@@ -155,7 +155,7 @@ func TestEveryProfile(t *testing.T) {
 		effective, err := profilefacts.Read(filepath.Join(root, "effective-profile.json"))
 		require.NoError(t, err, "%s's effective profile", rel)
 		require.Equal(t, p.Machine, effective.Machine, "%s: the machine named", rel)
-		require.Equal(t, p.HCAs, hasMellanox(t, root), "%s: HCAs, as the reader says, and Mellanox functions in the tree", rel)
+		requireHCAs(t, rel, p, root)
 		require.Len(t, effective.GPUs, len(p.GPUs), "%s: GPUs", rel)
 		for i, g := range p.GPUs {
 			e := effective.GPUs[i]
@@ -240,19 +240,43 @@ func builtin(t *testing.T, name string) string {
 
 func hex(v uint32) string { return fmt.Sprintf("%#x", v) }
 
-// hasMellanox reports whether the rendered tree at root holds a PCI
-// function of Mellanox's vendor id, an HCA.
-func hasMellanox(t *testing.T, root string) bool {
+// requireHCAs requires the tree's Mellanox functions to be the HCAs the
+// reader says, root complex by root complex: each GPU's HCAs on its root
+// where the profile places the GPU, and as many in all where it does not.
+func requireHCAs(t *testing.T, rel string, p *profilefacts.Profile, root string) {
 	t.Helper()
-	found := false
-	err := filepath.WalkDir(filepath.Join(root, "sys", "devices"), func(path string, d fs.DirEntry, err error) error {
-		if err != nil || found || d.Name() != "vendor" {
+	want, wantAll := map[string]int{}, 0
+	placed := true
+	for _, g := range p.GPUs {
+		wantAll += g.HCAs
+		if g.HCAs == 0 {
+			continue
+		}
+		if !g.RootGiven() {
+			placed = false
+			continue
+		}
+		want[g.Root] += g.HCAs
+	}
+	require.Equal(t, p.HCAs, wantAll > 0, "%s: HCAs, and some GPU carrying them", rel)
+	got, gotAll := map[string]int{}, 0
+	devices := filepath.Join(root, "sys", "devices")
+	err := filepath.WalkDir(devices, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.Name() != "vendor" {
 			return err
 		}
 		b, err := os.ReadFile(path)
-		found = err == nil && strings.TrimSpace(string(b)) == "0x15b3"
-		return err
+		if err != nil || strings.TrimSpace(string(b)) != "0x15b3" {
+			return err
+		}
+		rel, _ := filepath.Rel(devices, path)
+		got[strings.Split(rel, string(filepath.Separator))[0]]++
+		gotAll++
+		return nil
 	})
 	require.NoError(t, err)
-	return found
+	require.Equal(t, wantAll, gotAll, "%s: the tree's Mellanox functions, as many as the HCAs the reader says", rel)
+	if placed {
+		require.Equal(t, want, got, "%s: the tree's Mellanox functions per root complex, each GPU's HCAs on its root", rel)
+	}
 }
