@@ -643,24 +643,27 @@ func (s *Server) Healthy() error {
 // in one line.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	probe := func(check func() error) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			if err := check(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, "%v\n", err)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		}
-	}
-	mux.Handle("GET "+HealthzPath, probe(s.Healthy))
-	mux.Handle("GET "+ReadyzPath, probe(s.Ready))
+	mux.Handle("GET "+HealthzPath, Probe(s.Healthy))
+	mux.Handle("GET "+ReadyzPath, Probe(s.Ready))
 	mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.writeMetrics(w)
 	})
 	return mux
+}
+
+// Probe answers a health check as serve's endpoints do: 200 and "ok", or
+// 503 and check's error in one line.
+func Probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "%v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
 
 // writeMetrics writes the counters in Prometheus' text format: the syncs,
