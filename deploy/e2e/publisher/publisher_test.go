@@ -1,0 +1,233 @@
+// Package publisher_test runs nvml-mock-sysfs publish, the real binary,
+// against the real control plane of kubetest, for Nodes that run nothing
+// (made through the API, as KWOK makes its nodes): each carries the slices
+// resourceslices plans for the profile the fleet ConfigMap gives it, a
+// re-profile through the ConfigMap updates them in place, a node relabelled
+// out of the selector has them withdrawn, and a node deleted while the
+// publisher is down has them collected by the garbage collector, through
+// their owner reference. The objects it judged go to bin/k8s/publisher/.
+package publisher_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
+)
+
+const (
+	namespace    = "default"
+	configMap    = "nvml-mock-sysfs-fleet"
+	kwokLabel    = "type"
+	profileLabel = "nvml-mock/profile"
+	// wait bounds each wait on the publisher or the garbage collector.
+	wait = 2 * time.Minute
+)
+
+// A node's expected profile: a built-in's name, or a file of nvml-mock's
+// profiles (../shared) under its ConfigMap key.
+type expected struct {
+	node, profile, file string
+}
+
+func TestPublisher(t *testing.T) {
+	gb200 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "gb200.yaml")
+	bin := overlaytest.BuildBinary(t)
+	c := kubetest.Start(t, kubetest.Options{})
+	ctx := context.Background()
+	objects := kubetest.ObjectsDir(t, "publisher")
+
+	gb200Text, err := os.ReadFile(gb200)
+	require.NoError(t, err)
+	fleetYAML := "nodes: {kwok-0: t4-vm}\nlabels:\n  - match: {" + profileLabel + ": gb200}\n    profile: gb200.yaml\ndefault: dgx-a100\n"
+	data := map[string]string{fleet.ConfigMapKey: fleetYAML, "gb200.yaml": string(gb200Text)}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: configMap}, Data: data}
+	_, err = c.Client.CoreV1().ConfigMaps(namespace).Create(ctx, cm, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, n := range []*corev1.Node{
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-0", Labels: map[string]string{kwokLabel: "kwok"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-1", Labels: map[string]string{kwokLabel: "kwok", profileLabel: "gb200"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "kwok-2", Labels: map[string]string{kwokLabel: "kwok"}}},
+	} {
+		_, err := c.Client.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	want := []expected{{"kwok-0", "t4-vm", ""}, {"kwok-1", "gb200.yaml", gb200}, {"kwok-2", "dgx-a100", ""}}
+
+	publish := func(name string) *kubetest.Process {
+		return c.Start(t, kubetest.Program{Name: name, Args: []string{bin, "publish", "--kubeconfig", c.Kubeconfig,
+			"--node-selector", kwokLabel + "=kwok", "--fleet-configmap", namespace + "/" + configMap, "--listen", "127.0.0.1:0"}})
+	}
+
+	// Negative control: with no publisher, and then with one given a
+	// wrong map (every node the default, an H100 board), the judge sees
+	// the nodes without their profiles' slices.
+	for _, w := range want {
+		require.NotEmpty(t, judge(t, c.Client, w), "no publisher: %s", w.node)
+	}
+	wrong := map[string]string{fleet.ConfigMapKey: "default: hgx-h100\n"}
+	updateFleet(t, c.Client, wrong)
+	control := publish("publisher-wrong-map")
+	waitFor(t, control, "the wrong map's slices on kwok-0", func() string {
+		return judge(t, c.Client, expected{"kwok-0", "hgx-h100", ""})
+	})
+	for _, w := range want {
+		require.NotEmpty(t, judge(t, c.Client, w), "a wrong map: %s", w.node)
+	}
+	control.Stop(t)
+
+	// The publisher, given the fleet map, makes each node's slices its
+	// profile's: the wrong map's are replaced in place.
+	updateFleet(t, c.Client, data)
+	p := publish("publisher")
+	for _, w := range want {
+		waitFor(t, p, w.node+" published", func() string { return judge(t, c.Client, w) })
+	}
+	require.Empty(t, nodeSlices(t, c.Client, kubetest.NodeName), "the real node, not selected, carries none")
+	for _, w := range want {
+		kubetest.WriteObject(t, objects, w.node+"-resourceslices.json", nodeSlices(t, c.Client, w.node))
+	}
+
+	// Re-profile kwok-0 through the ConfigMap: the figure is from the
+	// update's return to the slices changed.
+	before := nodeSlices(t, c.Client, "kwok-0")
+	data[fleet.ConfigMapKey] = strings.Replace(fleetYAML, "kwok-0: t4-vm", "kwok-0: hgx-h100", 1)
+	updated := updateFleet(t, c.Client, data)
+	reprofiled := expected{"kwok-0", "hgx-h100", ""}
+	waitFor(t, p, "kwok-0 re-profiled", func() string { return judge(t, c.Client, reprofiled) })
+	took := time.Since(updated)
+	after := nodeSlices(t, c.Client, "kwok-0")
+	require.Equal(t, before[0].Name, after[0].Name, "updated in place")
+	t.Logf("figure: re-profile through the ConfigMap to slices changed: %s (pool generation %d -> %d)",
+		took.Round(time.Millisecond), before[0].Spec.Pool.Generation, after[0].Spec.Pool.Generation)
+	kubetest.WriteObject(t, objects, "kwok-0-reprofiled-resourceslices.json", after)
+	kubetest.WriteObject(t, objects, "fleet-configmap.json", fleetConfigMap(t, c.Client))
+
+	// kwok-1 leaves the selector: the publisher withdraws its slices.
+	n, err := c.Client.CoreV1().Nodes().Get(ctx, "kwok-1", metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(n.Labels, kwokLabel)
+	_, err = c.Client.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	waitFor(t, p, "kwok-1 withdrawn", func() string { return none(t, c.Client, "kwok-1") })
+
+	// The publisher stops: the slices stay. kwok-2 is deleted then: the
+	// garbage collector withdraws its slices, by their owner reference.
+	p.Stop(t)
+	require.Empty(t, judge(t, c.Client, want[2]), "kwok-2's slices stay with the publisher stopped")
+	require.NoError(t, c.Client.CoreV1().Nodes().Delete(ctx, "kwok-2", metav1.DeleteOptions{}))
+	deleted := time.Now()
+	waitFor(t, nil, "kwok-2's slices collected", func() string { return none(t, c.Client, "kwok-2") })
+	t.Logf("figure: node deleted to its slices collected by the garbage collector: %s", time.Since(deleted).Round(time.Millisecond))
+	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	kubetest.WriteObject(t, objects, "nodes.json", nodes)
+}
+
+// judge says how the slices published on w.node differ from those
+// resourceslices plans for w's profile, owned by the Node, or "" when
+// they do not.
+func judge(t *testing.T, client kubernetes.Interface, w expected) string {
+	t.Helper()
+	source, data, err := resourceslices.ReadProfile(w.profile)
+	if w.file != "" {
+		source, data, err = resourceslices.ReadProfile(w.file)
+	}
+	require.NoError(t, err)
+	planned, err := resourceslices.ForNode(source, data, w.node)
+	require.NoError(t, err)
+	node, err := client.CoreV1().Nodes().Get(context.Background(), w.node, metav1.GetOptions{})
+	require.NoError(t, err)
+	got := nodeSlices(t, client, w.node)
+	if len(got) != len(planned) {
+		return fmt.Sprintf("%s: %d slices, %s plans %d", w.node, len(got), w.profile, len(planned))
+	}
+	for i, g := range got {
+		p := planned[i]
+		switch {
+		case g.GenerateName != p.GenerateName:
+			return fmt.Sprintf("%s: generateName %q, planned %q", w.node, g.GenerateName, p.GenerateName)
+		case !apiequality.Semantic.DeepEqual(g.Spec.Devices, p.Spec.Devices):
+			return fmt.Sprintf("%s: slice %s's devices are not %s's", w.node, g.Name, w.profile)
+		case g.Spec.Driver != p.Spec.Driver || g.Spec.Pool.Name != p.Spec.Pool.Name || g.Spec.Pool.ResourceSliceCount != p.Spec.Pool.ResourceSliceCount:
+			return fmt.Sprintf("%s: slice %s: driver %s pool %+v, planned %s %+v", w.node, g.Name, g.Spec.Driver, g.Spec.Pool, p.Spec.Driver, p.Spec.Pool)
+		case len(g.OwnerReferences) != 1 || g.OwnerReferences[0].Kind != "Node" || g.OwnerReferences[0].UID != node.UID:
+			return fmt.Sprintf("%s: slice %s's owners %+v, want the Node %s", w.node, g.Name, g.OwnerReferences, node.UID)
+		}
+	}
+	return ""
+}
+
+// none says what is left published on node, or "" when nothing is.
+func none(t *testing.T, client kubernetes.Interface, node string) string {
+	if left := nodeSlices(t, client, node); len(left) > 0 {
+		return fmt.Sprintf("%d slices left on %s", len(left), node)
+	}
+	return ""
+}
+
+// nodeSlices are the gpu.nvidia.com slices published on node, by name.
+func nodeSlices(t *testing.T, client kubernetes.Interface, node string) []resourcev1.ResourceSlice {
+	t.Helper()
+	list, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.Set{
+		resourcev1.ResourceSliceSelectorNodeName: node,
+		resourcev1.ResourceSliceSelectorDriver:   resourceslices.NVIDIAGPUDriver,
+	}.String()})
+	require.NoError(t, err)
+	return list.Items
+}
+
+func fleetConfigMap(t *testing.T, client kubernetes.Interface) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := client.CoreV1().ConfigMaps(namespace).Get(context.Background(), configMap, metav1.GetOptions{})
+	require.NoError(t, err)
+	return cm
+}
+
+// updateFleet replaces the fleet ConfigMap's data and returns when the
+// API server took it.
+func updateFleet(t *testing.T, client kubernetes.Interface, data map[string]string) time.Time {
+	t.Helper()
+	cm := fleetConfigMap(t, client)
+	cm.Data = data
+	_, err := client.CoreV1().ConfigMaps(namespace).Update(context.Background(), cm, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	return time.Now()
+}
+
+// waitFor polls check until it says nothing; the failure names what it
+// last said and the end of the publisher's log.
+func waitFor(t *testing.T, p *kubetest.Process, what string, check func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		last := check()
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			log := ""
+			if p != nil {
+				log = "\n" + p.LogTail()
+			}
+			t.Fatalf("%s: after %s: %s%s", what, wait, last, log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
