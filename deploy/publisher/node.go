@@ -3,9 +3,11 @@ package publisher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +32,24 @@ type nodePublisher struct {
 	uid  types.UID
 	want map[string]*resourceslice.DriverResources
 	gone bool // the slices are to be withdrawn, and the goroutine to end
+	// failed is the last error the controllers reported, at failedAt.
+	failed   error
+	failedAt time.Time
+}
+
+// recentFailure is how long a publishing error keeps /readyz failing: the
+// controllers retry with a growing backoff and say nothing when a retry
+// succeeds, so an error is news for this long.
+const recentFailure = time.Minute
+
+// failing is the node's last publishing error if it is recent.
+func (n *nodePublisher) failing(now time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.failed != nil && now.Sub(n.failedAt) < recentFailure {
+		return fmt.Errorf("publishing failed %s ago: %w", now.Sub(n.failedAt).Round(time.Second), n.failed)
+	}
+	return nil
 }
 
 // startNode starts node's publisher, once its last one, if withdrawing,
@@ -114,6 +134,9 @@ func (n *nodePublisher) run(ctx context.Context) {
 				Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: n.name, UID: uid},
 				Resources:  want[driver],
 				ErrorHandler: func(_ context.Context, err error, msg string) {
+					n.mu.Lock()
+					n.failed, n.failedAt = err, time.Now()
+					n.mu.Unlock()
 					n.p.log.Error("publishing failed; the controller tries again", "node", n.name, "driver", driver, "what", msg, "err", err)
 				},
 			})

@@ -456,8 +456,9 @@ func (p *Publisher) profile(choice fleet.Choice) (source string, data []byte, er
 }
 
 // Ready says why the slices are not what the map gives, or nil when they
-// are: the informers synced, the ConfigMap's map is the one in use, and
-// every selected node's profile gave its slices.
+// are: the informers synced, the ConfigMap's map is the one in use, every
+// selected node's profile gave its slices, and no node's publishing failed
+// in the last minute (recentFailure).
 func (p *Publisher) Ready() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -467,9 +468,16 @@ func (p *Publisher) Ready() error {
 	case p.fleetErr != nil:
 		return p.fleetErr
 	}
+	now := time.Now()
 	for _, name := range slices.Sorted(maps.Keys(p.nodes)) {
-		if err := p.nodes[name].err; err != nil {
-			return fmt.Errorf("node %s: %w", name, err)
+		rec := p.nodes[name]
+		if rec.err != nil {
+			return fmt.Errorf("node %s: %w", name, rec.err)
+		}
+		if rec.node != nil {
+			if err := rec.node.failing(now); err != nil {
+				return fmt.Errorf("node %s: %w", name, err)
+			}
 		}
 	}
 	return nil
