@@ -40,7 +40,7 @@ programs: ## build the end-to-end suites' programs from the Go module proxy
 # whose consumer and containerd suites are e2e, whose Kubernetes suites
 # (one cluster at a time: kubetest holds a lock) are e2e-k8s.
 E2E_PKGS := ./deploy/e2e/consumermatrix ./deploy/e2e/containerdtest ./deploy/e2e/writable ./cmd/nvml-mock-sysfs
-K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deploy/e2e/passthrough ./deploy/e2e/sriovdra
+K8S_PKGS := ./deploy/e2e/kubetest/... ./deploy/e2e/dra ./deploy/e2e/node ./deploy/e2e/passthrough ./deploy/e2e/sriovdra ./deploy/e2e/publisher
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites
 # write their matrices where make prints them. E2E_SABOTAGE=escaped or

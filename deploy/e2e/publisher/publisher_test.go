@@ -9,9 +9,13 @@
 package publisher_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -24,9 +28,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 )
@@ -38,6 +45,11 @@ const (
 	profileLabel = "nvml-mock/profile"
 	// wait bounds each wait on the publisher or the garbage collector.
 	wait = 2 * time.Minute
+	// listen is the publisher's health endpoints' address, in the
+	// control plane's network.
+	listen = "127.0.0.1:18080"
+	// chartDir is the chart, below the repository.
+	chartDir = "deploy/helm/nvml-mock-sysfs"
 )
 
 // A node's expected profile: a built-in's name, or a file of nvml-mock's
@@ -70,9 +82,12 @@ func TestPublisher(t *testing.T) {
 	}
 	want := []expected{{"kwok-0", "t4-vm", ""}, {"kwok-1", "gb200.yaml", gb200}, {"kwok-2", "dgx-a100", ""}}
 
-	publish := func(name string) *kubetest.Process {
-		return c.Start(t, kubetest.Program{Name: name, Args: []string{bin, "publish", "--kubeconfig", c.Kubeconfig,
-			"--node-selector", kwokLabel + "=kwok", "--fleet-configmap", namespace + "/" + configMap, "--listen", "127.0.0.1:0"}})
+	// The publisher runs as the chart's publisher ServiceAccount, with the
+	// chart's RBAC: what it may do is what the Deployment may.
+	asChart := chartAccount(t, c)
+	publish := func(name, kubeconfig string) *kubetest.Process {
+		return c.Start(t, kubetest.Program{Name: name, Args: []string{bin, "publish", "--kubeconfig", kubeconfig,
+			"--node-selector", kwokLabel + "=kwok", "--fleet-configmap", namespace + "/" + configMap, "--listen", listen}})
 	}
 
 	// Negative control: with no publisher, and then with one given a
@@ -83,7 +98,7 @@ func TestPublisher(t *testing.T) {
 	}
 	wrong := map[string]string{fleet.ConfigMapKey: "default: hgx-h100\n"}
 	updateFleet(t, c.Client, wrong)
-	control := publish("publisher-wrong-map")
+	control := publish("publisher-wrong-map", c.Kubeconfig)
 	waitFor(t, control, "the wrong map's slices on kwok-0", func() string {
 		return judge(t, c.Client, expected{"kwok-0", "hgx-h100", ""})
 	})
@@ -95,11 +110,12 @@ func TestPublisher(t *testing.T) {
 	// The publisher, given the fleet map, makes each node's slices its
 	// profile's: the wrong map's are replaced in place.
 	updateFleet(t, c.Client, data)
-	p := publish("publisher")
+	p := publish("publisher", asChart)
 	for _, w := range want {
 		waitFor(t, p, w.node+" published", func() string { return judge(t, c.Client, w) })
 	}
 	require.Empty(t, nodeSlices(t, c.Client, kubetest.NodeName), "the real node, not selected, carries none")
+	waitFor(t, p, "/readyz", func() string { return readyz(c) })
 	for _, w := range want {
 		kubetest.WriteObject(t, objects, w.node+"-resourceslices.json", nodeSlices(t, c.Client, w.node))
 	}
@@ -138,6 +154,67 @@ func TestPublisher(t *testing.T) {
 	nodes, err := c.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	kubetest.WriteObject(t, objects, "nodes.json", nodes)
+}
+
+// chartAccount creates the chart's publisher ServiceAccount and its RBAC
+// (helm template with publisher.enabled, release nvml-mock-sysfs, whose
+// fleet ConfigMap is configMap), not its Deployment, whose image the
+// cluster has not, and returns a kubeconfig that acts as the account.
+func chartAccount(t *testing.T, c *kubetest.Cluster) string {
+	t.Helper()
+	helm := exec.Command(programs.NeedBinary(t, programs.Helm()), "template", "nvml-mock-sysfs", filepath.Join(overlaytest.Repo(t), chartDir),
+		"--namespace", namespace, "--set", "publisher.enabled=true", "--set", "fleet.default=dgx-a100", "--show-only", "templates/publisher.yaml")
+	helm.Env = append(os.Environ(), programs.HelmEnv(t.TempDir())...)
+	out, err := helm.Output()
+	require.NoError(t, err)
+	m := &podtest.Manifests{}
+	require.NoError(t, m.DecodeAll(bytes.NewReader(out)))
+	require.Len(t, m.ServiceAccounts, 1)
+	ctx := context.Background()
+	sa := m.ServiceAccounts[0]
+	_, err = c.Client.CoreV1().ServiceAccounts(sa.Namespace).Create(ctx, &sa, metav1.CreateOptions{})
+	require.NoError(t, err)
+	rbac := c.Client.RbacV1()
+	for _, r := range m.ClusterRoles {
+		_, err := rbac.ClusterRoles().Create(ctx, &r, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for _, b := range m.ClusterRoleBindings {
+		_, err := rbac.ClusterRoleBindings().Create(ctx, &b, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for _, r := range m.Roles {
+		_, err := rbac.Roles(r.Namespace).Create(ctx, &r, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	for _, b := range m.RoleBindings {
+		_, err := rbac.RoleBindings(b.Namespace).Create(ctx, &b, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	cfg, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	require.NoError(t, err)
+	for _, user := range cfg.AuthInfos {
+		// The API server's name of a ServiceAccount.
+		user.Impersonate = "system:serviceaccount:" + sa.Namespace + ":" + sa.Name
+	}
+	file := filepath.Join(t.TempDir(), "publisher.kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*cfg, file))
+	return file
+}
+
+// readyz is what the publisher's /readyz says when not 200, or "".
+func readyz(c *kubetest.Cluster) string {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: c.Dial}}
+	resp, err := client.Get("http://" + listen + "/readyz")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Sprintf("%s: %s", resp.Status, body)
+	}
+	return ""
 }
 
 // judge says how the slices published on w.node differ from those

@@ -90,6 +90,9 @@ asked, each in one line naming the value.
 {{- if and (not $fleet) (or .Values.fleet.profiles .Values.fleet.nvmlMockReleases) -}}
 {{- fail "values: fleet.profiles or fleet.nvmlMockReleases is set without fleet.nodes, fleet.labels or fleet.default: no map would name them" -}}
 {{- end -}}
+{{- if and .Values.publisher.enabled (not $fleet) -}}
+{{- fail "values: publisher.enabled without fleet.nodes, fleet.labels or fleet.default: the publisher publishes the profiles the fleet map gives" -}}
+{{- end -}}
 {{- if hasKey .Values.fleet.profiles "fleet.yaml" -}}
 {{- fail "values: fleet.profiles.fleet.yaml: the key holds the fleet map itself; name the profile otherwise" -}}
 {{- end -}}
