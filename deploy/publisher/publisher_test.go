@@ -146,7 +146,13 @@ func (b *syncBuffer) String() string {
 
 func start(t *testing.T, objs ...runtime.Object) *run {
 	t.Helper()
-	r := &run{c: fakeAPI(t, objs...), log: &syncBuffer{}}
+	return startOn(t, fakeAPI(t, objs...))
+}
+
+// startOn is start on a fake API of the test's.
+func startOn(t *testing.T, c *fake.Clientset) *run {
+	t.Helper()
+	r := &run{c: c, log: &syncBuffer{}}
 	var err error
 	r.p, err = New(Options{
 		Client: r.c, Nodes: labels.SelectorFromSet(labels.Set{kwokLabel: "kwok"}),
@@ -348,4 +354,21 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestPublisherNotReadyWhileRefused: a publisher whose slices the API
+// server refuses is not ready, and says why.
+func TestPublisherNotReadyWhileRefused(t *testing.T) {
+	m := map[string]string{fleet.ConfigMapKey: "default: t4-vm\n"}
+	c := fakeAPI(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+	c.PrependReactor("create", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("resourceslices is forbidden")
+	})
+	r := startOn(t, c)
+	r.eventually(t, "not ready", func() string {
+		if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), "node kwok-a: publishing failed") || !strings.Contains(err.Error(), "forbidden") {
+			return fmt.Sprintf("Ready: %v", err)
+		}
+		return ""
+	})
 }
