@@ -424,7 +424,7 @@ func TestHelmDocsInstallTheChart(t *testing.T) {
 	h := newHelm(t)
 	h.dir = overlaytest.Repo(t) // where the docs' commands run
 	var lines int
-	for _, doc := range []string{"../README.md", "../docs/user/kubernetes.md", chartDir + "/README.md"} {
+	for _, doc := range []string{"../README.md", "../docs/user/kubernetes.md", "../docs/user/publisher.md", chartDir + "/README.md"} {
 		text, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		for _, line := range strings.Split(string(text), "\n") {
