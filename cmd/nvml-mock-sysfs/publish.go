@@ -66,14 +66,8 @@ func runPublish(e *env, args []string) int {
 	if o.Fleet, err = namespacedName(fleetConfigMap); err != nil {
 		return usageError(e, "publish", "--fleet-configmap %q: %v", fleetConfigMap, err)
 	}
-	ho := &slog.HandlerOptions{Level: logLevel}
-	switch logFormat {
-	case "text":
-		o.Logger = slog.New(slog.NewTextHandler(e.stderr, ho))
-	case "json":
-		o.Logger = slog.New(slog.NewJSONHandler(e.stderr, ho))
-	default:
-		return usageError(e, "publish", "--log-format %q: want text or json", logFormat)
+	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
+		return usageError(e, "publish", "%v", err)
 	}
 	cfg, err := serve.RESTConfig(kubeconfig)
 	if err != nil {

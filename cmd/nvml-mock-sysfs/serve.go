@@ -119,14 +119,8 @@ func runServe(e *env, args []string) int {
 	if code, ok := sa.check(e, "serve"); !ok {
 		return code
 	}
-	ho := &slog.HandlerOptions{Level: logLevel}
-	switch logFormat {
-	case "text":
-		o.Logger = slog.New(slog.NewTextHandler(e.stderr, ho))
-	case "json":
-		o.Logger = slog.New(slog.NewJSONHandler(e.stderr, ho))
-	default:
-		return usageError(e, "serve", "--log-format %q: want text or json", logFormat)
+	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
+		return usageError(e, "serve", "%v", err)
 	}
 	var code int
 	var ok bool
@@ -245,4 +239,17 @@ func commaList(s string) []string {
 		}
 	}
 	return out
+}
+
+// newLogger is the log of serve and publish: --log-format's handler, at
+// --log-level, on stderr.
+func newLogger(e *env, format string, level slog.Level) (*slog.Logger, error) {
+	ho := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }

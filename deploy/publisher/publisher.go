@@ -139,34 +139,12 @@ func New(o Options) (*Publisher, error) {
 		o.Logger = slog.Default()
 	}
 	p := &Publisher{o: o, log: o.Logger, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}}
-	// Typed lists and watches, not a REST client's: the fake clientset of
-	// the tests has none (nor streams a watch's initial list, which the
-	// wrapper asks the client about, as the slices' controller does).
-	nodes, configMaps := o.Client.CoreV1().Nodes(), o.Client.CoreV1().ConfigMaps(o.Fleet.Namespace)
-	bySelector := func(lo *metav1.ListOptions) { lo.LabelSelector = o.Nodes.String() }
-	byName := func(lo *metav1.ListOptions) {
+	p.nodeInformer = informer(o.Client, o.Client.CoreV1().Nodes(), &corev1.Node{}, func(lo *metav1.ListOptions) {
+		lo.LabelSelector = o.Nodes.String()
+	})
+	p.fleetInformer = informer(o.Client, o.Client.CoreV1().ConfigMaps(o.Fleet.Namespace), &corev1.ConfigMap{}, func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.Fleet.Name).String()
-	}
-	p.nodeInformer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
-			bySelector(&lo)
-			return nodes.List(ctx, lo)
-		},
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			bySelector(&lo)
-			return nodes.Watch(ctx, lo)
-		},
-	}, o.Client), &corev1.Node{}, 0, cache.Indexers{})
-	p.fleetInformer = cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
-			byName(&lo)
-			return configMaps.List(ctx, lo)
-		},
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			byName(&lo)
-			return configMaps.Watch(ctx, lo)
-		},
-	}, o.Client), &corev1.ConfigMap{}, 0, cache.Indexers{})
+	})
 	nodeChanged := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -187,6 +165,29 @@ func New(o Options) (*Publisher, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// listWatcher is a typed client of one kind of object.
+type listWatcher[L runtime.Object] interface {
+	List(ctx context.Context, opts metav1.ListOptions) (L, error)
+	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+}
+
+// informer lists and watches api's objects, narrowed by narrow. Typed
+// calls, not a REST client's: the fake clientset of the tests has none (nor
+// streams a watch's initial list, which the wrapper asks the client about,
+// as the slices' controller does).
+func informer[L runtime.Object](client kubernetes.Interface, api listWatcher[L], obj runtime.Object, narrow func(*metav1.ListOptions)) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			narrow(&lo)
+			return api.List(ctx, lo)
+		},
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			narrow(&lo)
+			return api.Watch(ctx, lo)
+		},
+	}, client), obj, 0, cache.Indexers{})
 }
 
 // mark asks the planner to plan node (all: every node and the map) again.
@@ -224,13 +225,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(p.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			p.log.Error("health endpoints stopped", "addr", addr.String(), "err", err)
-		}
-	}()
-	defer hs.Close()
+	defer serve.ServeEndpoints(p.ln, p.Handler(), p.log).Close()
 	p.log.Info("publishing", "nodes", p.o.Nodes.String(), "fleet_configmap", p.o.Fleet.String(), "addr", addr.String())
 	go p.nodeInformer.RunWithContext(ctx)
 	go p.fleetInformer.RunWithContext(ctx)

@@ -279,12 +279,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("health endpoints stopped", "addr", addr.String(), "err", err)
-		}
-	}()
+	hs := ServeEndpoints(s.ln, s.Handler(), s.log)
 	source := []any{"profile", s.profileName()}
 	if s.opts.Fleet != "" {
 		source = []any{"fleet", s.opts.Fleet, "node", s.opts.NodeName}
@@ -650,6 +645,18 @@ func (s *Server) Handler() http.Handler {
 		s.writeMetrics(w)
 	})
 	return mux
+}
+
+// ServeEndpoints serves h (the health endpoints) on ln in the background,
+// logging an end that Close did not ask for; Close the server to stop.
+func ServeEndpoints(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health endpoints stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return hs
 }
 
 // Probe answers a health check as serve's endpoints do: 200 and "ok", or
