@@ -537,3 +537,57 @@ func TestHelmPublisher(t *testing.T) {
 	require.Equal(t, cm.Namespace, role.Namespace)
 	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cm.Name}, Verbs: []string{"get", "list", "watch"}}}, role.Rules)
 }
+
+// TestHelmFleetThroughAPI renders fleet.readThroughAPI: serve keeps the
+// fleet ConfigMap's keys, read through the API, in a writable in-memory
+// directory that --fleet names (no volume of the ConfigMap, which the
+// kubelet syncs late), as the pods' ServiceAccount, which may read that
+// ConfigMap alone (a Role) beside the label rules' nodes.
+func TestHelmFleetThroughAPI(t *testing.T) {
+	objs := newHelm(t).template(t, "--values", chartFleetValues, "--set", "fleet.readThroughAPI=true")
+	require.Len(t, objs.DaemonSets, 1)
+	ds := objs.DaemonSets[0]
+	pod := ds.Spec.Template.Spec
+	flags := argFlags(t, pod.Containers[0].Args)
+	require.Len(t, objs.ConfigMaps, 1)
+	cm := objs.ConfigMaps[0]
+	require.Equal(t, []string{cm.Namespace + "/" + cm.Name}, flags["fleet-configmap"])
+	require.Len(t, flags["fleet"], 1)
+	require.Equal(t, fleet.ConfigMapKey, path.Base(flags["fleet"][0]))
+
+	// --fleet's directory is an in-memory emptyDir, writable; the fleet
+	// ConfigMap is mounted nowhere.
+	var mount *corev1.VolumeMount
+	for i, vm := range pod.Containers[0].VolumeMounts {
+		if vm.MountPath == path.Dir(flags["fleet"][0]) {
+			mount = &pod.Containers[0].VolumeMounts[i]
+		}
+	}
+	require.NotNil(t, mount, "--fleet's directory is mounted")
+	require.False(t, mount.ReadOnly)
+	for _, v := range pod.Volumes {
+		if v.Name == mount.Name {
+			require.NotNil(t, v.EmptyDir, "volume %s", v.Name)
+			require.Equal(t, corev1.StorageMediumMemory, v.EmptyDir.Medium)
+		}
+		require.False(t, v.ConfigMap != nil && v.ConfigMap.Name == cm.Name, "volume %s mounts the fleet ConfigMap", v.Name)
+	}
+
+	// The pods' account reads the ConfigMap alone.
+	require.Len(t, objs.ServiceAccounts, 1)
+	sa := objs.ServiceAccounts[0]
+	require.Equal(t, sa.Name, pod.ServiceAccountName)
+	require.Len(t, objs.Roles, 1)
+	require.Len(t, objs.RoleBindings, 1)
+	role, rb := objs.Roles[0], objs.RoleBindings[0]
+	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cm.Name}, Verbs: []string{"get", "list", "watch"}}}, role.Rules)
+	require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, rb.RoleRef)
+	require.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}, rb.Subjects)
+
+	// Without label rules: the account and the Role, no ClusterRole.
+	noLabels := newHelm(t).template(t, "--values", chartFleetValues, "--set", "fleet.readThroughAPI=true", "--set-json", "fleet.labels=[]")
+	require.Len(t, noLabels.ServiceAccounts, 1)
+	require.Len(t, noLabels.Roles, 1)
+	require.Empty(t, noLabels.ClusterRoles)
+	require.Equal(t, noLabels.ServiceAccounts[0].Name, noLabels.DaemonSets[0].Spec.Template.Spec.ServiceAccountName)
+}

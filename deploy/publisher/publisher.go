@@ -36,16 +36,14 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
@@ -139,12 +137,10 @@ func New(o Options) (*Publisher, error) {
 		o.Logger = slog.Default()
 	}
 	p := &Publisher{o: o, log: o.Logger, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}}
-	p.nodeInformer = informer(o.Client, o.Client.CoreV1().Nodes(), &corev1.Node{}, func(lo *metav1.ListOptions) {
+	p.nodeInformer = apiwatch.Informer(o.Client, o.Client.CoreV1().Nodes(), &corev1.Node{}, func(lo *metav1.ListOptions) {
 		lo.LabelSelector = o.Nodes.String()
 	})
-	p.fleetInformer = informer(o.Client, o.Client.CoreV1().ConfigMaps(o.Fleet.Namespace), &corev1.ConfigMap{}, func(lo *metav1.ListOptions) {
-		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", o.Fleet.Name).String()
-	})
+	p.fleetInformer = apiwatch.ConfigMap(o.Client, o.Fleet)
 	nodeChanged := func(obj any) {
 		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = tomb.Obj
@@ -165,29 +161,6 @@ func New(o Options) (*Publisher, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-// listWatcher is a typed client of one kind of object.
-type listWatcher[L runtime.Object] interface {
-	List(ctx context.Context, opts metav1.ListOptions) (L, error)
-	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
-}
-
-// informer lists and watches api's objects, narrowed by narrow. Typed
-// calls, not a REST client's: the fake clientset of the tests has none (nor
-// streams a watch's initial list, which the wrapper asks the client about,
-// as the slices' controller does).
-func informer[L runtime.Object](client kubernetes.Interface, api listWatcher[L], obj runtime.Object, narrow func(*metav1.ListOptions)) cache.SharedIndexInformer {
-	return cache.NewSharedIndexInformer(cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
-			narrow(&lo)
-			return api.List(ctx, lo)
-		},
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			narrow(&lo)
-			return api.Watch(ctx, lo)
-		},
-	}, client), obj, 0, cache.Indexers{})
 }
 
 // mark asks the planner to plan node (all: every node and the map) again.

@@ -52,9 +52,25 @@ else empty: serve then reads --fleet, not --profile.
 {{- end -}}
 {{- end -}}
 
-{{/* Where the fleet ConfigMap is mounted in the container. */}}
+{{/*
+Where the fleet ConfigMap is mounted in the container, or, read through the
+API, where serve keeps its keys (an in-memory emptyDir).
+*/}}
 {{- define "nvml-mock-sysfs.fleetDir" -}}
+{{- if .Values.fleet.readThroughAPI -}}
+/run/nvml-mock-sysfs/fleet
+{{- else -}}
 /etc/nvml-mock-sysfs/fleet
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when serve's pods talk to the API server (label rules read the Node,
+or the map is read through the API), else empty: they then run as the
+chart's ServiceAccount.
+*/}}
+{{- define "nvml-mock-sysfs.serveAccount" -}}
+{{- if and (include "nvml-mock-sysfs.fleet" .) (or .Values.fleet.labels .Values.fleet.readThroughAPI) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
