@@ -1,11 +1,18 @@
-// Package publisher_test runs nvml-mock-sysfs publish, the real binary,
-// against the real control plane of kubetest, for Nodes that run nothing
+// Package publisher_test runs the real binary's readers of the fleet map
+// through the API against the real control plane of kubetest, each as the
+// chart's ServiceAccount with the chart's RBAC.
+//
+// TestPublisher runs nvml-mock-sysfs publish for Nodes that run nothing
 // (made through the API, as KWOK makes its nodes): each carries the slices
 // resourceslices plans for the profile the fleet ConfigMap gives it, a
 // re-profile through the ConfigMap updates them in place, a node relabelled
 // out of the selector has them withdrawn, and a node deleted while the
 // publisher is down has them collected by the garbage collector, through
 // their owner reference. The objects it judged go to bin/k8s/publisher/.
+//
+// TestServeFleetThroughAPI runs serve --fleet-configmap on the cluster's
+// node: a re-profile through the ConfigMap reaches its tree without a
+// kubelet's ConfigMap sync.
 package publisher_test
 
 import (
@@ -84,7 +91,7 @@ func TestPublisher(t *testing.T) {
 
 	// The publisher runs as the chart's publisher ServiceAccount, with the
 	// chart's RBAC: what it may do is what the Deployment may.
-	asChart := chartAccount(t, c)
+	asChart := chartAccount(t, c, "templates/publisher.yaml", "publisher.enabled=true")
 	publish := func(name, kubeconfig string) *kubetest.Process {
 		return c.Start(t, kubetest.Program{Name: name, Args: []string{bin, "publish", "--kubeconfig", kubeconfig,
 			"--node-selector", kwokLabel + "=kwok", "--fleet-configmap", namespace + "/" + configMap, "--listen", listen}})
@@ -156,14 +163,18 @@ func TestPublisher(t *testing.T) {
 	kubetest.WriteObject(t, objects, "nodes.json", nodes)
 }
 
-// chartAccount creates the chart's publisher ServiceAccount and its RBAC
-// (helm template with publisher.enabled, release nvml-mock-sysfs, whose
-// fleet ConfigMap is configMap), not its Deployment, whose image the
+// chartAccount creates the ServiceAccount and RBAC the chart's template
+// renders (helm template of release nvml-mock-sysfs, whose fleet ConfigMap
+// is configMap, a fleet and sets), not its workloads, whose image the
 // cluster has not, and returns a kubeconfig that acts as the account.
-func chartAccount(t *testing.T, c *kubetest.Cluster) string {
+func chartAccount(t *testing.T, c *kubetest.Cluster, template string, sets ...string) string {
 	t.Helper()
-	helm := exec.Command(programs.NeedBinary(t, programs.Helm()), "template", "nvml-mock-sysfs", filepath.Join(overlaytest.Repo(t), chartDir),
-		"--namespace", namespace, "--set", "publisher.enabled=true", "--set", "fleet.default=dgx-a100", "--show-only", "templates/publisher.yaml")
+	args := []string{"template", "nvml-mock-sysfs", filepath.Join(overlaytest.Repo(t), chartDir),
+		"--namespace", namespace, "--set", "fleet.default=dgx-a100", "--show-only", template}
+	for _, s := range sets {
+		args = append(args, "--set", s)
+	}
+	helm := exec.Command(programs.NeedBinary(t, programs.Helm()), args...)
 	helm.Env = append(os.Environ(), programs.HelmEnv(t.TempDir())...)
 	out, err := helm.Output()
 	require.NoError(t, err)
