@@ -52,7 +52,7 @@ programs: ## build the end-to-end suites' programs from the Go module proxy
 # whose Kubernetes suites (one cluster at a time: kubetest holds a lock)
 # are e2e-k8s. Their paths are the wing module's.
 E2E_PKGS := ./consumermatrix ./containerdtest ./writable ./cli
-K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra
+K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra ./publisher
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites
 # write their matrices where make prints them. E2E_SABOTAGE=escaped or

@@ -56,6 +56,7 @@ func commands() []command {
 		{"import", "write a profile from a real node's nvidia-smi -q -x output", runImport},
 		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
 		{"slices", "print the ResourceSlices the NVIDIA DRA driver publishes on a node served a profile", runSlices},
+		{"publish", "keep published the slices of nodes that run nothing (KWOK's), per the fleet map: the publisher Deployment's entrypoint", runPublish},
 	}
 }
 

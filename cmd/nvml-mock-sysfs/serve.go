@@ -8,11 +8,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -33,6 +37,12 @@ read the Node's labels from the API server, through --kubeconfig or the
 pod's service account, which then needs get, list and watch on nodes;
 they are read only for a node the map does not name, so serve with a map
 without label rules never talks to the API server.
+
+With --fleet-configmap NAMESPACE/NAME too, serve reads the fleet ConfigMap
+through the API and keeps its keys as files in --fleet's directory (which
+must name DIR/fleet.yaml), so an edit reaches the node in the time an event
+takes, not after the kubelet's ConfigMap sync of a mounted volume; the
+service account then needs get, list and watch on that ConfigMap.
 
 With --writable, serve renders the tree at --writable-tree (default
 ` + serve.DefaultWritableTree + `, in memory on most hosts) and serves it at --root
@@ -63,13 +73,14 @@ runtime restarts.
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", shipped.Default, "a built-in profile name or a profile file, rendered at every sync")
-	var fleetFile, nodeName, kubeconfig string
+	var fleetFile, fleetConfigMap, nodeName, kubeconfig string
 	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: render the profile it gives --node-name, in place of --profile")
+	flags.StringVar(&fleetConfigMap, "fleet-configmap", "", "keep --fleet's directory holding this ConfigMap's keys, read and watched through the API, NAMESPACE/NAME")
 	flags.StringVar(&nodeName, "node-name", "", "this node's name, the pod's spec.nodeName (required with --fleet)")
-	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the node's labels with, for the fleet map's label rules (default: the pod's service account)")
+	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the node's labels (the fleet map's label rules) and --fleet-configmap with (default: the pod's service account)")
 	ra.register(flags)
 	var sa specArgs
 	sa.register(flags)
@@ -105,6 +116,17 @@ func runServe(e *env, args []string) int {
 		return usageError(e, "serve", "--node-name applies to --fleet")
 	case fleetFile == "" && given["kubeconfig"]:
 		return usageError(e, "serve", "--kubeconfig applies to --fleet")
+	case given["fleet-configmap"] && fleetFile == "":
+		return usageError(e, "serve", "--fleet-configmap needs --fleet DIR/%s, the map's file it keeps", fleet.ConfigMapKey)
+	case given["fleet-configmap"] && filepath.Base(fleetFile) != fleet.ConfigMapKey:
+		return usageError(e, "serve", "--fleet %q: with --fleet-configmap, name DIR/%s, the ConfigMap's key", fleetFile, fleet.ConfigMapKey)
+	}
+	var fleetName types.NamespacedName
+	if given["fleet-configmap"] {
+		var err error
+		if fleetName, err = namespacedName(fleetConfigMap); err != nil {
+			return usageError(e, "serve", "--fleet-configmap %q: %v", fleetConfigMap, err)
+		}
 	}
 	if sa.output == "" && sa.mergeInto == "" {
 		return usageError(e, "serve", "give --output FILE, --merge-into FILE, or both")
@@ -119,14 +141,8 @@ func runServe(e *env, args []string) int {
 	if code, ok := sa.check(e, "serve"); !ok {
 		return code
 	}
-	ho := &slog.HandlerOptions{Level: logLevel}
-	switch logFormat {
-	case "text":
-		o.Logger = slog.New(slog.NewTextHandler(e.stderr, ho))
-	case "json":
-		o.Logger = slog.New(slog.NewJSONHandler(e.stderr, ho))
-	default:
-		return usageError(e, "serve", "--log-format %q: want text or json", logFormat)
+	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
+		return usageError(e, "serve", "%v", err)
 	}
 	var code int
 	var ok bool
@@ -170,6 +186,18 @@ func runServe(e *env, args []string) int {
 	if labels != nil {
 		// It connects only when a map with label rules asks for labels.
 		go labels.Run(ctx)
+	}
+	if fleetConfigMap != "" {
+		m, err := fleetMirror(kubeconfig, fleetName, filepath.Dir(fleetFile), o.Logger)
+		if err != nil {
+			return fail(e, "serve: --fleet-configmap %s: %v", fleetConfigMap, err)
+		}
+		go m.Run(ctx)
+		// The first sync reads the map; one that does not come in time
+		// leaves serve not ready, and its write a change event.
+		if err := m.Wait(ctx, serve.DefaultNodeListTimeout); err != nil {
+			o.Logger.Error("no fleet map from the API server yet", "err", err)
+		}
 	}
 	if err := s.Run(ctx); err != nil {
 		return fail(e, "serve: %v", err)
@@ -245,4 +273,31 @@ func commaList(s string) []string {
 		}
 	}
 	return out
+}
+
+// newLogger is the log of serve and publish: --log-format's handler, at
+// --log-level, on stderr.
+func newLogger(e *env, format string, level slog.Level) (*slog.Logger, error) {
+	ho := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(e.stderr, ho)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(e.stderr, ho)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// fleetMirror is serve's mirror of the fleet ConfigMap, through
+// kubeconfig's API server or the pod's service account.
+func fleetMirror(kubeconfig string, name types.NamespacedName, dir string, log *slog.Logger) (*serve.FleetMirror, error) {
+	cfg, err := serve.RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return serve.NewFleetMirror(client, name, dir, log)
 }

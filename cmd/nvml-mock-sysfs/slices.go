@@ -85,13 +85,9 @@ func runSlices(e *env, args []string) int {
 	if err != nil {
 		return failLoad(e, "slices", err)
 	}
-	var items []resourcev1.ResourceSlice
-	for _, plan := range []func(string, []byte, string) ([]resourcev1.ResourceSlice, error){resourceslices.NVIDIAGPU, resourceslices.DRANet} {
-		driver, err := plan(source, data, nodeName)
-		if err != nil {
-			return fail(e, "%v", err)
-		}
-		items = append(items, driver...)
+	items, err := resourceslices.ForNode(source, data, nodeName)
+	if err != nil {
+		return fail(e, "%v", err)
 	}
 	list := resourcev1.ResourceSliceList{
 		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSliceList"},

@@ -44,6 +44,10 @@ import (
 // costing memory.
 const MaxSize = 1 << 20
 
+// ConfigMapKey is the map's key in the chart's fleet ConfigMap, beside the
+// profiles it names by file name.
+const ConfigMapKey = "fleet.yaml"
+
 // Map is a parsed fleet map.
 type Map struct {
 	// File is the map's path as given; relative profile files are
@@ -246,4 +250,19 @@ func (m *Map) choice(value, rule string) (Choice, error) {
 		file = filepath.Join(dir, file)
 	}
 	return Choice{Profile: filepath.Clean(file), Rule: rule}, nil
+}
+
+// Beside is the file name of c's profile when it is a file in the map's
+// own directory: the key of the ConfigMap that holds the map and its
+// profiles side by side, as the chart's fleet ConfigMap does. A built-in,
+// or a file elsewhere, is not beside it.
+func (m *Map) Beside(c Choice) (string, bool) {
+	if c.Builtin {
+		return "", false
+	}
+	dir, err := filepath.Abs(filepath.Dir(m.File))
+	if err != nil || filepath.Dir(c.Profile) != dir {
+		return "", false
+	}
+	return filepath.Base(c.Profile), true
 }

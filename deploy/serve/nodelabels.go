@@ -83,9 +83,9 @@ func NewNodeLabelWatch(node, kubeconfig string, log *slog.Logger) *NodeLabelWatc
 	}
 }
 
-// nodeClient is the metadata client of nodes. kubeconfig names the file
-// when given; otherwise the pod's service account is used.
-func nodeClient(kubeconfig string) (metadata.ResourceInterface, error) {
+// RESTConfig is how this binary reaches the API server: kubeconfig names
+// the file when given; otherwise the pod's service account is used.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -97,6 +97,15 @@ func nodeClient(kubeconfig string) (metadata.ResourceInterface, error) {
 		return nil, fmt.Errorf("in-cluster API config (give a kubeconfig outside a pod): %w", err)
 	}
 	cfg.UserAgent = "nvml-mock-sysfs"
+	return cfg, nil
+}
+
+// nodeClient is the metadata client of nodes (RESTConfig's).
+func nodeClient(kubeconfig string) (metadata.ResourceInterface, error) {
+	cfg, err := RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
 	c, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)

@@ -279,12 +279,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("health endpoints stopped", "addr", addr.String(), "err", err)
-		}
-	}()
+	hs := ServeEndpoints(s.ln, s.Handler(), s.log)
 	source := []any{"profile", s.profileName()}
 	if s.opts.Fleet != "" {
 		source = []any{"fleet", s.opts.Fleet, "node", s.opts.NodeName}
@@ -643,24 +638,39 @@ func (s *Server) Healthy() error {
 // in one line.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	probe := func(check func() error) http.HandlerFunc {
-		return func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-			if err := check(); err != nil {
-				w.WriteHeader(http.StatusServiceUnavailable)
-				fmt.Fprintf(w, "%v\n", err)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		}
-	}
-	mux.Handle("GET "+HealthzPath, probe(s.Healthy))
-	mux.Handle("GET "+ReadyzPath, probe(s.Ready))
+	mux.Handle("GET "+HealthzPath, Probe(s.Healthy))
+	mux.Handle("GET "+ReadyzPath, Probe(s.Ready))
 	mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.writeMetrics(w)
 	})
 	return mux
+}
+
+// ServeEndpoints serves h (the health endpoints) on ln in the background,
+// logging an end that Close did not ask for; Close the server to stop.
+func ServeEndpoints(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health endpoints stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return hs
+}
+
+// Probe answers a health check as serve's endpoints do: 200 and "ok", or
+// 503 and check's error in one line.
+func Probe(check func() error) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := check(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "%v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
 }
 
 // writeMetrics writes the counters in Prometheus' text format: the syncs,

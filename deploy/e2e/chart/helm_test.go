@@ -3,6 +3,7 @@ package chart
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -15,12 +16,15 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -34,6 +38,7 @@ const (
 	chartStandaloneValues = chartDir + "/ci/standalone-values.yaml"
 	chartWritableValues   = chartDir + "/ci/writable-values.yaml"
 	chartNRIValues        = chartDir + "/ci/nri-values.yaml"
+	chartPublisherValues  = chartDir + "/ci/publisher-values.yaml"
 )
 
 // helmOnlyLabels are the labels the chart puts on its objects for Helm's
@@ -102,7 +107,7 @@ func decodeChart(t *testing.T, out string) *chartObjects {
 
 // hasRBAC says whether the chart rendered any of its RBAC objects.
 func (o *chartObjects) hasRBAC() bool {
-	return len(o.ServiceAccounts)+len(o.ClusterRoles)+len(o.ClusterRoleBindings) > 0
+	return len(o.ServiceAccounts)+len(o.ClusterRoles)+len(o.ClusterRoleBindings)+len(o.Roles)+len(o.RoleBindings) > 0
 }
 
 // TestHelmLint lints the chart as a release would install it, with its
@@ -113,7 +118,7 @@ func TestHelmLint(t *testing.T) {
 	version, err := h.run("version", "--template", "{{.Version}}")
 	require.NoError(t, err)
 	require.Equal(t, programs.HelmVersion, version)
-	for _, values := range []string{"", chartFleetValues, chartStandaloneValues, chartWritableValues, chartNRIValues} {
+	for _, values := range []string{"", chartFleetValues, chartStandaloneValues, chartWritableValues, chartNRIValues, chartPublisherValues} {
 		args := []string{"lint", "--strict", "--quiet", chartDir}
 		if values != "" {
 			args = append(args, "--values", values)
@@ -404,6 +409,8 @@ func TestHelmRefusesContradictoryValues(t *testing.T) {
 		{[]string{"--set", "fleet.default=t4-vm", "--set", "fleet.nvmlMockReleases={a,a}"}, "names a release twice"},
 		{[]string{"--set-json", `fleet.labels=[{"match":{"a":"b"},"profle":"x"}]`}, "profle"},
 		{[]string{"--set", "hostDevices=all"}, "hostDevices"},
+		{[]string{"--set", "publisher.enabled=true"}, "publisher.enabled without fleet"},
+		{[]string{"--set", "fleet.default=t4-vm", "--set", "publisher.enabled=true", "--set", "publisher.nodes="}, "publisher.nodes"},
 	} {
 		_, err := h.run(append([]string{"template", "nvml-mock-sysfs", chartDir}, tc.set...)...)
 		require.ErrorContains(t, err, tc.want, tc.set)
@@ -417,7 +424,7 @@ func TestHelmDocsInstallTheChart(t *testing.T) {
 	h := newHelm(t)
 	h.dir = overlaytest.Repo(t) // where the docs' commands run
 	var lines int
-	for _, doc := range []string{"../../../README.md", "../../../docs/user/kubernetes.md", chartDir + "/README.md"} {
+	for _, doc := range []string{"../../../README.md", "../../../docs/user/kubernetes.md", "../../../docs/user/publisher.md", chartDir + "/README.md"} {
 		text, err := os.ReadFile(doc)
 		require.NoError(t, err)
 		for _, line := range strings.Split(string(text), "\n") {
@@ -439,4 +446,148 @@ func TestHelmDocsInstallTheChart(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, lines, 6, "each doc installs beside nvml-mock, alone, and a fleet")
+}
+
+// TestHelmPublisher renders the publisher (publisher.enabled): one
+// Deployment running publish for the Nodes publisher.nodes selects, reading
+// the chart's own fleet ConfigMap through the API; a ServiceAccount of its
+// own that may list and watch nodes, read that ConfigMap alone, and write
+// ResourceSlices; pods the DaemonSet's selector does not take for its own.
+// Off by default, the chart renders none of it.
+func TestHelmPublisher(t *testing.T) {
+	h := newHelm(t)
+	require.Empty(t, h.template(t, "--values", chartFleetValues).Deployments, "off by default")
+	objs := h.template(t, "--values", chartPublisherValues)
+	require.Len(t, objs.Deployments, 1)
+	d := objs.Deployments[0]
+	pod := d.Spec.Template.Spec
+	require.Len(t, pod.Containers, 1)
+	c := pod.Containers[0]
+	require.Equal(t, []string{"/nvml-mock-sysfs", "publish"}, c.Command)
+	flags := argFlags(t, c.Args)
+
+	var values struct {
+		Publisher struct {
+			Nodes string `json:"nodes"`
+		} `json:"publisher"`
+	}
+	valuesText, err := os.ReadFile(chartPublisherValues)
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(valuesText, &values))
+	require.Equal(t, []string{values.Publisher.Nodes}, flags["node-selector"])
+
+	// The map it reads is the chart's fleet ConfigMap, in the release's
+	// namespace, holding the map under the key publish reads.
+	require.Len(t, objs.ConfigMaps, 1)
+	cm := objs.ConfigMaps[0]
+	require.Equal(t, []string{cm.Namespace + "/" + cm.Name}, flags["fleet-configmap"])
+	require.Contains(t, cm.Data, fleet.ConfigMapKey)
+	_, err = fleet.Parse(fleet.ConfigMapKey, []byte(cm.Data[fleet.ConfigMapKey]))
+	require.NoError(t, err)
+	require.Equal(t, cm.Namespace, d.Namespace)
+
+	// Probed at publish's endpoints, on the port it listens on.
+	require.Equal(t, serve.ReadyzPath, c.ReadinessProbe.HTTPGet.Path)
+	require.Equal(t, serve.HealthzPath, c.LivenessProbe.HTTPGet.Path)
+	require.Len(t, c.Ports, 1)
+	require.Equal(t, []string{fmt.Sprintf(":%d", c.Ports[0].ContainerPort)}, flags["listen"])
+	require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port.StrVal)
+
+	// Its pods are not the DaemonSet's.
+	require.Len(t, objs.DaemonSets, 1)
+	dsSelector, err := metav1.LabelSelectorAsSelector(objs.DaemonSets[0].Spec.Selector)
+	require.NoError(t, err)
+	require.False(t, dsSelector.Matches(labels.Set(d.Spec.Template.Labels)), "the DaemonSet's selector takes the publisher's pods")
+	own, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+	require.NoError(t, err)
+	require.True(t, own.Matches(labels.Set(d.Spec.Template.Labels)))
+
+	// Its own ServiceAccount: nodes read, the ConfigMap alone read, the
+	// slices written; the DaemonSet's account, for its label rules, is
+	// another.
+	var sa *corev1.ServiceAccount
+	for i := range objs.ServiceAccounts {
+		if objs.ServiceAccounts[i].Name == pod.ServiceAccountName {
+			sa = &objs.ServiceAccounts[i]
+		}
+	}
+	require.NotNil(t, sa, "the pod's ServiceAccount %q is rendered", pod.ServiceAccountName)
+	require.NotEqual(t, objs.DaemonSets[0].Spec.Template.Spec.ServiceAccountName, sa.Name)
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}
+	var clusterRules []rbacv1.PolicyRule
+	for _, b := range objs.ClusterRoleBindings {
+		if !slices.Contains(b.Subjects, subject) {
+			continue
+		}
+		for _, r := range objs.ClusterRoles {
+			if r.Name == b.RoleRef.Name && b.RoleRef.Kind == "ClusterRole" {
+				clusterRules = append(clusterRules, r.Rules...)
+			}
+		}
+	}
+	require.Equal(t, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+	}, clusterRules)
+	require.Len(t, objs.RoleBindings, 1)
+	require.Len(t, objs.Roles, 1)
+	rb, role := objs.RoleBindings[0], objs.Roles[0]
+	require.Equal(t, []rbacv1.Subject{subject}, rb.Subjects)
+	require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, rb.RoleRef)
+	require.Equal(t, cm.Namespace, role.Namespace)
+	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cm.Name}, Verbs: []string{"get", "list", "watch"}}}, role.Rules)
+}
+
+// TestHelmFleetThroughAPI renders fleet.readThroughAPI: serve keeps the
+// fleet ConfigMap's keys, read through the API, in a writable in-memory
+// directory that --fleet names (no volume of the ConfigMap, which the
+// kubelet syncs late), as the pods' ServiceAccount, which may read that
+// ConfigMap alone (a Role) beside the label rules' nodes.
+func TestHelmFleetThroughAPI(t *testing.T) {
+	objs := newHelm(t).template(t, "--values", chartFleetValues, "--set", "fleet.readThroughAPI=true")
+	require.Len(t, objs.DaemonSets, 1)
+	ds := objs.DaemonSets[0]
+	pod := ds.Spec.Template.Spec
+	flags := argFlags(t, pod.Containers[0].Args)
+	require.Len(t, objs.ConfigMaps, 1)
+	cm := objs.ConfigMaps[0]
+	require.Equal(t, []string{cm.Namespace + "/" + cm.Name}, flags["fleet-configmap"])
+	require.Len(t, flags["fleet"], 1)
+	require.Equal(t, fleet.ConfigMapKey, path.Base(flags["fleet"][0]))
+
+	// --fleet's directory is an in-memory emptyDir, writable; the fleet
+	// ConfigMap is mounted nowhere.
+	var mount *corev1.VolumeMount
+	for i, vm := range pod.Containers[0].VolumeMounts {
+		if vm.MountPath == path.Dir(flags["fleet"][0]) {
+			mount = &pod.Containers[0].VolumeMounts[i]
+		}
+	}
+	require.NotNil(t, mount, "--fleet's directory is mounted")
+	require.False(t, mount.ReadOnly)
+	for _, v := range pod.Volumes {
+		if v.Name == mount.Name {
+			require.NotNil(t, v.EmptyDir, "volume %s", v.Name)
+			require.Equal(t, corev1.StorageMediumMemory, v.EmptyDir.Medium)
+		}
+		require.False(t, v.ConfigMap != nil && v.ConfigMap.Name == cm.Name, "volume %s mounts the fleet ConfigMap", v.Name)
+	}
+
+	// The pods' account reads the ConfigMap alone.
+	require.Len(t, objs.ServiceAccounts, 1)
+	sa := objs.ServiceAccounts[0]
+	require.Equal(t, sa.Name, pod.ServiceAccountName)
+	require.Len(t, objs.Roles, 1)
+	require.Len(t, objs.RoleBindings, 1)
+	role, rb := objs.Roles[0], objs.RoleBindings[0]
+	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cm.Name}, Verbs: []string{"get", "list", "watch"}}}, role.Rules)
+	require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, rb.RoleRef)
+	require.Equal(t, []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}, rb.Subjects)
+
+	// Without label rules: the account and the Role, no ClusterRole.
+	noLabels := newHelm(t).template(t, "--values", chartFleetValues, "--set", "fleet.readThroughAPI=true", "--set-json", "fleet.labels=[]")
+	require.Len(t, noLabels.ServiceAccounts, 1)
+	require.Len(t, noLabels.Roles, 1)
+	require.Empty(t, noLabels.ClusterRoles)
+	require.Equal(t, noLabels.ServiceAccounts[0].Name, noLabels.DaemonSets[0].Spec.Template.Spec.ServiceAccountName)
 }

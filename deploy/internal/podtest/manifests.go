@@ -25,11 +25,14 @@ import (
 type Manifests struct {
 	Namespaces          []corev1.Namespace
 	DaemonSets          []appsv1.DaemonSet
+	Deployments         []appsv1.Deployment
 	ConfigMaps          []corev1.ConfigMap
 	Pods                []corev1.Pod
 	ServiceAccounts     []corev1.ServiceAccount
 	ClusterRoles        []rbacv1.ClusterRole
 	ClusterRoleBindings []rbacv1.ClusterRoleBinding
+	Roles               []rbacv1.Role
+	RoleBindings        []rbacv1.RoleBinding
 }
 
 // DecodeManifests decodes every document of every *.yaml file in dir.
@@ -89,6 +92,12 @@ func (m *Manifests) Decode(doc []byte) error {
 		return decodeInto(doc, &m.ClusterRoles)
 	case "rbac.authorization.k8s.io/v1 ClusterRoleBinding":
 		return decodeInto(doc, &m.ClusterRoleBindings)
+	case "apps/v1 Deployment":
+		return decodeInto(doc, &m.Deployments)
+	case "rbac.authorization.k8s.io/v1 Role":
+		return decodeInto(doc, &m.Roles)
+	case "rbac.authorization.k8s.io/v1 RoleBinding":
+		return decodeInto(doc, &m.RoleBindings)
 	}
 	return errors.New("unexpected object " + tm.APIVersion + " " + tm.Kind)
 }

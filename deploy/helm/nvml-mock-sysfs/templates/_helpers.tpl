@@ -52,9 +52,25 @@ else empty: serve then reads --fleet, not --profile.
 {{- end -}}
 {{- end -}}
 
-{{/* Where the fleet ConfigMap is mounted in the container. */}}
+{{/*
+Where the fleet ConfigMap is mounted in the container, or, read through the
+API, where serve keeps its keys (an in-memory emptyDir).
+*/}}
 {{- define "nvml-mock-sysfs.fleetDir" -}}
+{{- if .Values.fleet.readThroughAPI -}}
+/run/nvml-mock-sysfs/fleet
+{{- else -}}
 /etc/nvml-mock-sysfs/fleet
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when serve's pods talk to the API server (label rules read the Node,
+or the map is read through the API), else empty: they then run as the
+chart's ServiceAccount.
+*/}}
+{{- define "nvml-mock-sysfs.serveAccount" -}}
+{{- if and (include "nvml-mock-sysfs.fleet" .) (or .Values.fleet.labels .Values.fleet.readThroughAPI) -}}true{{- end -}}
 {{- end -}}
 
 {{/*
@@ -89,6 +105,9 @@ asked, each in one line naming the value.
 {{- end -}}
 {{- if and (not $fleet) (or .Values.fleet.profiles .Values.fleet.nvmlMockReleases) -}}
 {{- fail "values: fleet.profiles or fleet.nvmlMockReleases is set without fleet.nodes, fleet.labels or fleet.default: no map would name them" -}}
+{{- end -}}
+{{- if and .Values.publisher.enabled (not $fleet) -}}
+{{- fail "values: publisher.enabled without fleet.nodes, fleet.labels or fleet.default: the publisher publishes the profiles the fleet map gives" -}}
 {{- end -}}
 {{- if hasKey .Values.fleet.profiles "fleet.yaml" -}}
 {{- fail "values: fleet.profiles.fleet.yaml: the key holds the fleet map itself; name the profile otherwise" -}}

@@ -1,0 +1,400 @@
+package publisher
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
+)
+
+const (
+	fleetNamespace = "nvml-mock"
+	fleetName      = "nvml-mock-sysfs-fleet"
+	kwokLabel      = "type"
+	profileLabel   = "nvml-mock/profile"
+	// wait bounds each wait for the publisher: a controller's start takes
+	// about a second.
+	wait = 20 * time.Second
+)
+
+// fakeAPI is client-go's fake clientset made to behave as the API server
+// does where the ResourceSlice controller relies on it: names completed
+// from generateName, integer resource versions, and the field selectors
+// (spec.nodeName, spec.driver) of lists and watches applied, without which
+// each node's controller would see, and delete, every other node's pool.
+func fakeAPI(t *testing.T, objs ...runtime.Object) *fake.Clientset {
+	t.Helper()
+	c := fake.NewSimpleClientset(objs...)
+	var rv atomic.Int64
+	c.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.CreateAction).GetObject().(*resourcev1.ResourceSlice)
+		n := rv.Add(1)
+		if s.Name == "" {
+			s.Name = fmt.Sprintf("%s%05d", s.GenerateName, n)
+		}
+		s.UID = types.UID(fmt.Sprintf("uid-%d", n))
+		s.ResourceVersion = fmt.Sprint(n)
+		return false, nil, nil
+	})
+	c.PrependReactor("update", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		s := a.(k8stesting.UpdateAction).GetObject().(*resourcev1.ResourceSlice)
+		s.ResourceVersion = fmt.Sprint(rv.Add(1))
+		return false, nil, nil
+	})
+	gvr := resourcev1.SchemeGroupVersion.WithResource("resourceslices")
+	c.PrependReactor("list", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj, err := c.Tracker().List(gvr, resourcev1.SchemeGroupVersion.WithKind("ResourceSlice"), "")
+		if err != nil {
+			return true, nil, err
+		}
+		list := obj.(*resourcev1.ResourceSliceList)
+		sel := a.(k8stesting.ListAction).GetListRestrictions().Fields
+		var kept []resourcev1.ResourceSlice
+		for _, s := range list.Items {
+			if sel.Matches(sliceFields(&s)) {
+				kept = append(kept, s)
+			}
+		}
+		list.Items = kept
+		list.ResourceVersion = fmt.Sprint(rv.Load())
+		return true, list, nil
+	})
+	c.PrependWatchReactor("resourceslices", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		wa := a.(k8stesting.WatchActionImpl)
+		w, err := c.Tracker().Watch(gvr, "", wa.ListOptions)
+		if err != nil {
+			return true, nil, err
+		}
+		sel := wa.GetWatchRestrictions().Fields
+		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
+			s, ok := ev.Object.(*resourcev1.ResourceSlice)
+			return ev, !ok || sel.Matches(sliceFields(s))
+		}), nil
+	})
+	return c
+}
+
+func sliceFields(s *resourcev1.ResourceSlice) fields.Set {
+	node := ""
+	if s.Spec.NodeName != nil {
+		node = *s.Spec.NodeName
+	}
+	return fields.Set{"metadata.name": s.Name, resourcev1.ResourceSliceSelectorNodeName: node, resourcev1.ResourceSliceSelectorDriver: s.Spec.Driver}
+}
+
+func node(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-" + name), Labels: labels}}
+}
+
+// builtinText is a built-in's profile as a fleet ConfigMap key holds one.
+func builtinText(t *testing.T, name string) string {
+	t.Helper()
+	_, data, err := resourceslices.ReadProfile(name)
+	require.NoError(t, err)
+	return string(data)
+}
+
+func fleetConfigMap(data map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: fleetNamespace, Name: fleetName}, Data: data}
+}
+
+// run is a publisher of the nodes labelled type=kwok on c, stopped when
+// the test ends; log holds its log.
+type run struct {
+	c   *fake.Clientset
+	p   *Publisher
+	log *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func start(t *testing.T, objs ...runtime.Object) *run {
+	t.Helper()
+	return startOn(t, fakeAPI(t, objs...))
+}
+
+// startOn is start on a fake API of the test's.
+func startOn(t *testing.T, c *fake.Clientset) *run {
+	t.Helper()
+	r := &run{c: c, log: &syncBuffer{}}
+	var err error
+	r.p, err = New(Options{
+		Client: r.c, Nodes: labels.SelectorFromSet(labels.Set{kwokLabel: "kwok"}),
+		Fleet:  types.NamespacedName{Namespace: fleetNamespace, Name: fleetName},
+		Listen: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(r.log, nil)),
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	return r
+}
+
+// slicesOf are the slices published on node.
+func (r *run) slicesOf(t *testing.T, node string) []resourcev1.ResourceSlice {
+	t.Helper()
+	list, err := r.c.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorNodeName, node).String()})
+	require.NoError(t, err)
+	// Driver by driver, as resourceslices.ForNode gives them: the API
+	// server lists by name, which the controller generates.
+	slices.SortStableFunc(list.Items, func(a, b resourcev1.ResourceSlice) int {
+		return cmp.Compare(driverOrder(a.Spec.Driver), driverOrder(b.Spec.Driver))
+	})
+	return list.Items
+}
+
+// driverOrder is a driver's place in resourceslices.ForNode's order.
+func driverOrder(driver string) int {
+	if driver == resourceslices.NVIDIAGPUDriver {
+		return 0
+	}
+	return 1
+}
+
+// planned are the slices resourceslices gives node for the built-in
+// profile name.
+func planned(t *testing.T, name, node string) []resourcev1.ResourceSlice {
+	t.Helper()
+	source, data, err := resourceslices.ReadProfile(name)
+	require.NoError(t, err)
+	want, err := resourceslices.ForNode(source, data, node)
+	require.NoError(t, err)
+	require.NotEmpty(t, want)
+	return want
+}
+
+// samePublished says how the slices published on node differ from want,
+// or "" when they are want's, owned by the Node.
+func (r *run) samePublished(t *testing.T, node string, want []resourcev1.ResourceSlice) string {
+	got := r.slicesOf(t, node)
+	if len(got) != len(want) {
+		return fmt.Sprintf("%d slices on %s, want %d", len(got), node, len(want))
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		switch {
+		case g.GenerateName != w.GenerateName:
+			return fmt.Sprintf("%s: generateName %q, want %q", node, g.GenerateName, w.GenerateName)
+		case !apiequality.Semantic.DeepEqual(g.Spec, w.Spec):
+			return fmt.Sprintf("%s: slice %s's spec is not resourceslices' (%d devices, want %d)", node, g.Name, len(g.Spec.Devices), len(w.Spec.Devices))
+		case len(g.OwnerReferences) != 1 || g.OwnerReferences[0].Kind != "Node" || g.OwnerReferences[0].Name != node ||
+			g.OwnerReferences[0].UID != types.UID("node-"+node) || g.OwnerReferences[0].Controller == nil || !*g.OwnerReferences[0].Controller:
+			return fmt.Sprintf("%s: slice %s's owners %+v, want the Node alone, as controller", node, g.Name, g.OwnerReferences)
+		}
+	}
+	return ""
+}
+
+// eventually waits until cond says nothing is wrong, or fails with what
+// it last said: the reason, not only that the wait ran out.
+func (r *run) eventually(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		last := cond()
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s\nlog:\n%s", what, last, r.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (r *run) updateFleet(t *testing.T, data map[string]string) {
+	t.Helper()
+	_, err := r.c.CoreV1().ConfigMaps(fleetNamespace).Update(context.Background(), fleetConfigMap(data), metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
+
+// TestPublisher: each selected node carries resourceslices' slices for the
+// profile the map gives it, owned by the Node; a ConfigMap edit updates
+// them in place; a node relabelled out of the selector, or deleted, has
+// them withdrawn; a node the selector does not name has none.
+func TestPublisher(t *testing.T) {
+	fleetYAML := "nodes: {kwok-a: t4-vm}\nlabels:\n  - match: {" + profileLabel + ": gb200}\n    profile: gb200.yaml\ndefault: dgx-a100\n"
+	data := map[string]string{fleet.ConfigMapKey: fleetYAML, "gb200.yaml": builtinText(t, "gb200-tray")}
+	r := start(t,
+		fleetConfigMap(data),
+		node("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		node("kwok-b", map[string]string{kwokLabel: "kwok", profileLabel: "gb200"}),
+		node("kwok-c", map[string]string{kwokLabel: "kwok"}),
+		node("real-d", nil),
+	)
+	for node, profile := range map[string]string{"kwok-a": "t4-vm", "kwok-b": "gb200-tray", "kwok-c": "dgx-a100"} {
+		want := planned(t, profile, node)
+		r.eventually(t, node+" published", func() string { return r.samePublished(t, node, want) })
+	}
+	require.Empty(t, r.slicesOf(t, "real-d"), "a node the selector does not name")
+	r.eventually(t, "ready", func() string { return errString(r.p.Ready()) })
+
+	// A re-profile through the ConfigMap: kwok-a's slice is updated in
+	// place, under its name.
+	before := r.slicesOf(t, "kwok-a")[0]
+	data[fleet.ConfigMapKey] = strings.Replace(fleetYAML, "kwok-a: t4-vm", "kwok-a: hgx-h100", 1)
+	r.updateFleet(t, data)
+	want := planned(t, "hgx-h100", "kwok-a")
+	r.eventually(t, "kwok-a re-profiled", func() string { return r.samePublished(t, "kwok-a", want) })
+	after := r.slicesOf(t, "kwok-a")[0]
+	require.Equal(t, before.Name, after.Name, "updated in place")
+	t.Logf("kwok-a's pool generation after the re-profile: %d (before: %d)", after.Spec.Pool.Generation, before.Spec.Pool.Generation)
+
+	// kwok-a leaves the selector; kwok-c is deleted.
+	a, err := r.c.CoreV1().Nodes().Get(context.Background(), "kwok-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(a.Labels, kwokLabel)
+	_, err = r.c.CoreV1().Nodes().Update(context.Background(), a, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, r.c.CoreV1().Nodes().Delete(context.Background(), "kwok-c", metav1.DeleteOptions{}))
+	for _, node := range []string{"kwok-a", "kwok-c"} {
+		r.eventually(t, node+" withdrawn", func() string {
+			if n := len(r.slicesOf(t, node)); n > 0 {
+				return fmt.Sprintf("%d slices left", n)
+			}
+			return ""
+		})
+	}
+	require.Empty(t, r.samePublished(t, "kwok-b", planned(t, "gb200-tray", "kwok-b")), "the other nodes keep theirs")
+	require.Contains(t, r.log.String(), `msg=withdrawn node=kwok-a why="no longer selected"`)
+	require.Contains(t, r.log.String(), `msg=withdrawn node=kwok-c why=deleted`)
+}
+
+// TestPublisherRefusesABadMap: a map that does not parse is one log line
+// naming the ConfigMap's map, the field and the value, and /readyz's
+// reason; the last good map's slices stay as they were, and a publisher
+// that never had a good map publishes nothing.
+func TestPublisherRefusesABadMap(t *testing.T) {
+	bad := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\ndefault: dgx-a100\nlabels:\n  - match: {\"not a key\": x}\n    profile: t4-vm\n"}
+	wantErr := "fleet map /namespaces/" + fleetNamespace + "/configmaps/" + fleetName + "/fleet.yaml: labels[0].match: value \"not a key\""
+
+	t.Run("from the start", func(t *testing.T) {
+		r := start(t, fleetConfigMap(bad), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		r.eventually(t, "refused", func() string {
+			if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), wantErr) {
+				return fmt.Sprintf("Ready: %v, want %s", err, wantErr)
+			}
+			return ""
+		})
+		// Give a wrong publish the time it would take.
+		time.Sleep(2 * time.Second)
+		require.Empty(t, r.slicesOf(t, "kwok-a"))
+		require.Equal(t, 1, strings.Count(r.log.String(), "level=ERROR"), r.log.String())
+		require.Contains(t, r.log.String(), "nothing is published until it parses")
+	})
+
+	t.Run("after a good one", func(t *testing.T) {
+		good := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\n"}
+		r := start(t, fleetConfigMap(good), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		want := planned(t, "t4-vm", "kwok-a")
+		r.eventually(t, "published", func() string { return r.samePublished(t, "kwok-a", want) })
+		r.updateFleet(t, bad)
+		r.eventually(t, "refused", func() string {
+			if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), wantErr) {
+				return fmt.Sprintf("Ready: %v, want %s", err, wantErr)
+			}
+			return ""
+		})
+		require.Empty(t, r.samePublished(t, "kwok-a", want), "the last good map's slices stay")
+		require.Equal(t, 1, strings.Count(r.log.String(), "level=ERROR"), r.log.String())
+		require.Contains(t, r.log.String(), "the last good map's slices stay published")
+	})
+
+	t.Run("a profile the ConfigMap lacks", func(t *testing.T) {
+		m := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: a100.yaml}\n"}
+		r := start(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		r.eventually(t, "refused", func() string {
+			if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), "node kwok-a: fleet map /namespaces/"+fleetNamespace+"/configmaps/"+fleetName+"/fleet.yaml: nodes[kwok-a]: ConfigMap "+fleetNamespace+"/"+fleetName+" has no key a100.yaml") {
+				return fmt.Sprintf("Ready: %v", err)
+			}
+			return ""
+		})
+		require.Empty(t, r.slicesOf(t, "kwok-a"))
+	})
+}
+
+// TestPublisherNoMatch: a node a map without a default does not match
+// carries nothing; matched later, it carries its profile's.
+func TestPublisherNoMatch(t *testing.T) {
+	m := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-b: t4-vm}\n"}
+	r := start(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+	r.eventually(t, "said", func() string {
+		if !strings.Contains(r.log.String(), "the fleet map gives the node no profile") {
+			return "not said"
+		}
+		return ""
+	})
+	require.Empty(t, r.slicesOf(t, "kwok-a"))
+	require.NoError(t, r.p.Ready())
+	m[fleet.ConfigMapKey] = "nodes: {kwok-a: t4-vm}\n"
+	r.updateFleet(t, m)
+	want := planned(t, "t4-vm", "kwok-a")
+	r.eventually(t, "published", func() string { return r.samePublished(t, "kwok-a", want) })
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestPublisherNotReadyWhileRefused: a publisher whose slices the API
+// server refuses is not ready, and says why.
+func TestPublisherNotReadyWhileRefused(t *testing.T) {
+	m := map[string]string{fleet.ConfigMapKey: "default: t4-vm\n"}
+	c := fakeAPI(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+	c.PrependReactor("create", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, fmt.Errorf("resourceslices is forbidden")
+	})
+	r := startOn(t, c)
+	r.eventually(t, "not ready", func() string {
+		if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), "node kwok-a: publishing failed") || !strings.Contains(err.Error(), "forbidden") {
+			return fmt.Sprintf("Ready: %v", err)
+		}
+		return ""
+	})
+}

@@ -1,0 +1,21 @@
+package resourceslices
+
+import resourcev1 "k8s.io/api/resource/v1"
+
+// ForNode returns the ResourceSlices every driver this package plans
+// publishes on node for the profile data (source names it in refusals),
+// driver by driver: the NVIDIA DRA driver's, then dranet's (none on a
+// profile without HCAs). It is what a node that runs no driver carries in
+// their place: the slices command prints it, and the publisher
+// (deploy/publisher) publishes it, grouped by driver and pool.
+func ForNode(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
+	var out []resourcev1.ResourceSlice
+	for _, driver := range []func(string, []byte, string) ([]resourcev1.ResourceSlice, error){NVIDIAGPU, DRANet} {
+		slices, err := driver(source, data, node)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, slices...)
+	}
+	return out, nil
+}
