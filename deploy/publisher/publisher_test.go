@@ -181,17 +181,9 @@ func (r *run) slicesOf(t *testing.T, node string) []resourcev1.ResourceSlice {
 	// Driver by driver, as resourceslices.ForNode gives them: the API
 	// server lists by name, which the controller generates.
 	slices.SortStableFunc(list.Items, func(a, b resourcev1.ResourceSlice) int {
-		return cmp.Compare(driverOrder(a.Spec.Driver), driverOrder(b.Spec.Driver))
+		return cmp.Compare(resourceslices.DriverOrder(a.Spec.Driver), resourceslices.DriverOrder(b.Spec.Driver))
 	})
 	return list.Items
-}
-
-// driverOrder is a driver's place in resourceslices.ForNode's order.
-func driverOrder(driver string) int {
-	if driver == resourceslices.NVIDIAGPUDriver {
-		return 0
-	}
-	return 1
 }
 
 // planned are the slices resourceslices gives node for the built-in

@@ -10,7 +10,7 @@ import resourcev1 "k8s.io/api/resource/v1"
 // (deploy/publisher) publishes it, grouped by driver and pool.
 func ForNode(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
 	var out []resourcev1.ResourceSlice
-	for _, driver := range []func(string, []byte, string) ([]resourcev1.ResourceSlice, error){NVIDIAGPU, DRANet} {
+	for _, driver := range []func(string, []byte, string) ([]resourcev1.ResourceSlice, error){NVIDIAGPU, DRANet} { // as DriverOrder says
 		slices, err := driver(source, data, node)
 		if err != nil {
 			return nil, err
@@ -18,4 +18,13 @@ func ForNode(source string, data []byte, node string) ([]resourcev1.ResourceSlic
 		out = append(out, slices...)
 	}
 	return out, nil
+}
+
+// DriverOrder is the place of a driver's slices in ForNode's list, for
+// those who compare what an API server lists (by name) with it.
+func DriverOrder(driver string) int {
+	if driver == NVIDIAGPUDriver {
+		return 0
+	}
+	return 1
 }

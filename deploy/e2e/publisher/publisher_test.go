@@ -17,6 +17,7 @@ package publisher_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -271,14 +273,17 @@ func none(t *testing.T, client kubernetes.Interface, node string) string {
 	return ""
 }
 
-// nodeSlices are the gpu.nvidia.com slices published on node, by name.
+// nodeSlices are the slices published on node, driver by driver in
+// resourceslices.ForNode's order (the NVIDIA driver's first).
 func nodeSlices(t *testing.T, client kubernetes.Interface, node string) []resourcev1.ResourceSlice {
 	t.Helper()
 	list, err := client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{FieldSelector: fields.Set{
 		resourcev1.ResourceSliceSelectorNodeName: node,
-		resourcev1.ResourceSliceSelectorDriver:   resourceslices.NVIDIAGPUDriver,
 	}.String()})
 	require.NoError(t, err)
+	slices.SortStableFunc(list.Items, func(a, b resourcev1.ResourceSlice) int {
+		return cmp.Compare(resourceslices.DriverOrder(a.Spec.Driver), resourceslices.DriverOrder(b.Spec.Driver))
+	})
 	return list.Items
 }
 
