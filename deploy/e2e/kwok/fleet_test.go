@@ -254,6 +254,13 @@ func kwokToleration() corev1.Toleration {
 // error: the API server, not one client goroutine, is what is loaded.
 func (f *fleet) parallel(t testing.TB, n int, do func(int) error) {
 	t.Helper()
+	if err := parallel(n, do); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parallel runs do(0..n-1) on a few workers and returns the first error.
+func parallel(n int, do func(int) error) error {
 	const workers = 8
 	var (
 		wg    sync.WaitGroup
@@ -279,9 +286,7 @@ func (f *fleet) parallel(t testing.TB, n int, do func(int) error) {
 	}
 	close(next)
 	wg.Wait()
-	if first != nil {
-		t.Fatal(first)
-	}
+	return first
 }
 
 // publishSlices publishes the gpu.nvidia.com ResourceSlices of the nodes
