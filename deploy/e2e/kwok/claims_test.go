@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 )
 
@@ -319,7 +320,7 @@ type judgedCase struct {
 // judge judges one case's pod and its claim, returning what is wrong
 // (nil when right) and the record of it.
 func (f *fleet) judge(c claimCase, pod *corev1.Pod, claims map[string]*resourcev1.ResourceClaim, published map[deviceKey]publishedDevice) (judgedCase, error) {
-	j := judgedCase{Pod: pod.Name, Row: c.row, Node: pod.Spec.NodeName, Pending: unschedulable(pod)}
+	j := judgedCase{Pod: pod.Name, Row: c.row, Node: pod.Spec.NodeName, Pending: kubetest.Unschedulable(pod)}
 	if c.profile != nil {
 		j.Profile = c.profile.Name
 	}

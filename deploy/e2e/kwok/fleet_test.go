@@ -126,7 +126,10 @@ func startFleet(t testing.TB, n int, opts kubetest.Options) *fleet {
 		"--kubeconfig", f.c.Kubeconfig, "--config", filepath.Join(kwok, programs.KWOKStages),
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector", kwokNode + "=" + kwokFake,
 		"--node-lease-duration-seconds", fmt.Sprint(nodeLeaseSeconds),
-		"--cidr", "10.240.0.0/12", "--node-ip", "10.239.0.1", "--server-address", "127.0.0.1:10247"}})
+		"--cidr", "10.240.0.0/12", "--node-ip", "10.239.0.1", "--server-address", "127.0.0.1:10247",
+		// At INFO it logs every lease renewal: a line per node every
+		// 40 s, CPU this machine's control plane needs.
+		"--v", "WARN"}})
 	for i := range n {
 		p := f.profiles[i%len(f.profiles)]
 		node := &fakeNode{Name: fmt.Sprintf("kwok-node-%04d", i), Profile: p.Name, File: p.File, profile: p}
@@ -405,15 +408,4 @@ func claimPod(namespace, name string, nodeSelector map[string]string, template, 
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "devices"}}}}},
 		},
 	}
-}
-
-// unschedulable is the scheduler's reason a pod is not scheduled, from
-// its PodScheduled condition, "" while it has none.
-func unschedulable(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message
-		}
-	}
-	return ""
 }

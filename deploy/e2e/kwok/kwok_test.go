@@ -187,7 +187,7 @@ func (f *fleet) settle(t testing.TB, want int) map[string]*corev1.Pod {
 		for i := range list.Items {
 			p := &list.Items[i]
 			pods[p.Name] = p
-			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning || p.Spec.NodeName == "" && unschedulable(p) != "" {
+			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning || p.Spec.NodeName == "" && kubetest.Unschedulable(p) != "" {
 				settled++
 			}
 		}
