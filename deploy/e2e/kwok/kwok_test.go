@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/overlaytest/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 )
@@ -36,6 +37,10 @@ const (
 	// settleTimeout bounds the scheduling of every pod of the suite.
 	settleTimeout = 5 * time.Minute
 )
+
+// TestMain runs the suite in its turn among the end-to-end suites (one
+// cluster at a time on this machine), its temporary files in memory.
+func TestMain(m *testing.M) { os.Exit(overlaytest.MainAlone(m)) }
 
 // TestKWOK runs a fleet of KWOK Nodes on the real control plane, each a
 // profile of the suites by the fleet map, its slices published by
