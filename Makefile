@@ -52,7 +52,7 @@ programs: ## build the end-to-end suites' programs from the Go module proxy
 # whose Kubernetes suites (one cluster at a time: kubetest holds a lock)
 # are e2e-k8s. Their paths are the wing module's.
 E2E_PKGS := ./consumermatrix ./containerdtest ./writable ./cli
-K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra ./publisher
+K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra ./publisher ./kwok
 
 # Under make a missing prerequisite fails (overlaytest.Missing); the suites
 # write their matrices where make prints them. E2E_SABOTAGE=escaped or
@@ -61,7 +61,8 @@ K8S_PKGS := ./kubetest/... ./dra ./node ./passthrough ./sriovdra ./publisher
 # red.
 # E2E_PROFILES=a.yaml:b.yaml adds profiles to the consumer matrix and TestDRA,
 # and runs each through TestNode's ConfigMap; E2E_FLEET=a.yaml:b.yaml gives
-# TestFleet its profiles, one per worker node, in order.
+# TestFleet its profiles, one per worker node, in order. E2E_KWOK_NODES=N
+# sizes TestKWOK's fleet of KWOK nodes (50, its least, by default).
 MATRIX      := bin/consumer-matrix.md
 RUNTIME_MATRIX := bin/runtime-matrix.md
 K8S_OBJECTS := bin/k8s
@@ -74,6 +75,7 @@ SUITE_ENV = NVML_MOCK_SYSFS_UNDER_MAKE=1 \
 	NVML_MOCK_SYSFS_E2E_SABOTAGE=$(E2E_SABOTAGE) \
 	NVML_MOCK_SYSFS_E2E_PROFILES=$(E2E_PROFILES_ABS) \
 	NVML_MOCK_SYSFS_E2E_FLEET=$(E2E_FLEET_ABS) \
+	NVML_MOCK_SYSFS_E2E_KWOK_NODES=$(E2E_KWOK_NODES) \
 	NVML_MOCK_SYSFS_MATRIX=$(CURDIR)/$(MATRIX) \
 	NVML_MOCK_SYSFS_RUNTIME_MATRIX=$(CURDIR)/$(RUNTIME_MATRIX) \
 	NVML_MOCK_SYSFS_K8S_MATRIX=$(CURDIR)/$(K8S_MATRIX) \
@@ -172,9 +174,13 @@ fuzz-run:
 fuzz: ## each fuzz target for FUZZTIME_LONG (5m)
 	$(MAKE) --no-print-directory fuzz-run FUZZTIME=$(FUZZTIME_LONG)
 
-bench: build ## the benchmarks
+# BenchmarkKWOK (deploy/e2e/kwok, as root) builds a KWOK fleet on a real
+# control plane for each size KWOK_BENCH_NODES lists and prints its
+# figures; 100 nodes by default, as 1,000 take minutes of a 2-core machine:
+# make bench KWOK_BENCH_NODES=100,500,1000.
+bench: build ## the benchmarks (KWOK_BENCH_NODES=100,500,1000 sizes the KWOK fleet's)
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
-	$(GO) -C $(WING) test -run '^$$' -bench . -benchmem -count 1 ./...
+	NVML_MOCK_SYSFS_KWOK_BENCH_NODES=$(KWOK_BENCH_NODES) $(GO) -C $(WING) test -timeout 60m -run '^$$' -bench . -benchmem -count 1 ./...
 
 clean: ## remove bin/
 	rm -rf bin

@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 )
 
 // nodePublisher publishes one node's slices, one ResourceSlice controller
@@ -89,6 +91,9 @@ func (n *nodePublisher) post(uid types.UID, want map[string]*resourceslice.Drive
 
 func (n *nodePublisher) run(ctx context.Context) {
 	controllers := map[string]*resourceslice.Controller{}
+	// withdrawn are the drivers with no controller here whose slices on
+	// the node were deleted, so that it lists them once.
+	withdrawn := map[string]bool{}
 	var owner types.UID
 	stop := func() {
 		for _, c := range controllers {
@@ -112,11 +117,24 @@ func (n *nodePublisher) run(ctx context.Context) {
 			drivers := slices.Collect(maps.Keys(controllers))
 			stop()
 			n.deleteSlices(ctx, drivers)
+			clear(withdrawn)
 			if gone {
 				return
 			}
 		}
 		owner = uid
+		// A driver this process never published on the node may have
+		// slices there all the same, an earlier publisher's (one given
+		// another map, or the node another profile, before a restart):
+		// withdrawn once, as the controller of a driver it runs would.
+		var stale []string
+		for _, driver := range resourceslices.Drivers() {
+			if _, ok := want[driver]; !ok && controllers[driver] == nil && !withdrawn[driver] {
+				stale = append(stale, driver)
+				withdrawn[driver] = true
+			}
+		}
+		n.deleteSlices(ctx, stale)
 		for _, driver := range slices.Sorted(maps.Keys(controllers)) {
 			if _, ok := want[driver]; !ok {
 				// The driver has nothing on the node any more.
@@ -147,6 +165,7 @@ func (n *nodePublisher) run(ctx context.Context) {
 				continue
 			}
 			controllers[driver] = c
+			delete(withdrawn, driver)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
@@ -293,6 +294,26 @@ func TestPublisher(t *testing.T) {
 	require.Empty(t, r.samePublished(t, "kwok-b", planned(t, "gb200-tray", "kwok-b")), "the other nodes keep theirs")
 	require.Contains(t, r.log.String(), `msg=withdrawn node=kwok-a why="no longer selected"`)
 	require.Contains(t, r.log.String(), `msg=withdrawn node=kwok-c why=deleted`)
+}
+
+// TestPublisherWithdrawsAnEarlierPublishersSlices: a node's slices of a
+// driver its profile gives nothing, left by an earlier publisher (given
+// another map before a restart), are withdrawn; the node then carries its
+// profile's alone. Without the withdrawal the old dra.net slice stayed
+// beside t4-vm's GPUs (the wing's TestPublisher, seen red so).
+func TestPublisherWithdrawsAnEarlierPublishersSlices(t *testing.T) {
+	leftover := &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "kwok-a-dra.net-old"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: resourceslices.DRANetDriver, NodeName: ptr.To("kwok-a"),
+			Pool: resourcev1.ResourcePool{Name: "kwok-a", ResourceSliceCount: 1}},
+	}
+	r := start(t,
+		fleetConfigMap(map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\n"}),
+		node("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		leftover,
+	)
+	want := planned(t, "t4-vm", "kwok-a")
+	r.eventually(t, "kwok-a's profile's slices alone", func() string { return r.samePublished(t, "kwok-a", want) })
 }
 
 // TestPublisherRefusesABadMap: a map that does not parse is one log line

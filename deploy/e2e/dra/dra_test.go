@@ -414,9 +414,9 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	// Running once verify, its init container, has passed; Failed if
 	// not; unschedulable where no root can hold the claim.
 	s.c.WaitPod(t, namespace, "fit", podTimeout, func(p *corev1.Pod) bool {
-		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
+		return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || kubetest.Unschedulable(p) != ""
 	})
-	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return unschedulable(p) != "" })
+	s.c.WaitPod(t, namespace, "too-many", podTimeout, func(p *corev1.Pod) bool { return kubetest.Unschedulable(p) != "" })
 
 	// The objects judged, as the API server returns them.
 	for _, file := range objectFiles() {
@@ -454,7 +454,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	check(checkFit, fmt.Sprintf("%s allocated on one pcieRoot, a largest", count(most, "GPU")), func(t *testing.T) {
 		fitClaim := got["fit"]
 		require.NotNil(t, fitClaim, "claim fit")
-		require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated (pod fit: %s)", unschedulable(podNamed["fit"]))
+		require.NotNil(t, fitClaim.Status.Allocation, "claim fit is allocated (pod fit: %s)", kubetest.Unschedulable(podNamed["fit"]))
 		var allocated []string
 		roots := map[string]bool{}
 		for _, res := range fitClaim.Status.Allocation.Devices.Results {
@@ -479,7 +479,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		require.NotNil(t, tm, "claim too-many")
 		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
 		require.Contains(t, podNamed, "too-many")
-		reason := unschedulable(podNamed["too-many"])
+		reason := kubetest.Unschedulable(podNamed["too-many"])
 		require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
 		r.tooManyGot = "Unschedulable: " + reason
 		if len(x.perRoot) == 1 {
@@ -496,7 +496,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	check(checkVerify, "verify passes, with the claim's GPUs as device nodes", func(t *testing.T) {
 		pod := podNamed["fit"]
 		require.NotNil(t, pod, "pod fit")
-		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", unschedulable(pod))
+		require.Equal(t, corev1.PodRunning, pod.Status.Phase, "pod fit: %s", kubetest.Unschedulable(pod))
 		r.verify = s.judgeVerify(t, pod, most)
 		require.FileExists(t, spec, "the driver's CDI spec of the prepared claim")
 	})
@@ -524,9 +524,9 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	check(checkVerifyOptedOut, "verify fails: no overlay in the container", func(t *testing.T) {
 		s.verifyPod(t, podOptedOut, "fit", map[string]string{nriplugin.InjectAnnotation: "false"})
 		pod := s.c.WaitPod(t, namespace, podOptedOut, podTimeout, func(p *corev1.Pod) bool {
-			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || unschedulable(p) != ""
+			return p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodFailed || kubetest.Unschedulable(p) != ""
 		})
-		require.Equal(t, corev1.PodFailed, pod.Status.Phase, "pod %s: %s", podOptedOut, unschedulable(pod))
+		require.Equal(t, corev1.PodFailed, pod.Status.Phase, "pod %s: %s", podOptedOut, kubetest.Unschedulable(pod))
 		logs, err := s.c.Client.CoreV1().Pods(namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "verify"}).DoRaw(context.Background())
 		require.NoError(t, err, "verify's log through the API server")
 		// verify refuses to judge a container without our overlay, in
@@ -929,16 +929,6 @@ func (s *suite) pod(name, claim string) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To[int64](0),
 		},
 	}
-}
-
-// unschedulable is the scheduler's reason for not placing the pod, or "".
-func unschedulable(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message
-		}
-	}
-	return ""
 }
 
 // judgeVerify requires that verify passed in the pod's init container,

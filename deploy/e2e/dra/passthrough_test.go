@@ -565,7 +565,7 @@ func (p *passthrough) claimAndPod(t *testing.T, name string) (bool, string) {
 		if err != nil {
 			return err
 		}
-		return fmt.Errorf("pod %s: phase %s, %s", name, pod.Status.Phase, cmp.Or(unschedulable(pod), "scheduled"))
+		return fmt.Errorf("pod %s: phase %s, %s", name, pod.Status.Phase, cmp.Or(kubetest.Unschedulable(pod), "scheduled"))
 	})
 	return prepared, msg
 }

@@ -36,6 +36,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,6 +81,16 @@ type Options struct {
 	// each in namespaces of its own with its own address (nodes.go), and
 	// no node beside the control plane. Zero is the single node.
 	Workers int
+	// ControlPlaneOnly starts the control plane alone: no node, no
+	// containerd, no kubelet. The Nodes are then someone else's: KWOK's
+	// controller (deploy/e2e/kwok), which fakes nodes no kubelet runs.
+	// Workers must be zero.
+	ControlPlaneOnly bool
+	// Flags are more flags of a control plane component, by its name
+	// (kube-scheduler, kube-controller-manager, kube-apiserver): the
+	// scale benchmark lifts the scheduler's client rate limits, as
+	// scheduler_perf does. None by default.
+	Flags map[string][]string
 	// FeatureGates are set on every component of the cluster (the API
 	// server, the controller manager, the scheduler and each kubelet), as
 	// --feature-gates takes them: "DRAListTypeAttributes=true". None by
@@ -118,6 +129,8 @@ type Cluster struct {
 	// workers is Options.Workers; apiAddress is the API server's
 	// host:port, in the control plane's network.
 	workers      int
+	controlPlane bool                // Options.ControlPlaneOnly
+	flags        map[string][]string // Options.Flags
 	featureGates []string
 	apiAddress   string
 	// paths are the host's; the zero value the real ones.
@@ -144,7 +157,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	overlaytest.RequireProgram(t, "ip", "iproute2")
 	cni := overlaytest.RequireProgram(t, "/usr/lib/cni/bridge", "containernetworking-plugins")
 	began := time.Now()
-	c := &Cluster{progress: opts.Progress, workers: opts.Workers, featureGates: opts.FeatureGates, apiAddress: apiServerAddress}
+	if opts.ControlPlaneOnly && opts.Workers > 0 {
+		t.Fatalf("cluster: ControlPlaneOnly with %d Workers: a cluster without nodes has no workers", opts.Workers)
+	}
+	c := &Cluster{progress: opts.Progress, workers: opts.Workers, controlPlane: opts.ControlPlaneOnly, flags: opts.Flags, featureGates: opts.FeatureGates, apiAddress: apiServerAddress}
 	if c.progress == nil {
 		c.progress = os.Stderr
 	}
@@ -182,7 +198,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		QPS:             50,
 		Burst:           100,
 	}
-	if c.workers == 0 {
+	if c.workers == 0 && !c.controlPlane {
 		// The single node shares the control plane's namespaces, and its
 		// containerd starts first, as it always has.
 		n := &Node{Name: NodeName, Address: "127.0.0.1", Dir: c.Dir, KubeletRootDir: filepath.Join(c.Dir, "kubelet"), c: c, initPID: c.initPID, podSubnet: podSubnet(0)}
@@ -207,6 +223,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	for _, n := range c.Nodes {
 		n.startKubelet(t)
+	}
+	if c.controlPlane {
+		c.logf("control plane Ready in %s, no node (Kubernetes %s); logs in %s", time.Since(began).Round(time.Millisecond), programs.KubeVersion, c.Dir)
+		return c
 	}
 	first := c.Nodes[0]
 	c.Runtime, c.KubeletRootDir, c.Kubelet = first.Runtime, first.KubeletRootDir, first.Kubelet
@@ -502,7 +522,7 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 		"--service-cluster-ip-range", "10.96.0.0/16",
 		"--endpoint-reconciler-type", "none",
 		"--allow-privileged",
-		"--kubelet-preferred-address-types", "InternalIP,Hostname"}, c.gates()...)})
+		"--kubelet-preferred-address-types", "InternalIP,Hostname"}, c.componentFlags("kube-apiserver")...)})
 	var authed *http.Client
 	c.waitFor(t, apiserver, "kube-apiserver https://"+c.apiAddress, startTimeout, func() error {
 		if authed == nil {
@@ -528,16 +548,16 @@ func (c *Cluster) startControlPlane(t testing.TB) {
 	common := []string{"--kubeconfig", c.Kubeconfig, "--authentication-kubeconfig", c.Kubeconfig, "--authorization-kubeconfig", c.Kubeconfig,
 		"--bind-address", "127.0.0.1", "--leader-elect=false"}
 	common = append(common, c.gates()...)
-	cm := c.start(t, c.initPID, Program{Name: "kube-controller-manager", Args: append([]string{kube("kube-controller-manager"),
+	cm := c.start(t, c.initPID, Program{Name: "kube-controller-manager", Args: slices.Concat([]string{kube("kube-controller-manager"),
 		"--secure-port", "10257",
 		"--service-account-private-key-file", filepath.Join(c.Dir, "sa.key"),
 		"--root-ca-file", c.servingCert(),
-		"--use-service-account-credentials=false"}, common...)})
+		"--use-service-account-credentials=false"}, common, c.flags["kube-controller-manager"])})
 	c.waitFor(t, cm, "kube-controller-manager (the default ServiceAccount)", startTimeout, func() error {
 		_, err := c.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(context.Background(), "default", metav1.GetOptions{})
 		return err
 	})
-	scheduler := c.start(t, c.initPID, Program{Name: "kube-scheduler", Args: append([]string{kube("kube-scheduler"), "--secure-port", "10259"}, common...)})
+	scheduler := c.start(t, c.initPID, Program{Name: "kube-scheduler", Args: slices.Concat([]string{kube("kube-scheduler"), "--secure-port", "10259"}, common, c.flags["kube-scheduler"])})
 	insecure := &http.Client{Transport: &http.Transport{DialContext: c.Dial, TLSClientConfig: selfSigned()}, Timeout: 5 * time.Second}
 	c.waitFor(t, scheduler, "kube-scheduler", startTimeout, func() error { return c.get(insecure, "https://127.0.0.1:10259/readyz") })
 }
@@ -586,6 +606,12 @@ func (n *Node) startKubelet(t testing.TB) {
 	if _, err := c.Client.CoreV1().Nodes().PatchStatus(context.Background(), n.Name, []byte(patch)); err != nil {
 		t.Fatalf("cluster: give the node its Hostname address: %v", err)
 	}
+}
+
+// componentFlags are the feature gates and Options.Flags of the
+// component name.
+func (c *Cluster) componentFlags(name string) []string {
+	return append(c.gates(), c.flags[name]...)
 }
 
 // gates is the --feature-gates flag of Options.FeatureGates, none without.
@@ -716,4 +742,16 @@ func (c *Cluster) ProcPath(path string) string {
 
 func procPath(pid int, path string) string {
 	return filepath.Join("/proc", strconv.Itoa(pid), "root", path)
+}
+
+// Process is the program of that name the cluster started (etcd,
+// kube-apiserver, kube-scheduler, ...), nil when none: for a figure read
+// from its /proc entry (its memory), by its PID.
+func (c *Cluster) Process(name string) *Process {
+	for _, p := range c.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
 }

@@ -86,6 +86,17 @@ func PodReady(p *corev1.Pod) bool {
 	return false
 }
 
+// Unschedulable is the scheduler's reason for not placing the pod, from
+// its PodScheduled condition; "" while it has none.
+func Unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
 // PodDone is whether the pod ran to its end (Succeeded or Failed).
 func PodDone(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed

@@ -713,11 +713,7 @@ func (f *fleet) testDRA(t *testing.T) {
 		pod := f.claimPod(t, claim)
 		var reason string
 		f.c.WaitPod(t, pod.Namespace, pod.Name, 2*time.Minute, func(p *corev1.Pod) bool {
-			for _, c := range p.Status.Conditions {
-				if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-					reason = c.Message
-				}
-			}
+			reason = kubetest.Unschedulable(p)
 			return reason != ""
 		})
 		require.Contains(t, reason, "cannot allocate all claims")

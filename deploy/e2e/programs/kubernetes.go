@@ -1,5 +1,7 @@
 package programs
 
+import "strings"
+
 // The recipes of a real single-node Kubernetes (kubetest): the control
 // plane, the kubelet, etcd and nfd-master, all from the Go module proxy. Versions and build facts are those
 // of ../shared/KUBERNETES.md and ../shared/third-party/README.md.
@@ -66,3 +68,38 @@ func moduleFiles(dir string, files ...string) map[string]string {
 	}
 	return out
 }
+
+// KWOKVersion is the KWOK release whose controller fakes the kwok suite's
+// nodes (deploy/e2e/kwok).
+const KWOKVersion = "v0.8.0"
+
+// KWOK is KWOK's controller, which keeps Nodes no kubelet runs alive
+// (their leases and Ready condition) and moves the pods bound to them
+// through their lifecycle by its Stages: the kubelet-less nodes of the
+// kwok suite and its scale benchmark. Its module has no replace
+// directive, so go install builds it. The controller has no stage of its
+// own: kwokctl writes its "fast" ones (a node Ready at once, its lease
+// renewed; a pod Running at once, deleted when asked) into its config.
+// Those are KWOK's files at KWOKVersion, copied from the module into
+// KWOKStages, not kept here.
+func KWOK() Program {
+	const mod = "sigs.k8s.io/kwok@" + KWOKVersion
+	stages := []string{"node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+		"pod/fast/pod-ready.yaml", "pod/fast/pod-complete.yaml", "pod/fast/pod-delete.yaml"}
+	script := `set -eu
+d=$(go mod download -json ` + mod + ` | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+for f in ` + strings.Join(stages, " ") + `; do echo "---"; cat "$d/kustomize/stage/$f"; done > {out}/` + KWOKStages + `
+`
+	return Program{
+		Name: "kwok",
+		Steps: []Step{
+			goInstall("-ldflags", "-s -w", "sigs.k8s.io/kwok/cmd/kwok@"+KWOKVersion),
+			{Args: []string{"sh", "-c", script}},
+		},
+		Outputs: []string{"kwok", KWOKStages},
+	}
+}
+
+// KWOKStages is the file, beside the kwok binary, of the Stages its
+// controller runs (kwok --config).
+const KWOKStages = "stages.yaml"

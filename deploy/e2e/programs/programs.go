@@ -112,5 +112,5 @@ func ourModule(name string, cgo bool) Program {
 // progress early, the Kubernetes node's (kubetest) last.
 func All() []Program {
 	return []Program{NVMLStandIn(), GHWList(), NVMLList(), Crictl(), GFD(), Helm(), NFDWorker(), Containerd(),
-		Etcd(), NFDMaster(), Kube()}
+		Etcd(), NFDMaster(), Kube(), KWOK()}
 }

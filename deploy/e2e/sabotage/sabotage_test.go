@@ -230,6 +230,24 @@ func suites(t *testing.T) []suite {
 			red:   map[string][]string{programs.SabotageEscaped: sriovPlugin, programs.SabotageNoTree: sriovPlugin},
 		},
 		{
+			// The KWOK fleet has no tree: its sabotage publishes every
+			// node's slices without pcieRoot, as the real driver would on
+			// a tree that lost its roots. The slices' audit and every
+			// allocation it audits turn red, the whole roots pend; the
+			// claims that must pend, and the control (one node published
+			// so on purpose), stay green. The GPU+HCA claims, aligned on
+			// the root both drivers' slices lost, pend too.
+			name: "KWOK fleet", pkg: "./kwok",
+			run: "^TestKWOK$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: slices.Concat(kwokRed, []string{
+				"KWOK Nodes, each a profile by the fleet map's label rules",
+				"a claim no node can satisfy: one GPU more than the fleet's largest root, on one `pcieRoot`",
+				"a claim no node can satisfy: a product no profile has",
+				"control: one node's slices published without `pcieRoot`, its whole root claimed on it",
+			}),
+			red: map[string][]string{programs.SabotageEscaped: kwokRed, programs.SabotageNoTree: kwokRed},
+		},
+		{
 			name: "passthrough", pkg: "./passthrough",
 			run: "^TestPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: []string{"built-in hgx-h100 (every GPU on nvidia)", "testdata/profiles/vfio-passthrough.yaml (3 of 4 GPUs on vfio-pci)"},
@@ -275,6 +293,15 @@ var (
 		"`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker1,
 	}
 )
+
+// TestKWOK's rows that need each device's pcieRoot (published, or
+// audited against the profile).
+var kwokRed = []string{
+	"publishSlices: each node's gpu.nvidia.com devices",
+	"one GPU by `productName` (CEL), a pod per product",
+	"a whole root: every GPU of one `pcieRoot` (matchAttribute), a pod per profile",
+	"a GPU and an HCA on one `pcieRoot` (gpu.nvidia.com and dra.net, matchAttribute), a pod per profile with HCAs",
+}
 
 // listAttributes is TestDRAListAttributes' profile: the first of the
 // set with HCAs, named for its own rows.
