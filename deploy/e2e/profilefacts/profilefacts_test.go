@@ -25,6 +25,17 @@ import (
 // consumer suite's two domains (a named machine, NUMA -1 and 1, domain
 // 000a written upper case), a passthrough node (drivers) and the t4-vm
 // built-in as `profiles --show` prints it.
+// binaries holds the product binary, built once for the tests that run it.
+var binaries hosttest.Binaries
+
+func TestMain(m *testing.M) {
+	code := overlaytest.Main(m)
+	if err := binaries.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
 func TestLiterals(t *testing.T) {
 	repo := overlaytest.Repo(t)
 	type gpu struct {
@@ -125,7 +136,7 @@ devices:
 // refuses must be one of testdata/hostile, the refusals on purpose.
 func TestEveryProfile(t *testing.T) {
 	repo := overlaytest.Repo(t)
-	bin := hosttest.BuildBinary(t)
+	bin := binaries.Binary(t)
 	var files []string
 	for _, glob := range []string{"testdata/*.yaml", "testdata/*/*.yaml"} {
 		found, err := filepath.Glob(filepath.Join(repo, glob))
@@ -231,7 +242,7 @@ func standalone(t *testing.T) string {
 // builtin writes a built-in profile as the binary prints it.
 func builtin(t *testing.T, name string) string {
 	t.Helper()
-	out, err := exec.Command(hosttest.BuildBinary(t), "profiles", "--show", name).Output()
+	out, err := exec.Command(binaries.Binary(t), "profiles", "--show", name).Output()
 	require.NoError(t, err, "profiles --show %s", name)
 	file := filepath.Join(t.TempDir(), name+".yaml")
 	require.NoError(t, os.WriteFile(file, out, 0o644))

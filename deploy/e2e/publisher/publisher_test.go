@@ -70,8 +70,8 @@ type expected struct {
 
 func TestPublisher(t *testing.T) {
 	gb200 := filepath.Join(overlaytest.SharedTestdata(t, "nvml-mock-profiles"), "gb200.yaml")
-	bin := hosttest.BuildBinary(t)
 	c := kubetest.Start(t, kubetest.Options{})
+	bin := hosttest.BuildBinary(t)
 	ctx := context.Background()
 	objects := kubetest.ObjectsDir(t, "publisher")
 

@@ -25,8 +25,8 @@ import (
 // --fleet-configmap (as a volume the kubelet has not synced yet), renders
 // the old profile still.
 func TestServeFleetThroughAPI(t *testing.T) {
-	bin := hosttest.BuildBinary(t)
 	c := kubetest.Start(t, kubetest.Options{})
+	bin := hosttest.BuildBinary(t)
 	ctx := context.Background()
 	node := kubetest.NodeName
 	data := map[string]string{fleet.ConfigMapKey: "nodes: {" + node + ": t4-vm}\n"}
