@@ -48,8 +48,10 @@ const (
 	// kind configuration once labelled its nodes.
 	fleetLabel = "nvml-mock/profile"
 	// The chart's fleet map and the DaemonSet's paths (its defaults, the
-	// raw manifest's).
-	fleetMapDir = "/etc/nvml-mock-sysfs/fleet"
+	// raw manifest's). The map is where serve keeps the keys it reads
+	// through the API (fleet.readThroughAPI, as the suite installs it):
+	// the chart's nvml-mock-sysfs.fleetDir.
+	fleetMapDir = "/run/nvml-mock-sysfs/fleet"
 	fleetRoot   = "/var/lib/nvml-mock-sysfs"
 	fleetSpec   = "/var/run/cdi/nvml-mock-sysfs.yaml"
 	// The DRA driver, when supplied, and the class the fleet's claims use.
@@ -212,7 +214,7 @@ func readmeFleet(t *testing.T) {
 	steps := overlaytest.ReadmeShell(t)["A fleet, with Helm"]
 	require.Len(t, steps, 3, "README: the fleet block labels a node, installs the chart, lists the Nodes' labels")
 	require.True(t, strings.HasPrefix(steps[0], "kubectl label node ") && strings.Contains(steps[0], " "+fleetLabel+"="), "README: %q labels a node with %s", steps[0], fleetLabel)
-	for _, want := range []string{"helm install " + fleetRelease + " " + chartDir + " ", "'fleet.nodes=", "'fleet.labels=", `"` + fleetLabel + `"`} {
+	for _, want := range []string{"helm install " + fleetRelease + " " + chartDir + " ", "'fleet.nodes=", "'fleet.labels=", `"` + fleetLabel + `"`, "fleet.readThroughAPI=true"} {
 		require.Contains(t, steps[1], want, "README: the fleet's helm install")
 	}
 	require.Equal(t, "kubectl get nodes -L "+labelProduct+" -L "+labelCount, steps[2], "README: the labels the fleet suite judges")
@@ -245,8 +247,13 @@ func (f *fleet) values(t *testing.T, byName fleetProfile) string {
 			Nodes    map[string]string `yaml:"nodes"`
 			Labels   []rule            `yaml:"labels"`
 			Profiles map[string]string `yaml:"profiles"`
+			// ReadThroughAPI: serve reads the map from the API server, so
+			// that a re-profile waits for no kubelet's ConfigMap sync (the
+			// README's fleet block sets it too).
+			ReadThroughAPI bool `yaml:"readThroughAPI"`
 		} `yaml:"fleet"`
 	}
+	v.Fleet.ReadThroughAPI = true
 	v.Fleet.Nodes = map[string]string{f.c.Nodes[0].Name: byName.key}
 	v.Fleet.Profiles = map[string]string{}
 	for i, p := range f.profiles {
@@ -819,7 +826,7 @@ func (f *fleet) testReprofile(t *testing.T) {
 		totals := s.stopReader(t, readers[s.node.Name])
 		f.figure("reader on %s: %d scans, %d torn, views %v", s.node.Name, totals.Scans, totals.Torn, totals.Views)
 	}
-	f.figure("helm upgrade -> %s's new tree in %s (the kubelet's ConfigMap sync, then serve's render)", first.node.Name, took.Round(time.Millisecond))
+	f.figure("helm upgrade -> %s's new tree in %s (serve reads the map through the API: no kubelet's ConfigMap sync, then its render)", first.node.Name, took.Round(time.Millisecond))
 	for _, s := range f.nodes[1:] {
 		t.Run(s.node.Name, func(t *testing.T) {
 			f.rows.Expect(t, "`helm upgrade`: "+first.node.Name+" mapped to "+to.name, s.node.Name, "its tree unchanged, byte for byte; 0 torn entries in a served reader")
