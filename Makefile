@@ -109,9 +109,10 @@ PKGS_k8s      := $(K8S_PKGS)
 DIR_k8s       := $(WING)
 
 # run-tests runs the passes $(1) under gotestsum, each in its module
-# (DIR_name, the product's by default) with go test flags $(2) besides its own, prints the matrices the suites wrote, then the
-# closing line (.ci/testsummary.go: passed, failed, skipped, and the rows
-# not run for a program not supplied), failing if any pass failed.
+# (DIR_name, the product's by default) with go test flags $(2) besides
+# its own, prints the matrices the suites wrote, then the closing line
+# (.ci/testsummary.go: passed, failed, skipped, and the rows not run for a
+# program not supplied), failing if any pass failed.
 define run-tests
 	@mkdir -p bin $(K8S_OBJECTS); rm -f $(MATRIX) $(RUNTIME_MATRIX) $(K8S_MATRIX) $(TESTEVENTS)-*.json
 	@status=0; $(foreach p,$(1),echo "go test: the $(p) pass"; \

@@ -5,11 +5,11 @@
 // profile by the fleet map (deploy/fleet's format, by a node label, as
 // the chart's map does), and each node's ResourceSlices those the NVIDIA
 // DRA driver and dranet would publish there, kept published by the
-// binary's publish mode from the map in a ConfigMap (publishSlices). The real scheduler
-// allocates the claims; the suite audits each allocation against the
-// profile files through the wing's own reader (profilefacts), never our
-// planner. TestKWOK judges; BenchmarkKWOK measures the same fleet at
-// 100 to 1,000 nodes.
+// binary's publish mode from the map in a ConfigMap (publishSlices).
+// The real scheduler allocates the claims; the suite audits each
+// allocation against the profile files through the wing's own reader
+// (profilefacts), never our planner. TestKWOK judges; BenchmarkKWOK
+// measures the same fleet at 100 to 1,000 nodes.
 package kwok_test
 
 import (
