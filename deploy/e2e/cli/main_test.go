@@ -5,7 +5,6 @@
 package cli
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -18,9 +17,5 @@ import (
 var binaries hosttest.Binaries
 
 func TestMain(m *testing.M) {
-	code := overlaytest.Main(m)
-	if err := binaries.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(binaries.Removed(overlaytest.Main(m)))
 }

@@ -2,6 +2,7 @@ package hosttest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -432,6 +433,20 @@ func (b *Binaries) Static(t testing.TB, pkg string) string {
 func (b *Binaries) Binary(t testing.TB) string {
 	t.Helper()
 	return b.Static(t, "./cmd/nvml-mock-sysfs")
+}
+
+// Removed is a TestMain's last step: it removes the binaries (Close) and
+// returns code, the tests' exit code, or 1 where they passed but the
+// binaries could not be removed, so that a test binary that leaves them
+// behind is no pass.
+//
+//	os.Exit(binaries.Removed(overlaytest.Main(m)))
+func (b *Binaries) Removed(code int) int {
+	if err := b.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return max(code, 1)
+	}
+	return code
 }
 
 // Close removes the binaries built so far.

@@ -29,11 +29,7 @@ import (
 var binaries hosttest.Binaries
 
 func TestMain(m *testing.M) {
-	code := overlaytest.Main(m)
-	if err := binaries.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(binaries.Removed(overlaytest.Main(m)))
 }
 
 func TestLiterals(t *testing.T) {

@@ -2,7 +2,6 @@ package reliability
 
 import (
 	"flag"
-	"fmt"
 	"os"
 	"strconv"
 	"testing"
@@ -36,9 +35,5 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	code := overlaytest.Main(m)
-	if err := binaries.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	os.Exit(code)
+	os.Exit(binaries.Removed(overlaytest.Main(m)))
 }

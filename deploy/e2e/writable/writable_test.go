@@ -57,9 +57,7 @@ func TestMain(m *testing.M) {
 	if mode := hosttest.ChildMode(); mode != "" {
 		os.Exit(runChild(mode, os.Args[len(os.Args)-3:]))
 	}
-	code := hosttest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) })
-	binaries.Close()
-	os.Exit(code)
+	os.Exit(binaries.Removed(hosttest.Alone(func() int { return overlaytest.KeepHostRoot(m.Run) })))
 }
 
 // runChild runs one writer or reader with the consumers' defaults (/sys)
