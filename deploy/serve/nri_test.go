@@ -22,7 +22,7 @@ func TestNRIEditsAreTheSpecs(t *testing.T) {
 		opts.NRI = &nriplugin.Options{Socket: filepath.Join(t.TempDir(), "no-runtime.sock")}
 		o = *opts
 	})
-	s.waitSyncs(1)
+	s.waitFirstSync()
 	edits, err := s.srv.Edits()
 	require.NoError(t, err)
 	spec, err := deploy.ReadSpec(o.Output)
@@ -44,7 +44,7 @@ func TestNRINotRegistered(t *testing.T) {
 	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) {
 		o.NRI = &nriplugin.Options{Socket: sock, Retry: 10 * time.Millisecond}
 	})
-	s.waitSyncs(1)
+	s.waitFirstSync()
 	code, body := s.probe(ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "NRI plugin not registered with "+sock+": failed to connect to NRI service")

@@ -110,6 +110,18 @@ func (s *served) waitReady(want int, within time.Duration) time.Duration {
 	return podtest.WaitProbe(s.t, s.url+ReadyzPath, want, within)
 }
 
+// waitFirstSync waits until the first sync has finished, whether or not
+// it already had: waitSyncs(1) after start waits for a second one when
+// the first beat it, which a long Resync never brings.
+func (s *served) waitFirstSync() Status {
+	s.t.Helper()
+	podtest.Until(s.t, 10*time.Second, "the first sync", func() (bool, string) {
+		st := s.srv.Status()
+		return st.Syncs >= 1, fmt.Sprintf("%d syncs, last error %q", st.Syncs, st.Err)
+	})
+	return s.srv.Status()
+}
+
 // waitSyncs waits until n more syncs have finished.
 func (s *served) waitSyncs(n int) Status {
 	s.t.Helper()
@@ -489,7 +501,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 			require.NoError(t, os.Remove(o.MergeInto))
 			o.Resync = time.Hour
 		})
-		s.waitSyncs(1)
+		s.waitFirstSync()
 		code, body := s.probe(ReadyzPath)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "merge into "+s.opts.MergeInto)
@@ -914,7 +926,7 @@ func TestFleetReadsLabelsOnlyForLabelRules(t *testing.T) {
 	denied := newFakeLabels(nil)
 	denied.err = fmt.Errorf(`labels of node worker-a: nodes is forbidden`)
 	d := startFleet(t, newFleetMap(t, "labels:\n  - match: {a: b}\n    profile: t4-vm\ndefault: t4-vm\n"), "worker-a", denied, func(o *Options) { o.Resync = time.Hour })
-	d.waitSyncs(1)
+	d.waitFirstSync()
 	_, body := d.probe(ReadyzPath)
 	require.Contains(t, body, "has label rules: labels of node worker-a: nodes is forbidden")
 	denied.set(nil, nil)
