@@ -47,6 +47,10 @@ type Options struct {
 	Index  string // its index, two digits (default DefaultIndex)
 	Policy Policy
 	Edits  Edits
+	// WritableEdits are the edits of a container the policy gives the
+	// writable view (Verdict.Writable): serve --writable's, while Edits
+	// are then its read-only tree. Nil: every served container gets Edits.
+	WritableEdits Edits
 	// Retry is the wait between attempts to reach the socket (default
 	// DefaultRetry).
 	Retry  time.Duration
@@ -60,6 +64,8 @@ type Counts struct {
 	Registrations int    // registrations the runtime synchronized
 	Err           string // the last failure to reach the runtime
 	Served        int    // containers given the edits
+	// ServedWritable are those of Served given the writable view.
+	ServedWritable int
 	// Unrendered are containers the policy serves that started without the
 	// tree because it was not complete; Refused, containers whose creation
 	// was refused (an ask while the tree was not complete, bad input).
@@ -89,6 +95,9 @@ type Plugin struct {
 func New(o Options) (*Plugin, error) {
 	if o.Edits == nil {
 		return nil, errors.New("nri plugin: no source of edits")
+	}
+	if err := o.Policy.Check(); err != nil {
+		return nil, fmt.Errorf("nri plugin policy: %w", err)
 	}
 	o.Socket = cmp.Or(o.Socket, DefaultSocket)
 	o.Name = cmp.Or(o.Name, DefaultName)
@@ -243,7 +252,11 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.log.Debug("not serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
 		return nil, nil, nil
 	}
-	edits, err := p.opts.Edits()
+	source := p.opts.Edits
+	if v.Writable && p.opts.WritableEdits != nil {
+		source = p.opts.WritableEdits
+	}
+	edits, err := source()
 	if other := otherView(ctr, edits); other != nil {
 		p.count(func(c *Counts) { c.Conflicts++ })
 		p.log.Warn("container already mounts another view of the PCI sysfs; not stacking ours on it",
@@ -267,8 +280,13 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		p.log.Debug("the runtime injects our CDI device itself", "pod", podName(pod), "container", ctr.GetName())
 		return nil, nil, nil
 	}
-	p.count(func(c *Counts) { c.Served++ })
-	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why)
+	p.count(func(c *Counts) {
+		c.Served++
+		if v.Writable && p.opts.WritableEdits != nil {
+			c.ServedWritable++
+		}
+	})
+	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "writable", v.Writable && p.opts.WritableEdits != nil)
 	return Adjustment(withoutHeld(edits, ctr)), nil, nil
 }
 

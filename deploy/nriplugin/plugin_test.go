@@ -142,6 +142,52 @@ func TestServesTheDeviceEdits(t *testing.T) {
 	require.Empty(t, adjust.GetMounts(), "kube-system is not served")
 }
 
+// TestWritableOnlyToWriters: with serve --writable's edits beside the
+// read-only tree's, a container served node-wide gets the read-only
+// tree, and only a named writer or one that asks for writes gets the
+// writable view; the counts say how many got it.
+func TestWritableOnlyToWriters(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	ro := served(t)
+	wm, err := deploy.WritableMounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil, "/sys", "6.18.0")
+	require.NoError(t, err)
+	rw := &tree{edits: deploy.DeviceEdits(wm, nil)}
+	writer, err := ParseWriter("dra:component=kubelet-plugin")
+	require.NoError(t, err)
+	p, err := New(Options{Socket: sock, Policy: Policy{Writers: []Writer{writer}}, Edits: ro.Edits, WritableEdits: rw.Edits,
+		Retry: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitRegistered(t, p, 1)
+
+	destinations := func(adjust *api.ContainerAdjustment) map[string]bool {
+		out := map[string]bool{}
+		for _, m := range adjust.GetMounts() {
+			out[m.GetDestination()] = slices.Contains(m.GetOptions(), "ro")
+		}
+		return out
+	}
+	readOnly := map[string]bool{"/opt/nvml-mock-sysfs": true, "/sys/bus/pci/devices": true}
+	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "node-wide", Name: "c"})
+	require.NoError(t, err)
+	require.Equal(t, readOnly, destinations(adjust), "served node-wide: the read-only tree")
+	adjust, err = r.create(t, pod("dra", map[string]string{"component": "kubelet-plugin"}, nil), &api.Container{Id: "writer", Name: "plugin"})
+	require.NoError(t, err)
+	require.Len(t, adjust.GetMounts(), len(wm), "a named writer: the writable view")
+	require.False(t, destinations(adjust)["/opt/nvml-mock-sysfs"], "the writer's container root is writable")
+	require.False(t, destinations(adjust)["/sys/bus/pci/drivers"], "the writer's drivers directory is writable")
+	adjust, err = r.create(t, pod("default", nil, map[string]string{WritableAnnotation: "true"}), &api.Container{Id: "asked", Name: "c"})
+	require.NoError(t, err)
+	require.Len(t, adjust.GetMounts(), len(wm), "asked for writes: the writable view")
+	c := p.Counts()
+	require.Equal(t, 3, c.Served)
+	require.Equal(t, 2, c.ServedWritable)
+}
+
 // TestOnTopOfTheHostSys: GFD's own chart mounts the node's /sys at /sys;
 // applied by NRI's generator, as containerd applies an adjustment, our
 // links directory comes after it, so it is what the container sees.

@@ -5,14 +5,16 @@
 // A pod needs no device plugin, no annotation and no hostPath of ours, so
 // GPU Feature Discovery's or the DRA driver's own chart runs unedited.
 //
-// Which containers it serves is a Policy, a pure function of the pod and
-// the container; the plugin (Plugin) adds what needs the node: whether the
+// Which containers it serves, and which of them get serve --writable's
+// writable view rather than the read-only tree, is a Policy, a pure
+// function of the pod and the container; the plugin (Plugin) adds what needs the node: whether the
 // tree is complete now (its completion marker, read at each creation),
 // the mounts the container already has, and the runtime's connection.
 package nriplugin
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -52,6 +54,10 @@ const (
 	CDIPodAnnotation       = "cdi-devices.noderesource.dev/pod"
 	// InjectAnnotation is ours, for the whole pod: "true" or "false".
 	InjectAnnotation = "nvml-mock-sysfs.nvidia.com/inject"
+	// WritableAnnotation is ours too, for the whole pod: "true" asks for
+	// the writable view (serve --writable), and so for the tree; "false"
+	// keeps the pod to the read-only tree even where Writers name it.
+	WritableAnnotation = "nvml-mock-sysfs.nvidia.com/writable"
 	// NVMLMockInjectAnnotation is nvml-mock's: "false" opts a pod out of
 	// its plugin; it opts the pod out of ours too. Other values are
 	// nvml-mock's business.
@@ -86,7 +92,85 @@ type Policy struct {
 	Namespaces  []string
 	PodSelector labels.Selector
 	// OwnPods are never served, whatever they ask (nil: DefaultOwnPods).
+	// Check refuses a selector that matches every pod.
 	OwnPods labels.Selector
+	// Writers are the pods given the writable view without an
+	// annotation (the DRA driver's kubelet plugin, a passthrough writer):
+	// each is served, in every mode, unless it opts out. Every other
+	// served container gets the read-only tree, but for those that ask
+	// for writes (WritableAnnotation) or name our CDI device, whose edits
+	// are the writable ones in the writable mode.
+	Writers []Writer
+}
+
+// Writer names pods given the writable view: a pod in Namespace (any, if
+// empty) whose labels Pods matches (any, if nil); not both empty.
+type Writer struct {
+	Namespace string
+	Pods      labels.Selector
+}
+
+// ParseWriter reads a writer as serve's --nri-writable-pods takes it,
+// [NAMESPACE:]SELECTOR: a label selector (kubectl -l's syntax, which has
+// no colon), after the namespace and a colon if one is given. "NS:" is
+// every pod of NS; a writer that names neither is refused, since it would
+// give every pod on the node the writes the policy keeps from them.
+func ParseWriter(s string) (Writer, error) {
+	ns, sel, found := strings.Cut(s, ":")
+	if !found {
+		ns, sel = "", s
+	}
+	var w Writer
+	w.Namespace = strings.TrimSpace(ns)
+	if strings.TrimSpace(sel) != "" {
+		var err error
+		if w.Pods, err = labels.Parse(sel); err != nil {
+			return Writer{}, fmt.Errorf("writer %q: %v", s, err)
+		}
+	}
+	if err := w.check(); err != nil {
+		return Writer{}, fmt.Errorf("writer %q: %v", s, err)
+	}
+	return w, nil
+}
+
+func (w Writer) check() error {
+	if w.Namespace == "" && (w.Pods == nil || w.Pods.Empty()) {
+		return errors.New("names no namespace and no labels, so every pod; want [NAMESPACE:]SELECTOR")
+	}
+	return nil
+}
+
+// String is the writer as ParseWriter reads it.
+func (w Writer) String() string {
+	sel := ""
+	if w.Pods != nil {
+		sel = w.Pods.String()
+	}
+	if w.Namespace == "" {
+		return sel
+	}
+	return w.Namespace + ":" + sel
+}
+
+func (w Writer) matches(pod *api.PodSandbox) bool {
+	return (w.Namespace == "" || w.Namespace == pod.GetNamespace()) &&
+		(w.Pods == nil || w.Pods.Matches(labels.Set(pod.GetLabels())))
+}
+
+// Check refuses a policy that cannot be what its author meant: an own-pods
+// selector that matches every pod (an empty one), which would serve none
+// and say nothing, and a writer that names every pod.
+func (p Policy) Check() error {
+	if p.OwnPods != nil && p.OwnPods.Empty() {
+		return fmt.Errorf("own pods selector %q: matches every pod, so none would be served; give the labels of serve's own pods (default %s)", p.OwnPods.String(), DefaultOwnPods)
+	}
+	for _, w := range p.Writers {
+		if err := w.check(); err != nil {
+			return fmt.Errorf("writer %q: %v", w.String(), err)
+		}
+	}
+	return nil
 }
 
 // Verdict is what the policy says of one container.
@@ -97,13 +181,18 @@ type Verdict struct {
 	// refuses the container (the kubelet retries) instead of starting it
 	// without the tree.
 	Asked bool
+	// Writable: the container gets the writable view where serve has one
+	// (--writable); else the read-only tree.
+	Writable bool
 	// Why is the reason, for the log.
 	Why string
 }
 
 // Decide is the policy's verdict on a container of pod; an error is bad
 // input in the pod's annotations (one line naming the pod, the annotation
-// and its value), which refuses the container.
+// and its value), which refuses the container, unless the pod is one the
+// policy leaves alone anyway (serve's own, an excluded namespace's): an
+// annotation is no reason to refuse a pod the mock never touches.
 func (p Policy) Decide(pod *api.PodSandbox, ctr *api.Container) (Verdict, error) {
 	own := p.OwnPods
 	if own == nil {
@@ -112,44 +201,102 @@ func (p Policy) Decide(pod *api.PodSandbox, ctr *api.Container) (Verdict, error)
 	if own.Matches(labels.Set(pod.GetLabels())) {
 		return Verdict{Why: "serve's own pod"}, nil
 	}
-	asked, optOut, err := p.annotations(pod, ctr.GetName())
-	switch {
-	case err != nil:
+	a, err := p.annotations(pod, ctr.GetName())
+	if err != nil {
+		if ns := pod.GetNamespace(); p.excluded(ns) {
+			return Verdict{Why: "namespace " + ns + " excluded; its annotation not read: " + err.Error()}, nil
+		}
 		return Verdict{}, err
-	case asked != "":
-		return Verdict{Serve: true, Asked: true, Why: "asked by " + asked}, nil
-	case optOut != "":
-		return Verdict{Why: "opted out by " + optOut}, nil
 	}
+	v := p.serves(pod, a)
+	if !v.Serve {
+		return v, nil
+	}
+	switch w := p.writer(pod); {
+	case a.writable == a.asked && a.asked != "":
+		v.Writable = true
+	case a.writable != "":
+		v.Writable, v.Why = true, v.Why+"; writable: asked by "+a.writable
+	case a.readOnly != "":
+		v.Why += "; read-only: asked by " + a.readOnly
+	case w != nil:
+		v.Writable, v.Why = true, v.Why+"; writable: writer "+w.String()
+	}
+	return v, nil
+}
+
+// serves is the verdict on serving the pod at all, its annotations read.
+func (p Policy) serves(pod *api.PodSandbox, a asks) Verdict {
+	switch {
+	case a.asked != "":
+		return Verdict{Serve: true, Asked: true, Why: "asked by " + a.asked}
+	case a.optOut != "":
+		return Verdict{Why: "opted out by " + a.optOut}
+	}
+	if v := p.byMode(pod); v.Serve || p.writer(pod) == nil {
+		return v
+	}
+	return Verdict{Serve: true, Why: "a writer"}
+}
+
+// byMode is the verdict of Inject on a pod that neither asks nor opts out.
+func (p Policy) byMode(pod *api.PodSandbox) Verdict {
 	ns := pod.GetNamespace()
 	switch p.Inject {
 	case InjectNode, "":
-		exclude := p.ExcludeNamespaces
-		if exclude == nil {
-			exclude = strings.Split(DefaultExcludeNamespaces, ",")
+		if p.excluded(ns) {
+			return Verdict{Why: "namespace " + ns + " excluded"}
 		}
-		if slices.Contains(exclude, ns) {
-			return Verdict{Why: "namespace " + ns + " excluded"}, nil
-		}
-		return Verdict{Serve: true, Why: "node-wide"}, nil
+		return Verdict{Serve: true, Why: "node-wide"}
 	case InjectSelected:
 		if len(p.Namespaces) > 0 && !slices.Contains(p.Namespaces, ns) {
-			return Verdict{Why: "namespace " + ns + " not selected"}, nil
+			return Verdict{Why: "namespace " + ns + " not selected"}
 		}
 		if p.PodSelector != nil && !p.PodSelector.Matches(labels.Set(pod.GetLabels())) {
-			return Verdict{Why: "pod labels not selected"}, nil
+			return Verdict{Why: "pod labels not selected"}
 		}
-		return Verdict{Serve: true, Why: "selected"}, nil
+		return Verdict{Serve: true, Why: "selected"}
 	default:
-		return Verdict{Why: "not asked"}, nil
+		return Verdict{Why: "not asked"}
 	}
 }
 
-// annotations reads the pod's asks and opt-outs: the annotation that
-// asks for our device (empty if none), the one that opts out.
-func (p Policy) annotations(pod *api.PodSandbox, container string) (asked, optOut string, err error) {
+// excluded reports whether node-wide injection leaves namespace ns alone.
+func (p Policy) excluded(ns string) bool {
+	if p.Inject != InjectNode && p.Inject != "" {
+		return false
+	}
+	exclude := p.ExcludeNamespaces
+	if exclude == nil {
+		exclude = strings.Split(DefaultExcludeNamespaces, ",")
+	}
+	return slices.Contains(exclude, ns)
+}
+
+// writer is the first of Writers that names the pod, or nil.
+func (p Policy) writer(pod *api.PodSandbox) *Writer {
+	for i, w := range p.Writers {
+		if w.matches(pod) {
+			return &p.Writers[i]
+		}
+	}
+	return nil
+}
+
+// asks are what a pod's annotations say, each the annotation that says it
+// (empty if none): asked for the tree, opted out of it, asked for the
+// writable view, kept to the read-only tree.
+type asks struct {
+	asked, optOut, writable, readOnly string
+}
+
+// annotations reads the pod's asks and opt-outs. Naming our CDI device is
+// an ask for its edits, which are the writable view's in the writable
+// mode: the same a runtime's CDI (the device-injector's route) gives.
+func (p Policy) annotations(pod *api.PodSandbox, container string) (asks, error) {
 	device := p.device()
 	kind, _, _ := strings.Cut(device, "=")
+	var a asks
 	for _, key := range []string{CDIContainerAnnotation + container, CDIPodAnnotation} {
 		value, ok := pod.GetAnnotations()[key]
 		if !ok {
@@ -160,30 +307,43 @@ func (p Policy) annotations(pod *api.PodSandbox, container string) (asked, optOu
 			if !strings.Contains(value, kind) {
 				continue // another vendor's malformed list: its plugin says so
 			}
-			return "", "", fmt.Errorf("pod %s: annotation %s: %q: not a YAML list of CDI device names", podName(pod), key, value)
+			return asks{}, fmt.Errorf("pod %s: annotation %s: %q: not a YAML list of CDI device names", podName(pod), key, value)
 		}
 		for _, n := range names {
 			if n == device {
-				return key, "", nil
+				a.asked, a.writable = key, key
+				break
 			}
 			if k, _, _ := strings.Cut(n, "="); k == kind {
-				return "", "", fmt.Errorf("pod %s: annotation %s: %q: no such device; kind %s has one, %s", podName(pod), key, n, kind, device)
+				return asks{}, fmt.Errorf("pod %s: annotation %s: %q: no such device; kind %s has one, %s", podName(pod), key, n, kind, device)
 			}
 		}
+		if a.asked != "" {
+			break
+		}
 	}
-	switch v, ok := pod.GetAnnotations()[InjectAnnotation]; {
-	case !ok:
+	for _, key := range []string{InjectAnnotation, WritableAnnotation} {
+		switch v, ok := pod.GetAnnotations()[key]; {
+		case !ok:
+		case v != "true" && v != "false":
+			return asks{}, fmt.Errorf("pod %s: annotation %s: %q: want \"true\" or \"false\"", podName(pod), key, v)
+		case a.asked != "":
+		case v == "true":
+			a.asked = key
+		case key == InjectAnnotation:
+			a.optOut = key
+		}
+	}
+	switch v := pod.GetAnnotations()[WritableAnnotation]; {
 	case v == "true":
-		return InjectAnnotation, "", nil
+		a.writable = WritableAnnotation
 	case v == "false":
-		return "", InjectAnnotation, nil
-	default:
-		return "", "", fmt.Errorf("pod %s: annotation %s: %q: want \"true\" or \"false\"", podName(pod), InjectAnnotation, v)
+		a.writable, a.readOnly = "", WritableAnnotation
 	}
-	if pod.GetAnnotations()[NVMLMockInjectAnnotation] == "false" {
-		return "", NVMLMockInjectAnnotation, nil
+	if a.asked == "" && a.optOut == "" && pod.GetAnnotations()[NVMLMockInjectAnnotation] == "false" {
+		a.optOut = NVMLMockInjectAnnotation
 	}
-	return "", "", nil
+	return a, nil
 }
 
 func (p Policy) device() string {
