@@ -70,10 +70,18 @@ the tree is not complete (the kubelet retries); any other starts without
 it, and /metrics counts it. serve registers again by itself when the
 runtime restarts.
 
+With --writable too, a served container gets the writable view only if
+its pod asks with ` + nriplugin.WritableAnnotation + `: "true",
+names the CDI device by annotation, or is one of --nri-writable-pods
+([NAMESPACE:]SELECTOR, repeatable; such a pod is served in every mode,
+unless it opts out); every other one gets the read-only tree, the view
+mounted read-only, where a write fails with "Read-only file system".
+` + nriplugin.WritableAnnotation + `: "false" keeps a pod to it.
+
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR]] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR] [--nri-writable-pods [NAMESPACE:]SELECTOR]...] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", shipped.Default, "a built-in profile name or a profile file, rendered at every sync")
 	var fleetFile, fleetConfigMap, nodeName, kubeconfig string
@@ -135,7 +143,7 @@ func runServe(e *env, args []string) int {
 		return usageError(e, "serve", "--writable-tree applies to --writable")
 	}
 	var err error
-	if o.NRI, err = na.options(given); err != nil {
+	if o.NRI, err = na.options(given, o.Writable); err != nil {
 		return usageError(e, "serve", "%v", err)
 	}
 	if code, ok := sa.check(e, "serve"); !ok {
@@ -210,6 +218,7 @@ type nriArgs struct {
 	on                                 bool
 	socket, index, inject              string
 	exclude, namespaces, pods, ownPods string
+	writers                            []string
 }
 
 func (a *nriArgs) register(flags *flag.FlagSet) {
@@ -221,13 +230,20 @@ func (a *nriArgs) register(flags *flag.FlagSet) {
 	flags.StringVar(&a.namespaces, "nri-namespaces", "", "with --nri-inject selected, the namespaces served (comma-separated; empty for any)")
 	flags.StringVar(&a.pods, "nri-pod-selector", "", "with --nri-inject selected, a label selector of the pods served, as kubectl -l takes it")
 	flags.StringVar(&a.ownPods, "nri-own-pods", nriplugin.DefaultOwnPods, "a label selector of serve's own pods, never served")
+	flags.Func("nri-writable-pods", "with --writable, pods given the writable view without asking, [NAMESPACE:]SELECTOR, served in every mode (repeatable)", func(s string) error {
+		a.writers = append(a.writers, s)
+		return nil
+	})
 }
 
 // options are the plugin's options, or nil without --nri; an error names
-// the flag and its value.
-func (a *nriArgs) options(given map[string]bool) (*nriplugin.Options, error) {
+// the flag and its value. writable is --writable.
+func (a *nriArgs) options(given map[string]bool, writable bool) (*nriplugin.Options, error) {
+	if given["nri-writable-pods"] && !writable {
+		return nil, fmt.Errorf("--nri-writable-pods applies to --writable")
+	}
 	if !a.on {
-		for _, f := range []string{"nri-socket", "nri-index", "nri-inject", "nri-exclude-namespaces", "nri-namespaces", "nri-pod-selector", "nri-own-pods"} {
+		for _, f := range []string{"nri-socket", "nri-index", "nri-inject", "nri-exclude-namespaces", "nri-namespaces", "nri-pod-selector", "nri-own-pods", "nri-writable-pods"} {
 			if given[f] {
 				return nil, fmt.Errorf("--%s applies to --nri", f)
 			}
@@ -260,6 +276,16 @@ func (a *nriArgs) options(given map[string]bool) (*nriplugin.Options, error) {
 	}
 	if p.OwnPods, err = labels.Parse(a.ownPods); err != nil {
 		return nil, fmt.Errorf("--nri-own-pods %q: %v", a.ownPods, err)
+	}
+	if err := (nriplugin.Policy{OwnPods: p.OwnPods}).Check(); err != nil {
+		return nil, fmt.Errorf("--nri-own-pods %q: %v", a.ownPods, err)
+	}
+	for _, s := range a.writers {
+		w, err := nriplugin.ParseWriter(s)
+		if err != nil {
+			return nil, fmt.Errorf("--nri-writable-pods: %v", err)
+		}
+		p.Writers = append(p.Writers, w)
 	}
 	return o, nil
 }

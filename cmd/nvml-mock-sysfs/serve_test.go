@@ -46,6 +46,15 @@ func TestServeUsageErrors(t *testing.T) {
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-inject", "annotated", "--nri-exclude-namespaces", ""}, "--nri-exclude-namespaces applies to --nri-inject node"},
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-own-pods", "=x"}, `--nri-own-pods "=x": `},
 		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-index", "100"}, `nri plugin index "100": want two digits`},
+		// An empty own-pods selector matches every pod: serve would serve
+		// none, and say nothing.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-own-pods", ""}, `--nri-own-pods "": own pods selector "": matches every pod, so none would be served`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-own-pods", " "}, `--nri-own-pods " ": own pods selector "": matches every pod`},
+		// The writers: with --writable and --nri, none that names every pod.
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--nri", "--nri-writable-pods", "app=x"}, "--nri-writable-pods applies to --writable"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--writable", "--nri-writable-pods", "app=x"}, "--nri-writable-pods applies to --nri"},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--writable", "--nri", "--nri-writable-pods", "dra:app=x", "--nri-writable-pods", ""}, `--nri-writable-pods: writer "": names no namespace and no labels, so every pod`},
+		{[]string{"serve", "--root", root, "--output", "/x.yaml", "--writable", "--nri", "--nri-writable-pods", "dra:app in (x"}, `--nri-writable-pods: writer "dra:app in (x": `},
 	}
 	for _, tc := range tests {
 		stderr := requireOneLineUsageError(t, "serve", tc.args...)
@@ -63,4 +72,6 @@ func TestServeUsageErrors(t *testing.T) {
 	require.Contains(t, stdout, "get, list and watch on nodes")
 	require.Contains(t, stdout, "\n  --nri\n")
 	require.Contains(t, stdout, "nvml-mock.nvidia.com/inject")
+	require.Contains(t, stdout, "\n  --nri-writable-pods value\n")
+	require.Contains(t, stdout, "nvml-mock-sysfs.nvidia.com/writable")
 }

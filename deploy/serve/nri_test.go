@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 )
 
 // TestNRIEditsAreTheSpecs: what the NRI plugin gives a container is the
@@ -53,4 +55,36 @@ func TestNRINotRegistered(t *testing.T) {
 	require.Contains(t, body, "nvml_mock_sysfs_nri_registered 0\n")
 	require.Contains(t, body, `nvml_mock_sysfs_nri_containers_total{result="served"} 0`)
 	require.Len(t, s.logged("WARN", "cannot register with the runtime's NRI socket; trying again"), 1, "said once, however often it tries")
+}
+
+// TestNRIReadOnlyEditsBesideTheWritable: with Writable, the spec's device
+// (Edits) is the writable view, and what the NRI plugin gives a container
+// its policy does not make a writer (ReadOnlyEdits) is the read-only
+// tree's mount set of the same root, every mount read-only; without
+// Writable the two are one.
+func TestNRIReadOnlyEditsBesideTheWritable(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	spec := filepath.Join(t.TempDir(), "spec.yaml")
+	ro, err := deploy.Mounts(root, "", nil)
+	require.NoError(t, err)
+	rw, err := deploy.WritableMounts(root, "", nil, "", kernelRelease())
+	require.NoError(t, err)
+	mountsOf := func(edits func() (specs.ContainerEdits, error)) []*specs.Mount {
+		e, _ := edits() // nothing rendered: the mounts it would serve
+		return e.Mounts
+	}
+	for _, writable := range []bool{false, true} {
+		s, err := New(Options{Render: overlay.Options{Root: root}, Output: spec, Writable: writable,
+			NRI: &nriplugin.Options{Socket: filepath.Join(t.TempDir(), "nri.sock")}})
+		require.NoError(t, err)
+		require.Equal(t, deploy.DeviceEdits(ro, nil).Mounts, mountsOf(s.ReadOnlyEdits), "writable %v", writable)
+		for _, m := range mountsOf(s.ReadOnlyEdits) {
+			require.Contains(t, m.Options, "ro", m.ContainerPath)
+		}
+		want := ro
+		if writable {
+			want = rw
+		}
+		require.Equal(t, deploy.DeviceEdits(want, nil).Mounts, mountsOf(s.Edits), "writable %v", writable)
+	}
 }

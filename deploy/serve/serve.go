@@ -105,7 +105,10 @@ type Options struct {
 	// answers writes as the kernel does (package writable): the tree is
 	// rendered at WritableTree (default DefaultWritableTree), the state
 	// writes leave is kept in Render.Root, and the spec carries
-	// deploy.WritableMounts. Stopping the server unmounts the view.
+	// deploy.WritableMounts. Stopping the server unmounts the view. The
+	// NRI plugin gives the writable view only to the containers its
+	// policy names (nriplugin.Verdict.Writable), the read-only tree to
+	// the rest.
 	Writable     bool
 	WritableTree string
 	// Output is the standalone spec to write, of Kind (default
@@ -168,8 +171,12 @@ type Status struct {
 type Server struct {
 	opts   Options
 	mounts []deploy.Mount
-	log    *slog.Logger
-	ln     net.Listener
+	// readOnly is the read-only tree's mount set, of the same root: with
+	// Writable, what the NRI plugin gives every container its policy does
+	// not give the writable view; else mounts itself.
+	readOnly []deploy.Mount
+	log      *slog.Logger
+	ln       net.Listener
 
 	mu      sync.Mutex
 	status  Status
@@ -205,12 +212,15 @@ func New(o Options) (*Server, error) {
 	}
 	// The mount set depends on the flags alone: work it out, and refuse
 	// bad flags, once.
-	mounts, err := deploy.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
-	if o.Writable {
-		mounts, err = deploy.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease())
-	}
+	readOnly, err := deploy.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
 	if err != nil {
 		return nil, err
+	}
+	mounts := readOnly
+	if o.Writable {
+		if mounts, err = deploy.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease()); err != nil {
+			return nil, err
+		}
 	}
 	o.Listen = cmp.Or(o.Listen, DefaultListen)
 	if o.Resync <= 0 {
@@ -228,10 +238,16 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{opts: o, mounts: mounts, log: o.Logger}
+	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger}
 	if o.NRI != nil {
 		no := *o.NRI
+		// The writable view goes only to the containers the policy
+		// gives it; every other served one gets the read-only tree, the
+		// view mounted read-only: a write there is EROFS.
 		no.Edits, no.Logger = s.Edits, cmp.Or(no.Logger, o.Logger)
+		if o.Writable {
+			no.Edits, no.WritableEdits = s.ReadOnlyEdits, s.Edits
+		}
 		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+deploy.DeviceName)
 		if s.nri, err = nriplugin.New(no); err != nil {
 			return nil, err
@@ -577,9 +593,16 @@ func (s *Server) served() ([]string, error) {
 // root is now: the NRI plugin's source, read at each container's creation.
 // When the root cannot be served now, the error says why, and the edits
 // hold the mounts it would serve, without their variables.
-func (s *Server) Edits() (specs.ContainerEdits, error) {
+func (s *Server) Edits() (specs.ContainerEdits, error) { return s.edits(s.mounts) }
+
+// ReadOnlyEdits are Edits with the read-only tree's mounts (deploy.Mounts)
+// of the same root: with Writable, the view mounted read-only, which shows
+// what writers did but takes no write; else Edits.
+func (s *Server) ReadOnlyEdits() (specs.ContainerEdits, error) { return s.edits(s.readOnly) }
+
+func (s *Server) edits(mounts []deploy.Mount) (specs.ContainerEdits, error) {
 	env, err := s.served()
-	edits := deploy.DeviceEdits(s.mounts, env)
+	edits := deploy.DeviceEdits(mounts, env)
 	if err != nil {
 		edits.Env = nil
 	}
@@ -700,6 +723,8 @@ func (s *Server) writeMetrics(w io.Writer) {
 		fmt.Sprintf(`{result="served"} %d`, c.Served), fmt.Sprintf(`{result="unrendered"} %d`, c.Unrendered),
 		fmt.Sprintf(`{result="refused"} %d`, c.Refused), fmt.Sprintf(`{result="conflict"} %d`, c.Conflicts),
 		fmt.Sprintf(`{result="missed"} %d`, c.Missed))
+	metric("nri_writable_containers_total", "counter", "Of the containers served, those given the writable view (serve --writable).",
+		fmt.Sprintf(" %d", c.ServedWritable))
 	metric("nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
 		fmt.Sprintf(" %d", len(c.Unserved)))
 }
