@@ -32,6 +32,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -296,12 +297,13 @@ func mountTo(mounts []*specs.Mount, containerPath string) *specs.Mount {
 	return nil
 }
 
-// writerPod is a pod on the node that asks for nothing, served the spec's
-// edits by serve --nri, running command in writerImage.
+// writerPod is a pod on the node that asks for writes by annotation, and
+// for nothing else, served the spec's edits by serve --nri, running
+// command in writerImage.
 func (w *helmWritable) writerPod(name string, command ...string) *corev1.Pod {
 	volumes, mounts := kubetest.HostPathVolumes("host", []containerdtest.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}})
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: map[string]string{nriplugin.WritableAnnotation: "true"}},
 		Spec: corev1.PodSpec{
 			NodeName: w.node.Name, RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false), TerminationGracePeriodSeconds: ptr.To[int64](0),
@@ -476,11 +478,20 @@ func (w *helmWritable) testShared(t *testing.T) {
 }
 
 // testBind binds the first GPU to vfio-pci by writes in a pod served by
-// serve --nri, and the second in a served namespace of the spec: each sees its driver link and vfio-dev
+// serve --nri that asks for writes (a pod that does not is the control:
+// "Read-only file system"), and the second in a served namespace of the spec: each sees its driver link and vfio-dev
 // entry (the second vfio1, for the first holds vfio0), and the node's
 // view lists both under vfio-pci.
 func (w *helmWritable) testBind(t *testing.T) {
 	first, second := w.gpus[0], w.gpus[1]
+	// The negative control: a pod that does not ask for writes gets the
+	// read-only tree, though served node-wide on the writable install.
+	reader := w.writerPod("read-only-bind", "/bin/sh", "-ec", hosttest.VFIOBindScript(first))
+	reader.Annotations = nil
+	done, refused := w.c.RunPodToEnd(t, reader)
+	require.Equal(t, corev1.PodFailed, done.Status.Phase, "a pod that did not ask for writes took one; log:\n%s", refused)
+	require.Contains(t, refused, erofsText)
+	w.figure("writable install, a pod served by serve --nri that did not ask for writes: %q", errorLine(refused))
 	began := time.Now()
 	log := w.c.RunPod(t, w.writerPod("bind", "/bin/sh", "-ec", hosttest.VFIOBindScript(first)))
 	require.Equal(t, "(null)\nvfio-pci\nvfio0\n", log, "the pod's writes and reads of %s", first)
