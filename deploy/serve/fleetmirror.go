@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/renameio/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -33,6 +36,10 @@ import (
 // a sync mid-update reads a map whose profiles are there. A key gone from
 // the ConfigMap is removed; a ConfigMap deleted leaves the files as they
 // were (the last map serves on), and the log says so.
+//
+// It removes only files it wrote: the keys it wrote are listed in
+// MirrorManifest in the same directory, so a key gone is removed after a
+// restart too, and nothing else in the directory is ever touched.
 type FleetMirror struct {
 	client kubernetes.Interface
 	name   types.NamespacedName
@@ -44,6 +51,12 @@ type FleetMirror struct {
 	mu     sync.Mutex
 	err    error // the last write's failure
 }
+
+// MirrorManifest lists, one a line, the keys the fleet mirror wrote as
+// files beside it. No ConfigMap key can be its name: the API server
+// refuses a key that starts with ".." (validation.IsConfigMapKey), which
+// is why the kubelet's own ..data is named so.
+const MirrorManifest = "..nvml-mock-sysfs-mirrored"
 
 // NewFleetMirror mirrors the ConfigMap name into dir, which it creates
 // now, so that serve watches it from its start.
@@ -107,31 +120,7 @@ func (m *FleetMirror) Wait(ctx context.Context, timeout time.Duration) error {
 
 // write makes dir hold cm's data, the map last.
 func (m *FleetMirror) write(cm *corev1.ConfigMap) {
-	err := func() error {
-		keys := slices.Sorted(maps.Keys(cm.Data))
-		keys = slices.DeleteFunc(keys, func(k string) bool { return k == fleet.ConfigMapKey })
-		if _, ok := cm.Data[fleet.ConfigMapKey]; ok {
-			keys = append(keys, fleet.ConfigMapKey)
-		}
-		for _, k := range keys {
-			// The API server allows [-._a-zA-Z0-9]+ as a key: a file
-			// name, never a path; "." and ".." it refuses.
-			if err := renameio.WriteFile(filepath.Join(m.dir, k), []byte(cm.Data[k]), 0o644); err != nil {
-				return err
-			}
-		}
-		entries, err := os.ReadDir(m.dir)
-		if err != nil {
-			return err
-		}
-		var errs []error
-		for _, e := range entries {
-			if _, ok := cm.Data[e.Name()]; !ok && e.Type().IsRegular() {
-				errs = append(errs, os.Remove(filepath.Join(m.dir, e.Name())))
-			}
-		}
-		return errors.Join(errs...)
-	}()
+	err := m.writeKeys(cm.Data)
 	m.mu.Lock()
 	m.err = err
 	m.mu.Unlock()
@@ -141,4 +130,75 @@ func (m *FleetMirror) write(cm *corev1.ConfigMap) {
 		m.log.Debug("fleet ConfigMap written", "configmap", m.name.String(), "dir", m.dir, "resource_version", cm.ResourceVersion)
 	}
 	m.once.Do(func() { close(m.synced) })
+}
+
+// writeKeys writes data's keys as files, the map last, then removes the
+// files of keys it wrote before that data no longer has. The manifest
+// lists both while the files change, so a kill at any moment leaves no
+// file it wrote unlisted.
+func (m *FleetMirror) writeKeys(data map[string]string) error {
+	wrote, err := m.mirrored()
+	if err != nil {
+		return err
+	}
+	keys := slices.Sorted(maps.Keys(data))
+	keys = slices.DeleteFunc(keys, func(k string) bool { return k == fleet.ConfigMapKey })
+	if _, ok := data[fleet.ConfigMapKey]; ok {
+		keys = append(keys, fleet.ConfigMapKey)
+	}
+	if err := m.writeManifest(slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(keys), wrote...))))); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		// The API server allows [-._a-zA-Z0-9]+ as a key: a file
+		// name, never a path; "." and ".." it refuses.
+		if err := renameio.WriteFile(filepath.Join(m.dir, k), []byte(data[k]), 0o644); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, k := range wrote {
+		if _, ok := data[k]; !ok {
+			if err := os.Remove(filepath.Join(m.dir, k)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return m.writeManifest(slices.Sorted(slices.Values(keys)))
+}
+
+// mirrored are the keys the manifest lists: none when there is none yet.
+// A line that is no key's name (the file edited by hand) is refused, as
+// the mirror never removes a path outside its directory.
+func (m *FleetMirror) mirrored() ([]string, error) {
+	file := filepath.Join(m.dir, MirrorManifest)
+	data, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for i, k := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
+		switch {
+		case k == "":
+			continue
+		case len(validation.IsConfigMapKey(k)) > 0:
+			return nil, fmt.Errorf("%s: line %d: %q: not a ConfigMap key: %s", file, i+1, k, strings.Join(validation.IsConfigMapKey(k), "; "))
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
+}
+
+func (m *FleetMirror) writeManifest(keys []string) error {
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "\n")
+	}
+	return renameio.WriteFile(filepath.Join(m.dir, MirrorManifest), []byte(b.String()), 0o644)
 }
