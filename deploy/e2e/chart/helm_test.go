@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -183,6 +184,27 @@ func TestHelmWritable(t *testing.T) {
 	// Negative control: the default DaemonSet is none of that.
 	require.Nil(t, plain.Spec.Template.Spec.Containers[0].SecurityContext.Privileged)
 	require.NotContains(t, plain.Spec.Template.Spec.Containers[0].Args, "--writable")
+
+	// With nri.enabled, the writable view goes to writable.writers alone
+	// (and to pods that ask): by default the DRA driver's kubelet plugin,
+	// by either chart's component label.
+	writers := func(args []string) []string {
+		return slices.DeleteFunc(slices.Clone(args), func(a string) bool { return !strings.HasPrefix(a, "--nri-writable-pods=") })
+	}
+	nri := h.template(t, "--values", chartWritableValues, "--set", "nri.enabled=true").DaemonSets[0]
+	require.Equal(t, []string{"--nri-writable-pods=dra-driver-nvidia-gpu-component=kubelet-plugin", "--nri-writable-pods=nvidia-dra-driver-gpu-component=kubelet-plugin"},
+		writers(nri.Spec.Template.Spec.Containers[0].Args))
+	named := h.template(t, "--values", chartWritableValues, "--set", "nri.enabled=true",
+		"--set", "writable.writers[0].namespace=gpu-operator", "--set", "writable.writers[0].podSelector=app=nvidia-vfio-manager",
+		"--set", "writable.writers[1].namespace=passthrough").DaemonSets[0]
+	require.Equal(t, []string{"--nri-writable-pods=gpu-operator:app=nvidia-vfio-manager", "--nri-writable-pods=passthrough:"},
+		writers(named.Spec.Template.Spec.Containers[0].Args))
+	everyPod := filepath.Join(t.TempDir(), "every-pod.yaml")
+	require.NoError(t, os.WriteFile(everyPod, []byte("writable:\n  writers:\n    - namespace: \"\"\n      podSelector: \"\"\n"), 0o644))
+	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--values", chartWritableValues, "--set", "nri.enabled=true", "--values", everyPod)
+	require.ErrorContains(t, err, "at '/writable/writers/0': 'anyOf' failed", "a writer that names every pod")
+	// Without the NRI plugin there is no one to name.
+	require.Empty(t, writers(c.Args))
 }
 
 // TestHelmNRIRendersTheRawNRIDaemonSet: nri.enabled runs serve --nri with
