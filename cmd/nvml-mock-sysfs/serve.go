@@ -42,7 +42,8 @@ With --fleet-configmap NAMESPACE/NAME too, serve reads the fleet ConfigMap
 through the API and keeps its keys as files in --fleet's directory (which
 must name DIR/fleet.yaml), so an edit reaches the node in the time an event
 takes, not after the kubelet's ConfigMap sync of a mounted volume; the
-service account then needs get, list and watch on that ConfigMap.
+service account then needs get, list and watch on that ConfigMap. It
+removes only the files it wrote, listed in DIR/` + serve.MirrorManifest + `.
 
 With --writable, serve renders the tree at --writable-tree (default
 ` + serve.DefaultWritableTree + `, in memory on most hosts) and serves it at --root
