@@ -350,7 +350,9 @@ func sameAsRecorded(recorded, got resourcev1.ResourceSlice, node string) string 
 				continue
 			}
 			if standard := r.Devices[i].Attributes[standardNUMA]; !apiequality.Semantic.DeepEqual(published, standard) {
-				return fmt.Sprintf("device %s: %s %v, the recorded %s %v", g.Devices[i].Name, dranetNUMA, published, standardNUMA, standard)
+				pj, _ := json.Marshal(published)
+				sj, _ := json.Marshal(standard)
+				return fmt.Sprintf("device %s: %s %s, the recorded %s %s", g.Devices[i].Name, dranetNUMA, pj, standardNUMA, sj)
 			}
 			delete(g.Devices[i].Attributes, dranetNUMA)
 		}
