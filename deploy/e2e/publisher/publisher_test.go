@@ -183,9 +183,10 @@ func TestPublisher(t *testing.T) {
 	waitFor(t, p, "kwok-0 re-profiled", func() string { return judge(t, c.Client, reprofiled) })
 	took := time.Since(updated)
 	after := ownSlices(t, c.Client, "kwok-0")
-	require.Equal(t, before[0].Name, after[0].Name, "updated in place")
+	gpuBefore, gpuAfter := driverSlice(t, before, resourceslices.NVIDIAGPUDriver), driverSlice(t, after, resourceslices.NVIDIAGPUDriver)
+	require.Equal(t, gpuBefore.Name, gpuAfter.Name, "updated in place")
 	t.Logf("figure: re-profile through the ConfigMap to slices changed: %s (pool generation %d -> %d)",
-		took.Round(time.Millisecond), before[0].Spec.Pool.Generation, after[0].Spec.Pool.Generation)
+		took.Round(time.Millisecond), gpuBefore.Spec.Pool.Generation, gpuAfter.Spec.Pool.Generation)
 	kubetest.WriteObject(t, objects, "kwok-0-reprofiled-resourceslices.json", after)
 	kubetest.WriteObject(t, objects, "fleet-configmap.json", fleetConfigMap(t, c.Client))
 
@@ -527,6 +528,19 @@ func ownSlices(t *testing.T, client kubernetes.Interface, node string) []resourc
 	require.NoError(t, err)
 	sortByDriver(list.Items)
 	return list.Items
+}
+
+// driverSlice is the one slice of driver in list.
+func driverSlice(t *testing.T, list []resourcev1.ResourceSlice, driver string) resourcev1.ResourceSlice {
+	t.Helper()
+	var out []resourcev1.ResourceSlice
+	for _, s := range list {
+		if s.Spec.Driver == driver {
+			out = append(out, s)
+		}
+	}
+	require.Len(t, out, 1, "slices of %s", driver)
+	return out[0]
 }
 
 // sortByDriver orders slices by driver, then by name (a slice's index is
