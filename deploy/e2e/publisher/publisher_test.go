@@ -51,6 +51,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
@@ -456,8 +457,13 @@ func refused(p *kubetest.Process, node string) string {
 // made (the first dry run was admitted).
 func policyRefuses(t *testing.T, c *kubetest.Cluster, kubeconfig string, theirs []*resourcev1.ResourceSlice) {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// The kubeconfig is the processes' in the cluster's network; the test
+	// reaches the API server through the cluster's dialer, as the account.
+	file, err := clientcmd.LoadFromFile(kubeconfig)
 	require.NoError(t, err)
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Impersonate.UserName = file.AuthInfos[file.Contexts[file.CurrentContext].AuthInfo].Impersonate
+	require.NotEmpty(t, cfg.Impersonate.UserName, "%s acts as no account", kubeconfig)
 	account, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	api := account.ResourceV1().ResourceSlices()
