@@ -35,9 +35,18 @@ deleted by publish. A map that is refused leaves the last good one's slices
 published, and /readyz failing with the reason. Stopping publish leaves the
 slices published.
 
+It touches only simulated nodes and its own slices. A selected Node that
+KWOK does not manage (no annotation ` + publisher.KWOKNodeAnnotation + `=` + publisher.KWOKNodeValue + `) is refused,
+in one warning line, and gets nothing: a real node's drivers publish its
+slices. Every slice publish writes carries the label
+` + publisher.OwnLabel + `=` + publisher.OwnValue + `, and it
+lists, updates and deletes only the slices that do: another's slice, on any
+node, stays as it is.
+
 RBAC: list and watch on nodes, get, list and watch on the ConfigMap, and
-get, list, watch, create, update and delete on
-resourceslices.resource.k8s.io.
+list, watch, create, update and delete on resourceslices.resource.k8s.io
+(the chart adds an admission policy that keeps its account to slices so
+labelled, on KWOK's nodes: docs/user/publisher.md).
 `
 
 func runPublish(e *env, args []string) int {

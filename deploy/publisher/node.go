@@ -125,8 +125,9 @@ func (n *nodePublisher) run(ctx context.Context) {
 		owner = uid
 		// A driver this process never published on the node may have
 		// slices there all the same, an earlier publisher's (one given
-		// another map, or the node another profile, before a restart):
-		// withdrawn once, as the controller of a driver it runs would.
+		// another map, or the node another profile, before a restart),
+		// known by the mark: withdrawn once, as the controller of a
+		// driver it runs would. Another's slices stay.
 		var stale []string
 		for _, driver := range resourceslices.Drivers() {
 			if _, ok := want[driver]; !ok && controllers[driver] == nil && !withdrawn[driver] {
@@ -148,7 +149,7 @@ func (n *nodePublisher) run(ctx context.Context) {
 			}
 			c, err := resourceslice.StartController(ctx, resourceslice.Options{
 				DriverName: driver,
-				KubeClient: n.p.o.Client,
+				KubeClient: ownClient{n.p.o.Client},
 				Owner:      &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: n.name, UID: uid},
 				Resources:  want[driver],
 				ErrorHandler: func(_ context.Context, err error, msg string) {
@@ -170,11 +171,12 @@ func (n *nodePublisher) run(ctx context.Context) {
 	}
 }
 
-// deleteSlices deletes the node's slices of drivers, as a kubelet removes
-// a plugin's when it goes. The controllers are stopped first, so none
-// makes them again.
+// deleteSlices deletes the node's slices of drivers that the publisher
+// wrote (they carry its mark), as a kubelet removes a plugin's when it
+// goes; a slice someone else wrote stays. The controllers are stopped
+// first, so none makes them again.
 func (n *nodePublisher) deleteSlices(ctx context.Context, drivers []string) {
-	api := n.p.o.Client.ResourceV1().ResourceSlices()
+	api := ownClient{n.p.o.Client}.ResourceV1().ResourceSlices()
 	for _, driver := range drivers {
 		list, err := api.List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 			resourcev1.ResourceSliceSelectorNodeName: n.name,
@@ -185,9 +187,10 @@ func (n *nodePublisher) deleteSlices(ctx context.Context, drivers []string) {
 			continue
 		}
 		for _, s := range list.Items {
-			// The field selector is the API server's to apply; a slice of
-			// another node or driver is never ours to delete.
-			if s.Spec.NodeName == nil || *s.Spec.NodeName != n.name || s.Spec.Driver != driver {
+			// The selectors are the API server's to apply; a slice of
+			// another node or driver, or without the mark, is never ours
+			// to delete.
+			if s.Spec.NodeName == nil || *s.Spec.NodeName != n.name || s.Spec.Driver != driver || s.Labels[OwnLabel] != OwnValue {
 				continue
 			}
 			err := api.Delete(ctx, s.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})

@@ -18,6 +18,14 @@
 // change takes more than one write, as the controller decides) are the
 // driver's. The publisher adds what a kubelet would do: a node that leaves
 // the selector, or is deleted, has its slices deleted.
+//
+// It touches only simulated nodes and its own slices. A selected Node that
+// is not KWOK's (KWOK's annotation, KWOKNodeAnnotation) is refused, in one
+// log line, whatever the selector says: a real node's kubelet plugins
+// publish its slices, in the same pool. Every slice it writes carries its
+// mark (OwnLabel), and it lists, updates and deletes only slices that do
+// (ownClient, for the controllers too): another's slice, of a real driver
+// on a real node or of anyone on a fake one, stays as it is.
 package publisher
 
 import (
@@ -308,19 +316,18 @@ func (p *Publisher) planNode(ctx context.Context, name string) {
 		rec = &nodeRecord{}
 		p.nodes[name] = rec
 	}
+	if !isKWOKNode(node) {
+		p.unpublished(name, rec, slog.LevelWarn, "refused: not a KWOK node, whatever the selector says",
+			fmt.Sprintf("no annotation %s=%s: a real node's own drivers publish its slices", KWOKNodeAnnotation, KWOKNodeValue))
+		return
+	}
 	if p.fleetMap == nil {
 		return
 	}
 	choice, err := p.fleetMap.Resolve(name, node.Labels)
 	var none *fleet.NoMatchError
 	if errors.As(err, &none) {
-		if rec.node != nil {
-			p.withdraw(name, rec, "the fleet map gives it no profile")
-			p.nodes[name] = &nodeRecord{note: err.Error()}
-		} else if rec.note != err.Error() {
-			p.log.Info("not published: the fleet map gives the node no profile", "node", name, "err", err)
-			rec.note = err.Error()
-		}
+		p.unpublished(name, rec, slog.LevelInfo, "not published: the fleet map gives the node no profile", err.Error())
 		return
 	}
 	var want map[string]*resourceslice.DriverResources
@@ -353,6 +360,21 @@ func (p *Publisher) planNode(ctx context.Context, name string) {
 	}
 	rec.note = ""
 	p.log.Info("published", "node", name, "profile", choice.Profile, "rule", choice.Rule, "drivers", slices.Sorted(maps.Keys(want)), "devices", devices)
+}
+
+// unpublished withdraws a selected node's slices, if it has any, or else
+// says once, at level, that it has none and why.
+func (p *Publisher) unpublished(name string, rec *nodeRecord, level slog.Level, msg, why string) {
+	if rec.node != nil {
+		p.withdraw(name, rec, why)
+		p.nodes[name] = &nodeRecord{note: why}
+		return
+	}
+	rec.err = nil
+	if rec.note != why {
+		p.log.Log(context.Background(), level, msg, "node", name, "why", why)
+		rec.note = why
+	}
 }
 
 // withdraw deletes a node's slices, saying why.

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	resourcev1beta1 "k8s.io/api/resource/v1beta1"
+	resourcev1beta2 "k8s.io/api/resource/v1beta2"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -44,8 +46,10 @@ const (
 // fakeAPI is client-go's fake clientset made to behave as the API server
 // does where the ResourceSlice controller relies on it: names completed
 // from generateName, integer resource versions, and the field selectors
-// (spec.nodeName, spec.driver) of lists and watches applied, without which
-// each node's controller would see, and delete, every other node's pool.
+// (spec.nodeName, spec.driver) and label selectors (the publisher's mark)
+// of lists and watches applied, without which each node's controller
+// would see, and delete, every other node's pool, and every slice of its
+// own that another wrote.
 func fakeAPI(t *testing.T, objs ...runtime.Object) *fake.Clientset {
 	t.Helper()
 	c := fake.NewSimpleClientset(objs...)
@@ -72,10 +76,10 @@ func fakeAPI(t *testing.T, objs ...runtime.Object) *fake.Clientset {
 			return true, nil, err
 		}
 		list := obj.(*resourcev1.ResourceSliceList)
-		sel := a.(k8stesting.ListAction).GetListRestrictions().Fields
+		sel := a.(k8stesting.ListAction).GetListRestrictions()
 		var kept []resourcev1.ResourceSlice
 		for _, s := range list.Items {
-			if sel.Matches(sliceFields(&s)) {
+			if sel.Fields.Matches(sliceFields(&s)) && sel.Labels.Matches(labels.Set(s.Labels)) {
 				kept = append(kept, s)
 			}
 		}
@@ -89,10 +93,10 @@ func fakeAPI(t *testing.T, objs ...runtime.Object) *fake.Clientset {
 		if err != nil {
 			return true, nil, err
 		}
-		sel := wa.GetWatchRestrictions().Fields
+		sel := wa.GetWatchRestrictions()
 		return true, watch.Filter(w, func(ev watch.Event) (watch.Event, bool) {
 			s, ok := ev.Object.(*resourcev1.ResourceSlice)
-			return ev, !ok || sel.Matches(sliceFields(s))
+			return ev, !ok || (sel.Fields.Matches(sliceFields(s)) && sel.Labels.Matches(labels.Set(s.Labels)))
 		}), nil
 	})
 	return c
@@ -106,8 +110,16 @@ func sliceFields(s *resourcev1.ResourceSlice) fields.Set {
 	return fields.Set{"metadata.name": s.Name, resourcev1.ResourceSliceSelectorNodeName: node, resourcev1.ResourceSliceSelectorDriver: s.Spec.Driver}
 }
 
+// node is a Node without KWOK's annotation, as a real node is.
 func node(name string, labels map[string]string) *corev1.Node {
 	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-" + name), Labels: labels}}
+}
+
+// kwokNode is a Node KWOK manages, as its documentation makes them.
+func kwokNode(name string, labels map[string]string) *corev1.Node {
+	n := node(name, labels)
+	n.Annotations = map[string]string{KWOKNodeAnnotation: KWOKNodeValue}
+	return n
 }
 
 // builtinText is a built-in's profile as a fleet ConfigMap key holds one.
@@ -199,10 +211,17 @@ func planned(t *testing.T, name, node string) []resourcev1.ResourceSlice {
 	return want
 }
 
-// samePublished says how the slices published on node differ from want,
-// or "" when they are want's, owned by the Node.
+// foreignPrefix names the slices the tests make as someone else's, with
+// no mark: they are no part of what the publisher published.
+const foreignPrefix = "foreign-"
+
+// samePublished says how the slices published on node (but the foreign
+// ones) differ from want, or "" when they are want's, owned by the Node
+// and marked as the publisher's.
 func (r *run) samePublished(t *testing.T, node string, want []resourcev1.ResourceSlice) string {
-	got := r.slicesOf(t, node)
+	got := slices.DeleteFunc(r.slicesOf(t, node), func(s resourcev1.ResourceSlice) bool {
+		return strings.HasPrefix(s.Name, foreignPrefix)
+	})
 	if len(got) != len(want) {
 		return fmt.Sprintf("%d slices on %s, want %d", len(got), node, len(want))
 	}
@@ -216,6 +235,8 @@ func (r *run) samePublished(t *testing.T, node string, want []resourcev1.Resourc
 		case len(g.OwnerReferences) != 1 || g.OwnerReferences[0].Kind != "Node" || g.OwnerReferences[0].Name != node ||
 			g.OwnerReferences[0].UID != types.UID("node-"+node) || g.OwnerReferences[0].Controller == nil || !*g.OwnerReferences[0].Controller:
 			return fmt.Sprintf("%s: slice %s's owners %+v, want the Node alone, as controller", node, g.Name, g.OwnerReferences)
+		case g.Labels[OwnLabel] != OwnValue:
+			return fmt.Sprintf("%s: slice %s's labels %v lack the mark %s=%s", node, g.Name, g.Labels, OwnLabel, OwnValue)
 		}
 	}
 	return ""
@@ -238,6 +259,16 @@ func (r *run) eventually(t *testing.T, what string, cond func() string) {
 	}
 }
 
+// planned says whether the planner has passed over node: "" once it has.
+func (r *run) planned(node string) string {
+	r.p.mu.Lock()
+	defer r.p.mu.Unlock()
+	if _, ok := r.p.nodes[node]; !ok {
+		return "the planner has not seen " + node
+	}
+	return ""
+}
+
 func (r *run) updateFleet(t *testing.T, data map[string]string) {
 	t.Helper()
 	_, err := r.c.CoreV1().ConfigMaps(fleetNamespace).Update(context.Background(), fleetConfigMap(data), metav1.UpdateOptions{})
@@ -253,9 +284,9 @@ func TestPublisher(t *testing.T) {
 	data := map[string]string{fleet.ConfigMapKey: fleetYAML, "gb200.yaml": builtinText(t, "gb200-tray")}
 	r := start(t,
 		fleetConfigMap(data),
-		node("kwok-a", map[string]string{kwokLabel: "kwok"}),
-		node("kwok-b", map[string]string{kwokLabel: "kwok", profileLabel: "gb200"}),
-		node("kwok-c", map[string]string{kwokLabel: "kwok"}),
+		kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		kwokNode("kwok-b", map[string]string{kwokLabel: "kwok", profileLabel: "gb200"}),
+		kwokNode("kwok-c", map[string]string{kwokLabel: "kwok"}),
 		node("real-d", nil),
 	)
 	for node, profile := range map[string]string{"kwok-a": "t4-vm", "kwok-b": "gb200-tray", "kwok-c": "dgx-a100"} {
@@ -301,19 +332,131 @@ func TestPublisher(t *testing.T) {
 // another map before a restart), are withdrawn; the node then carries its
 // profile's alone. Without the withdrawal the old dra.net slice stayed
 // beside t4-vm's GPUs (the wing's TestPublisher, seen red so).
+//
+// The earlier publisher's slice is known by the mark: another's slice of
+// the same driver on the node, unmarked, stays (seen red with the mark's
+// selector taken from deleteSlices).
 func TestPublisherWithdrawsAnEarlierPublishersSlices(t *testing.T) {
-	leftover := &resourcev1.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "kwok-a-dra.net-old"},
-		Spec: resourcev1.ResourceSliceSpec{Driver: resourceslices.DRANetDriver, NodeName: ptr.To("kwok-a"),
-			Pool: resourcev1.ResourcePool{Name: "kwok-a", ResourceSliceCount: 1}},
-	}
+	leftover := slice("kwok-a-dra.net-old", resourceslices.DRANetDriver, "kwok-a")
+	leftover.Labels = map[string]string{OwnLabel: OwnValue}
+	foreign := slice(foreignPrefix+"dra.net", resourceslices.DRANetDriver, "kwok-a")
 	r := start(t,
 		fleetConfigMap(map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\n"}),
-		node("kwok-a", map[string]string{kwokLabel: "kwok"}),
-		leftover,
+		kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		leftover, foreign,
 	)
 	want := planned(t, "t4-vm", "kwok-a")
 	r.eventually(t, "kwok-a's profile's slices alone", func() string { return r.samePublished(t, "kwok-a", want) })
+	r.requireUntouched(t, foreign)
+}
+
+// slice is a slice of driver on node, one of a pool of one, in the pool
+// the drivers name for the node.
+func slice(name, driver, node string) *resourcev1.ResourceSlice {
+	return &resourcev1.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1"},
+		Spec: resourcev1.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+			Pool:    resourcev1.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "gpu-0"}}},
+	}
+}
+
+// requireUntouched fails unless s is in the API as the test made it: not
+// updated (its resource version) and not deleted.
+func (r *run) requireUntouched(t *testing.T, s *resourcev1.ResourceSlice) {
+	t.Helper()
+	got, err := r.c.ResourceV1().ResourceSlices().Get(context.Background(), s.Name, metav1.GetOptions{})
+	require.NoError(t, err, "%s, another's slice, was deleted\nlog:\n%s", s.Name, r.log)
+	require.Equal(t, s.UID, got.UID, "%s was made again", s.Name)
+	require.Equal(t, s.ResourceVersion, got.ResourceVersion, "%s, another's slice, was updated\nlog:\n%s", s.Name, r.log)
+	require.Empty(t, got.Labels[OwnLabel], "%s was marked", s.Name)
+}
+
+// TestPublisherLeavesAnothersSlices: on a KWOK node carrying another's
+// slices, of the driver the publisher publishes (in the pool it publishes,
+// which the ResourceSlice controller would take for an obsolete slice of
+// its own) and of one it does not publish there, the publisher publishes
+// its own beside them, and withdraws its own alone when the node leaves
+// the selector: another's are never updated or deleted, on the first start
+// or on withdrawal. Seen red with the controller given the plain client
+// (the GPU slice deleted as obsolete) and with deleteSlices' list and
+// check of the mark taken out (the dra.net slice deleted as an earlier
+// publisher's).
+func TestPublisherLeavesAnothersSlices(t *testing.T) {
+	gpu := slice(foreignPrefix+"gpu", resourceslices.NVIDIAGPUDriver, "kwok-a")
+	hca := slice(foreignPrefix+"dra.net", resourceslices.DRANetDriver, "kwok-a")
+	r := start(t,
+		fleetConfigMap(map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\n"}),
+		kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		gpu, hca,
+	)
+	// The event: the controller's first sync of the pool, which deletes
+	// the slices it takes for obsolete before it creates its own.
+	r.eventually(t, "the publisher's slice in the API", func() string {
+		for _, s := range r.slicesOf(t, "kwok-a") {
+			if !strings.HasPrefix(s.Name, foreignPrefix) {
+				return ""
+			}
+		}
+		return "none yet"
+	})
+	r.requireUntouched(t, gpu)
+	r.requireUntouched(t, hca)
+	want := planned(t, "t4-vm", "kwok-a")
+	r.eventually(t, "published beside another's", func() string { return r.samePublished(t, "kwok-a", want) })
+
+	a, err := r.c.CoreV1().Nodes().Get(context.Background(), "kwok-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	delete(a.Labels, kwokLabel)
+	_, err = r.c.CoreV1().Nodes().Update(context.Background(), a, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r.eventually(t, "the publisher's withdrawn", func() string { return r.samePublished(t, "kwok-a", nil) })
+	r.requireUntouched(t, gpu)
+	r.requireUntouched(t, hca)
+}
+
+// TestPublisherRefusesARealNode: a Node the selector names that is not
+// KWOK's (a real node, which runs its own drivers) gets nothing, and its
+// slices, another's, stay untouched; the refusal is one log line, however
+// often the node is planned again. A KWOK node that loses KWOK's
+// annotation has its slices withdrawn. Seen red with isKWOKNode always
+// true (nothing refused: the real node got slices beside the other's).
+func TestPublisherRefusesARealNode(t *testing.T) {
+	fleetYAML := "default: t4-vm\n"
+	theirs := slice(foreignPrefix+"gpu", resourceslices.NVIDIAGPUDriver, "real-r")
+	r := start(t,
+		fleetConfigMap(map[string]string{fleet.ConfigMapKey: fleetYAML}),
+		node("real-r", map[string]string{kwokLabel: "kwok"}),
+		kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}),
+		theirs,
+	)
+	want := planned(t, "t4-vm", "kwok-a")
+	r.eventually(t, "kwok-a published", func() string { return r.samePublished(t, "kwok-a", want) })
+	refusal := "msg=\"refused: not a KWOK node, whatever the selector says\" node=real-r why=\"no annotation " + KWOKNodeAnnotation + "=" + KWOKNodeValue
+	r.eventually(t, "real-r refused", func() string {
+		if !strings.Contains(r.log.String(), refusal) {
+			return "no refusal logged"
+		}
+		return ""
+	})
+	// Every node planned again, through a map that moves kwok-a: the
+	// planner has passed over real-r once more when kwok-a is re-profiled.
+	r.updateFleet(t, map[string]string{fleet.ConfigMapKey: fleetYAML + "nodes: {kwok-a: hgx-h100}\n"})
+	r.eventually(t, "kwok-a re-profiled", func() string { return r.samePublished(t, "kwok-a", planned(t, "hgx-h100", "kwok-a")) })
+	require.Equal(t, 1, strings.Count(r.log.String(), "node=real-r"), "one line of the real node:\n%s", r.log)
+	require.Contains(t, r.log.String(), "level=WARN "+refusal)
+	require.Empty(t, r.samePublished(t, "real-r", nil))
+	r.requireUntouched(t, theirs)
+	require.NoError(t, r.p.Ready(), "a refused node is no reason not to be ready")
+
+	// kwok-a loses KWOK's annotation: its slices are withdrawn.
+	a, err := r.c.CoreV1().Nodes().Get(context.Background(), "kwok-a", metav1.GetOptions{})
+	require.NoError(t, err)
+	a.Annotations = nil
+	_, err = r.c.CoreV1().Nodes().Update(context.Background(), a, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	r.eventually(t, "kwok-a withdrawn", func() string { return r.samePublished(t, "kwok-a", nil) })
+	require.Contains(t, r.log.String(), `msg=withdrawn node=kwok-a why="no annotation `+KWOKNodeAnnotation)
 }
 
 // TestPublisherRefusesABadMap: a map that does not parse is one log line
@@ -325,14 +468,17 @@ func TestPublisherRefusesABadMap(t *testing.T) {
 	wantErr := "fleet map /namespaces/" + fleetNamespace + "/configmaps/" + fleetName + "/fleet.yaml: labels[0].match: value \"not a key\""
 
 	t.Run("from the start", func(t *testing.T) {
-		r := start(t, fleetConfigMap(bad), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		r := start(t, fleetConfigMap(bad), kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}))
 		r.eventually(t, "refused", func() string {
 			if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), wantErr) {
 				return fmt.Sprintf("Ready: %v, want %s", err, wantErr)
 			}
 			return ""
 		})
-		// Give a wrong publish the time it would take.
+		// The event this window waits out: the planner's pass over kwok-a
+		// with the map refused, which would start its publishing. Then
+		// give a wrong publish the time it would take.
+		r.eventually(t, "kwok-a planned", func() string { return r.planned("kwok-a") })
 		time.Sleep(2 * time.Second)
 		require.Empty(t, r.slicesOf(t, "kwok-a"))
 		require.Equal(t, 1, strings.Count(r.log.String(), "level=ERROR"), r.log.String())
@@ -341,7 +487,7 @@ func TestPublisherRefusesABadMap(t *testing.T) {
 
 	t.Run("after a good one", func(t *testing.T) {
 		good := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: t4-vm}\n"}
-		r := start(t, fleetConfigMap(good), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		r := start(t, fleetConfigMap(good), kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}))
 		want := planned(t, "t4-vm", "kwok-a")
 		r.eventually(t, "published", func() string { return r.samePublished(t, "kwok-a", want) })
 		r.updateFleet(t, bad)
@@ -358,7 +504,7 @@ func TestPublisherRefusesABadMap(t *testing.T) {
 
 	t.Run("a profile the ConfigMap lacks", func(t *testing.T) {
 		m := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-a: a100.yaml}\n"}
-		r := start(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+		r := start(t, fleetConfigMap(m), kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}))
 		r.eventually(t, "refused", func() string {
 			if err := r.p.Ready(); err == nil || !strings.Contains(err.Error(), "node kwok-a: fleet map /namespaces/"+fleetNamespace+"/configmaps/"+fleetName+"/fleet.yaml: nodes[kwok-a]: ConfigMap "+fleetNamespace+"/"+fleetName+" has no key a100.yaml") {
 				return fmt.Sprintf("Ready: %v", err)
@@ -373,7 +519,7 @@ func TestPublisherRefusesABadMap(t *testing.T) {
 // carries nothing; matched later, it carries its profile's.
 func TestPublisherNoMatch(t *testing.T) {
 	m := map[string]string{fleet.ConfigMapKey: "nodes: {kwok-b: t4-vm}\n"}
-	r := start(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+	r := start(t, fleetConfigMap(m), kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}))
 	r.eventually(t, "said", func() string {
 		if !strings.Contains(r.log.String(), "the fleet map gives the node no profile") {
 			return "not said"
@@ -399,7 +545,7 @@ func errString(err error) string {
 // server refuses is not ready, and says why.
 func TestPublisherNotReadyWhileRefused(t *testing.T) {
 	m := map[string]string{fleet.ConfigMapKey: "default: t4-vm\n"}
-	c := fakeAPI(t, fleetConfigMap(m), node("kwok-a", map[string]string{kwokLabel: "kwok"}))
+	c := fakeAPI(t, fleetConfigMap(m), kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}))
 	c.PrependReactor("create", "resourceslices", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, fmt.Errorf("resourceslices is forbidden")
 	})
@@ -410,4 +556,41 @@ func TestPublisherNotReadyWhileRefused(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestOwnClientMarks: whichever API version the controller's client
+// settles on, what it creates or updates carries the mark, and what it
+// lists or watches selects on it; what could reach another's slice is
+// refused.
+func TestOwnClientMarks(t *testing.T) {
+	ctx := context.Background()
+	c := ownClient{fake.NewSimpleClientset()}
+	var lists []string
+	c.Interface.(*fake.Clientset).PrependReactor("list", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		lists = append(lists, a.(k8stesting.ListAction).GetListRestrictions().Labels.String())
+		return false, nil, nil
+	})
+	v1, err := c.ResourceV1().ResourceSlices().Create(ctx, &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"x": "y"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"x": "y", OwnLabel: OwnValue}, v1.Labels)
+	v1.Labels = nil
+	v1, err = c.ResourceV1().ResourceSlices().Update(ctx, v1, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{OwnLabel: OwnValue}, v1.Labels)
+	b2, err := c.ResourceV1beta2().ResourceSlices().Create(ctx, &resourcev1beta2.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "b"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{OwnLabel: OwnValue}, b2.Labels)
+	b1, err := c.ResourceV1beta1().ResourceSlices().Create(ctx, &resourcev1beta1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "c"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{OwnLabel: OwnValue}, b1.Labels)
+
+	_, err = c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	_, err = c.ResourceV1beta1().ResourceSlices().List(ctx, metav1.ListOptions{LabelSelector: "x=y"})
+	require.NoError(t, err)
+	require.Equal(t, []string{OwnLabel + "=" + OwnValue, OwnLabel + "=" + OwnValue + ",x=y"}, lists)
+
+	require.Error(t, c.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}))
+	_, err = c.ResourceV1beta2().ResourceSlices().Patch(ctx, "b", types.MergePatchType, []byte("{}"), metav1.PatchOptions{})
+	require.ErrorContains(t, err, "the publisher does not patch ResourceSlices")
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -25,6 +26,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -474,7 +476,9 @@ func TestHelmDocsInstallTheChart(t *testing.T) {
 // Deployment running publish for the Nodes publisher.nodes selects, reading
 // the chart's own fleet ConfigMap through the API; a ServiceAccount of its
 // own that may list and watch nodes, read that ConfigMap alone, and write
-// ResourceSlices; pods the DaemonSet's selector does not take for its own.
+// ResourceSlices, with the verbs the controller calls and an admission
+// policy that keeps it to its own slices on KWOK's nodes; pods the
+// DaemonSet's selector does not take for its own.
 // Off by default, the chart renders none of it.
 func TestHelmPublisher(t *testing.T) {
 	h := newHelm(t)
@@ -549,8 +553,9 @@ func TestHelmPublisher(t *testing.T) {
 	}
 	require.Equal(t, []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
-		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceslices"}, Verbs: []string{"list", "watch", "create", "update", "delete"}},
 	}, clusterRules)
+	requirePublisherPolicy(t, objs, sa)
 	require.Len(t, objs.RoleBindings, 1)
 	require.Len(t, objs.Roles, 1)
 	rb, role := objs.RoleBindings[0], objs.Roles[0]
@@ -558,6 +563,36 @@ func TestHelmPublisher(t *testing.T) {
 	require.Equal(t, rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name}, rb.RoleRef)
 	require.Equal(t, cm.Namespace, role.Namespace)
 	require.Equal(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, ResourceNames: []string{cm.Name}, Verbs: []string{"get", "list", "watch"}}}, role.Rules)
+}
+
+// requirePublisherPolicy: the chart's admission policy binds the
+// publisher's account alone, every Node its param, and says the mark and
+// KWOK's annotation as the publisher names them. That it refuses what it
+// must is the wing's TestPublisher's, on a real API server.
+func requirePublisherPolicy(t *testing.T, objs *chartObjects, sa *corev1.ServiceAccount) {
+	t.Helper()
+	require.Len(t, objs.ValidatingAdmissionPolicies, 1)
+	require.Len(t, objs.ValidatingAdmissionPolicyBindings, 1)
+	p, b := objs.ValidatingAdmissionPolicies[0], objs.ValidatingAdmissionPolicyBindings[0]
+	require.Equal(t, p.Name, b.Spec.PolicyName)
+	require.Equal(t, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, b.Spec.ValidationActions)
+	require.Equal(t, &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "Node"}, p.Spec.ParamKind)
+	require.NotNil(t, b.Spec.ParamRef)
+	require.Equal(t, &metav1.LabelSelector{}, b.Spec.ParamRef.Selector, "every Node a param")
+	require.Equal(t, ptr(admissionregistrationv1.DenyAction), b.Spec.ParamRef.ParameterNotFoundAction)
+	require.Equal(t, ptr(admissionregistrationv1.Fail), p.Spec.FailurePolicy)
+	require.Equal(t, []admissionregistrationv1.MatchCondition{{Name: "publisher-account",
+		Expression: fmt.Sprintf("request.userInfo.username == %q", "system:serviceaccount:"+sa.Namespace+":"+sa.Name)}}, p.Spec.MatchConditions)
+	var text strings.Builder
+	for _, v := range p.Spec.Variables {
+		text.WriteString(v.Expression + "\n")
+	}
+	for _, v := range p.Spec.Validations {
+		text.WriteString(v.Expression + "\n" + v.Message + "\n" + v.MessageExpression + "\n")
+	}
+	for _, word := range []string{"'" + publisher.OwnLabel + "'", "'" + publisher.OwnValue + "'", "'" + publisher.KWOKNodeAnnotation + "'", "'" + publisher.KWOKNodeValue + "'"} {
+		require.Contains(t, text.String(), word)
+	}
 }
 
 // TestHelmFleetThroughAPI renders fleet.readThroughAPI: serve keeps the

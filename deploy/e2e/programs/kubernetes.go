@@ -103,3 +103,8 @@ for f in ` + strings.Join(stages, " ") + `; do echo "---"; cat "$d/kustomize/sta
 // KWOKStages is the file, beside the kwok binary, of the Stages its
 // controller runs (kwok --config).
 const KWOKStages = "stages.yaml"
+
+// KWOKNodeAnnotation=KWOKNodeValue marks the Nodes KWOK's controller
+// manages, as kwokctl runs it (--manage-nodes-with-annotation-selector)
+// and KWOK's documentation makes its Nodes.
+const KWOKNodeAnnotation, KWOKNodeValue = "kwok.x-k8s.io/node", "fake"

@@ -23,7 +23,8 @@ import (
 // when the ConfigMap is edited; the figure is from the update to the
 // render. Its control, a serve reading a copy of the map with no
 // --fleet-configmap (as a volume the kubelet has not synced yet), renders
-// the old profile still.
+// the old profile still: its "nothing happens" window opens on an event
+// it does see, its own file's change after the update.
 func TestServeFleetThroughAPI(t *testing.T) {
 	c := kubetest.Start(t, kubetest.Options{})
 	bin := hosttest.BuildBinary(t)
@@ -55,8 +56,12 @@ func TestServeFleetThroughAPI(t *testing.T) {
 	updated := updateFleet(t, c.Client, data)
 	waitFor(t, api, "serve-api re-renders hgx-h100", func() string { return rendered(api, "change", "hgx-h100") })
 	t.Logf("figure: serve --fleet-configmap, ConfigMap update to the node's new tree: %s", time.Since(updated).Round(time.Millisecond))
-	// The control had the time the other took, and more.
-	time.Sleep(2 * time.Second)
+	// The control's window opens on an event it must see, after the
+	// update: its own file changed (to dgx-a100), which it renders. Had
+	// it read the ConfigMap, it would have rendered hgx-h100 by then, as
+	// serve-api did before the file changed.
+	require.NoError(t, os.WriteFile(stale, []byte("nodes: {"+node+": dgx-a100}\n"), 0o644))
+	waitFor(t, control, "serve-file re-renders its file's dgx-a100", func() string { return rendered(control, "change", "dgx-a100") })
 	require.NotEmpty(t, rendered(control, "change", "hgx-h100"), "a serve without --fleet-configmap saw the update")
 }
 

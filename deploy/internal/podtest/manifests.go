@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -33,6 +34,9 @@ type Manifests struct {
 	ClusterRoleBindings []rbacv1.ClusterRoleBinding
 	Roles               []rbacv1.Role
 	RoleBindings        []rbacv1.RoleBinding
+	// The chart's admission policy of the publisher's account.
+	ValidatingAdmissionPolicies       []admissionregistrationv1.ValidatingAdmissionPolicy
+	ValidatingAdmissionPolicyBindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // DecodeManifests decodes every document of every *.yaml file in dir.
@@ -98,6 +102,10 @@ func (m *Manifests) Decode(doc []byte) error {
 		return decodeInto(doc, &m.Roles)
 	case "rbac.authorization.k8s.io/v1 RoleBinding":
 		return decodeInto(doc, &m.RoleBindings)
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy":
+		return decodeInto(doc, &m.ValidatingAdmissionPolicies)
+	case "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicyBinding":
+		return decodeInto(doc, &m.ValidatingAdmissionPolicyBindings)
 	}
 	return errors.New("unexpected object " + tm.APIVersion + " " + tm.Kind)
 }
