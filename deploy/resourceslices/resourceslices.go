@@ -315,7 +315,7 @@ func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
 // docs/evidence/resourceslices.md says which versions they are.
 func RecordedRuns() map[string]string {
 	return map[string]string{
-		NVIDIAGPUDriver: "testdata/dra-driver-nvidia-gpu-0.5.0-dev-22407113",
+		NVIDIAGPUDriver: "testdata/dra-driver-nvidia-gpu-0.5.0-dev-95932046",
 		DRANetDriver:    "testdata/dranet-1.4.0-70-gf258477",
 	}
 }
