@@ -16,6 +16,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
 func TestMain(m *testing.M) {
@@ -172,6 +173,12 @@ func TestProfiles(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	require.Contains(t, out, "device_id: 0x233010DE")
 	require.Contains(t, out, "hierarchy: hgx")
+	require.Contains(t, out, "architecture: hopper")
+	// The very bytes the suites hand nvml-mock's NVML (shipped.File).
+	file, ok, err := shipped.File("hgx-h100")
+	require.True(t, ok)
+	require.NoError(t, err)
+	require.Equal(t, string(file), out)
 }
 
 // fakeExecutable stands in for os.Executable: a file with the given content.

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
@@ -16,11 +14,10 @@ func runProfiles(e *env, args []string) int {
 		return code
 	}
 	if *show != "" {
-		p, ok := shipped.Get(*show)
+		out, ok, err := shipped.File(*show)
 		if !ok {
 			return usageError(e, "profiles", "--show %q: not a built-in profile (%s)", *show, strings.Join(shipped.Names(), ", "))
 		}
-		out, err := profile.Marshal(p, fmt.Sprintf("nvml-mock-sysfs built-in profile %q", *show))
 		if err != nil {
 			return fail(e, "%v", err)
 		}

@@ -14,11 +14,13 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 )
 
-// slicesHelp names the driver versions the plans are proven equal to
-// from their recorded runs' directories, the one home of which they are.
+// slicesHelp names the driver the NVIDIA slices predict
+// (resourceslices.NVIDIAGPUVersion) and the driver versions the plans are
+// proven equal to from their recorded runs' directories, the one homes of
+// which they are.
 func slicesHelp() string {
 	runs := resourceslices.RecordedRuns()
-	return fmt.Sprintf(slicesHelpText, path.Base(runs[resourceslices.NVIDIAGPUDriver]), path.Base(runs[resourceslices.DRANetDriver]))
+	return fmt.Sprintf(slicesHelpText, path.Base(runs[resourceslices.NVIDIAGPUDriver]), path.Base(runs[resourceslices.DRANetDriver]), resourceslices.NVIDIAGPUVersion)
 }
 
 const slicesHelpText = `The slices are those two DRA drivers publish on a node served the profile,
@@ -27,13 +29,21 @@ as %s
 and %s
 (docs/evidence/resourceslices.md says what differs):
 
-  gpu.nvidia.com  the NVIDIA DRA driver's gpu-kubelet-plugin: a device per
-                  GPU nvml-mock's NVML lists for the profile, named, with
-                  the attributes and memory capacity the driver publishes;
+  gpu.nvidia.com  the NVIDIA DRA driver's gpu-kubelet-plugin, as
+                  %s
+                  publishes them: a device per GPU nvml-mock's NVML lists
+                  for the profile, named, with the attributes (numaNode
+                  where the GPU has a NUMA node) and memory capacity the
+                  driver publishes;
   dra.net         dranet's, on a profile with HCAs: a device per HCA, with
                   its PCI identity, pcieRoot and NUMA node. A node's own
                   NICs and links, which dranet also publishes, are the
                   node's, not the profile's: none here.
+
+A profile that leaves a GPU's name, brand, architecture, compute
+capability or memory, or the driver or CUDA version, to nvml-mock's
+defaults gets a warning for each such field, naming it and the default
+(an A100's), which the slices then carry as if they were the board's.
 
 Each slice has the generateName the driver's gives it: create them
 (kubectl create -f), the API server completes the name.
@@ -88,6 +98,9 @@ func runSlices(e *env, args []string) int {
 	items, err := resourceslices.ForNode(source, data, nodeName)
 	if err != nil {
 		return fail(e, "%v", err)
+	}
+	for _, w := range resourceslices.MockDefaults(source, data) {
+		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: slices: warning: %s\n", w)
 	}
 	list := resourcev1.ResourceSliceList{
 		TypeMeta: metav1.TypeMeta{APIVersion: resourcev1.SchemeGroupVersion.String(), Kind: "ResourceSliceList"},

@@ -33,6 +33,7 @@ func TestSlices(t *testing.T) {
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"slices"}, tc.args...)...)
 		require.Equal(t, exitOK, code, "%v: %s", tc.args, stderr)
+		require.Empty(t, stderr, "%v: a built-in leaves nothing to nvml-mock's defaults", tc.args)
 		var list resourcev1.ResourceSliceList
 		require.NoError(t, yaml.Unmarshal([]byte(stdout), &list), "%v", tc.args)
 		want := 1
@@ -57,4 +58,17 @@ func TestSlices(t *testing.T) {
 	code, _, stderr := runCLI(t, "slices", "--fleet", fleetMap, "--node-name", "c")
 	require.Equal(t, exitFailure, code)
 	require.Contains(t, stderr, "node c matches no rule")
+}
+
+// A profile that leaves NVML facts to nvml-mock's A100 defaults gets the
+// slices all the same, and a warning line for each such field, naming it
+// and the default.
+func TestSlicesWarnsOfMockDefaults(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "bare.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("version: \"1.0\"\nsystem: {driver_version: \"580.65.06\", cuda_version: \"13.0\"}\ndevice_defaults: {name: \"NVIDIA H100 80GB HBM3\", brand: nvidia, memory: {total_bytes: 85899345920}, compute_capability: {major: 9, minor: 0}, pci: {device_id: 0x233010DE}}\ndevices:\n  - {index: 0, pci: {bus_id: \"0000:1a:00.0\"}}\n"), 0o644))
+	code, stdout, stderr := runCLI(t, "slices", "--profile", file, "--node-name", "n")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "gpu.nvidia.com")
+	require.Equal(t, "nvml-mock-sysfs: slices: warning: profile "+file+": device_defaults.architecture not set: nvml-mock's NVML reports its A100 default, ampere\n", stderr)
 }

@@ -396,6 +396,9 @@ func (p *Publisher) driverResources(choice fleet.Choice, node string) (map[strin
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range resourceslices.MockDefaults(source, data) {
+		p.log.Warn("the slices carry nvml-mock's A100 defaults as the board's", "node", node, "warning", w)
+	}
 	planned, err := resourceslices.ForNode(source, data, node)
 	if err != nil {
 		return nil, err

@@ -18,11 +18,13 @@ import (
 // The real runs the plans are proven equal to (RecordedRuns): the DRA
 // suite's ResourceSlices, one directory per profile (the suite's slug of
 // its row), as the suite records them under make docs. The NVIDIA
-// driver's: the gpu-kubelet-plugin of github.com/NVIDIA/k8s-dra-driver-gpu
-// at 22407113 (chart 0.5.0-dev), with nvml-mock's NVML
+// driver's: the gpu-kubelet-plugin of
+// github.com/kubernetes-sigs/dra-driver-nvidia-gpu at 95932046 (its
+// August 2026 head, v0.5.0-dev), with nvml-mock's NVML
 // (github.com/NVIDIA/k8s-test-infra at 3b2b865d) reading the profile.
 // dranet's: sigs.k8s.io/dranet at f258477 (v1.4.0-70), beside it on the
-// profiles with HCAs. docs/evidence/resourceslices.md says how they were
+// profiles with HCAs. Each run's programs.txt names its binaries by
+// sha256 and version; docs/evidence/resourceslices.md says how they were
 // recorded.
 
 // recordedNode is the node the suite runs the drivers on.
@@ -61,7 +63,11 @@ func TestRecordedRun(t *testing.T) {
 			if err != nil || len(dirs) == 0 {
 				t.Fatalf("no recorded run in %s: %v", dir, err)
 			}
+			checkProvenance(t, driver, dir)
 			for _, d := range dirs {
+				if !d.IsDir() {
+					continue
+				}
 				t.Run(d.Name(), func(t *testing.T) {
 					source, data := suiteProfile(t, d.Name())
 					ours, err := plan(source, data, recordedNode)
@@ -93,6 +99,40 @@ func TestRecordedRun(t *testing.T) {
 	for _, e := range explained {
 		if !used[e.why] {
 			t.Errorf("explained difference %s (%s) occurs in no recorded slice: remove it", e.path, e.why)
+		}
+	}
+}
+
+// provenanceFile, beside each recorded run's profiles, names every
+// program of the run by its file name, sha256 and version, one a line:
+// NAME sha256:HEX version:VERSION, then what it is.
+const provenanceFile = "programs.txt"
+
+// provenanceLine is a line of provenanceFile that names a program.
+var provenanceLine = regexp.MustCompile(`^(\S+) sha256:([0-9a-f]{64}) version:(\S+) `)
+
+// checkProvenance: a recorded run says which binaries made it, the
+// driver's own among them, each by digest and version.
+func checkProvenance(t *testing.T, driver, dir string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, provenanceFile))
+	if err != nil {
+		t.Fatalf("recorded run %s names no binaries: %v", dir, err)
+	}
+	named := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if m := provenanceLine.FindStringSubmatch(line); m != nil {
+			named[m[1]] = true
+		}
+	}
+	// The NVIDIA driver's run is also nvml-mock's NVML's, which it reads.
+	want := map[string][]string{
+		NVIDIAGPUDriver: {"gpu-kubelet-plugin", "libnvidia-ml.so.1"},
+		DRANetDriver:    {"dranet"},
+	}[driver]
+	for _, p := range want {
+		if !named[p] {
+			t.Errorf("%s/%s: no line \"%s sha256:HEX version:VERSION ...\"", dir, provenanceFile, p)
 		}
 	}
 }

@@ -17,17 +17,21 @@
 //   - uuid, minor number, name, brand, architecture, compute capability,
 //     memory, driver and CUDA versions: the profile's NVML-only fields
 //     (profile.NVMLFields), with nvml-mock's defaults (go-nvml's dgxa100
-//     mock, an A100-SXM4-40GB) where the profile gives none;
+//     mock, an A100-SXM4-40GB) where the profile gives none, which
+//     MockDefaults names;
 //   - pcieRoot: the root complex the plan puts the GPU under, the first
 //     element of its directory under sys/devices that the link
 //     /sys/bus/pci/devices/<bus id> leads to, which is what the driver's
-//     deviceattribute reads (compat's PCIeRoot row checks that it does).
+//     deviceattribute reads (compat's PCIeRoot row checks that it does);
+//   - resource.kubernetes.io/numaNode: the NUMA node of the GPU's root
+//     complex, which the driver reads from the GPU's numa_node in the
+//     tree (go-nvlib's nvpci), none where it is -1.
 //
 // The NVIDIA driver's own choices: a device is gpu-<minor number>; one pool named
 // for the node, generation 1, of one slice; version attributes are
-// semantic versions (550.163.01 is 550.163.1). It publishes no NUMA node
-// for a full GPU (only for a passthrough one, behind a feature gate off by
-// default), so neither does this package.
+// semantic versions (550.163.01 is 550.163.1); numaNode is a scalar, its
+// default (under its DRAListTypeAttributes gate, off by default, a
+// one-element list). NVIDIAGPUVersion names the driver this predicts.
 package resourceslices
 
 import (
@@ -50,17 +54,11 @@ import (
 // NVIDIAGPUDriver is the NVIDIA DRA driver's name for its GPUs.
 const NVIDIAGPUDriver = "gpu.nvidia.com"
 
-// nvml-mock's defaults for a GPU its profile leaves blank: go-nvml's
-// dgxa100 mock device (gpus.A100_SXM4_40GB), which its engine starts every
-// device from.
-const (
-	mockName         = "Mock NVIDIA A100-SXM4-40GB"
-	mockArchitecture = "Ampere"
-	mockBrand        = "Nvidia"
-	mockMemoryBytes  = 40960 << 20
-	mockCCMajor      = 8
-	mockCCMinor      = 0
-)
+// NVIDIAGPUVersion names the NVIDIA DRA driver NVIDIAGPU predicts, which
+// publishes numaNode on every GPU with a NUMA node. The May 2026 driver
+// (22407113) published the same slices without numaNode; a selector that
+// does not test numaNode sees no difference, so no flag keeps that form.
+const NVIDIAGPUVersion = "sigs.k8s.io/dra-driver-nvidia-gpu at its August 2026 head (95932046, chart 0.5.0-dev)"
 
 // architectures maps a profile's architecture to what the driver
 // publishes: nvml-mock's parseArchitecture (lower case only, anything else
@@ -184,9 +182,9 @@ func gpuDevice(source string, nv *profile.NVMLFields, g profile.NVMLGPU, r profi
 	attrs := map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 		"type":                  {StringValue: new("gpu")},
 		"uuid":                  {StringValue: new(own.UUID)},
-		"productName":           {StringValue: new(cmp.Or(own.Name, def.Name, mockName))},
-		"brand":                 {StringValue: new(lookup(brands, cmp.Or(own.Brand, def.Brand), mockBrand))},
-		"architecture":          {StringValue: new(lookup(architectures, cmp.Or(own.Architecture, def.Architecture), mockArchitecture))},
+		"productName":           {StringValue: new(cmp.Or(own.Name, def.Name, profile.MockNVMLName))},
+		"brand":                 {StringValue: new(lookup(brands, cmp.Or(own.Brand, def.Brand, profile.MockNVMLBrand)))},
+		"architecture":          {StringValue: new(lookup(architectures, cmp.Or(own.Architecture, def.Architecture, profile.MockNVMLArchitecture)))},
 		busID.Name:              busID.Value,
 		pcieRootAttribute:       {StringValue: new(r.RootComplex.String())},
 		"cudaComputeCapability": computeCapability(def),
@@ -194,12 +192,21 @@ func gpuDevice(source string, nv *profile.NVMLFields, g profile.NVMLGPU, r profi
 	for k, v := range system {
 		attrs[k] = v
 	}
-	memory := uint64(mockMemoryBytes)
+	if r.NUMANode >= 0 {
+		// The driver's default form, its DRAListTypeAttributes gate off:
+		// a scalar, as deviceattribute's ScalarAttribute.
+		numa, err := deviceattribute.GetNUMANodeAttribute(r.NUMANode, deviceattribute.ScalarAttribute)
+		if err != nil {
+			return resourcev1.Device{}, fmt.Errorf("profile %s: GPU %d: %w", source, g.Index, err)
+		}
+		attrs[numa.Name] = numa.Value
+	}
+	memory := profile.MockNVMLMemoryBytes
 	if b := cmp.Or(own.Memory.TotalBytes, def.Memory.TotalBytes); b != nil {
 		memory = *b
 	}
 	return resourcev1.Device{
-		Name:       fmt.Sprintf("gpu-%d", own.MinorNumber),
+		Name:       fmt.Sprintf("gpu-%d", own.Minor()),
 		Attributes: attrs,
 		Capacity: map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{
 			"memory": {Value: *resource.NewQuantity(int64(memory), resource.BinarySI)},
@@ -213,7 +220,7 @@ const pcieRootAttribute = resourcev1.QualifiedName(deviceattribute.StandardDevic
 // computeCapability is device_defaults' compute capability: nvml-mock
 // merges no devices[] entry's (mergeDeviceOverride leaves it out).
 func computeCapability(def profile.NVMLDevice) resourcev1.DeviceAttribute {
-	major, minor := mockCCMajor, mockCCMinor
+	major, minor := profile.MockNVMLComputeMajor, profile.MockNVMLComputeMinor
 	if cc := def.ComputeCapability; cc.Major != nil || cc.Minor != nil {
 		major, minor = 0, 0
 		if cc.Major != nil {
@@ -226,12 +233,9 @@ func computeCapability(def profile.NVMLDevice) resourcev1.DeviceAttribute {
 	return resourcev1.DeviceAttribute{VersionValue: new(fmt.Sprintf("%d.%d.0", major, minor))}
 }
 
-// lookup is names[key]; blank, the mock's default; unknown, "Unknown", as
-// nvml-mock's parsers fall back and go-nvlib prints it.
-func lookup(names map[string]string, key, blank string) string {
-	if key == "" {
-		return blank
-	}
+// lookup is names[key], else "Unknown", as nvml-mock's parsers fall back
+// and go-nvlib prints it.
+func lookup(names map[string]string, key string) string {
 	if v, ok := names[key]; ok {
 		return v
 	}
@@ -263,22 +267,37 @@ func minorOf(name string) int {
 	return n
 }
 
+// MockDefaults says, one line each, which NVML facts the profile data
+// (source names it) leaves to nvml-mock's A100 defaults, naming the field
+// and the default the slices then carry as if they were the board's
+// (profile.NVMLFields.MockDefaults); none for a profile that states them
+// all, as every built-in does, or that ForNode would refuse.
+func MockDefaults(source string, data []byte) []string {
+	_, gpus, nv, err := profile.ParseNVML(source, data)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, d := range nv.MockDefaults(gpus) {
+		out = append(out, fmt.Sprintf("profile %s: %s not set: nvml-mock's NVML reports its A100 default, %s", source, d.Field, d.Default))
+	}
+	return out
+}
+
 // ReadProfile reads a built-in's name or a profile file as nvml-mock's
 // NVML reads it on a node this tool serves, for NVIDIAGPU: a file's bytes;
-// a built-in's effective profile, every value explicit, which is the file
-// the suites give nvml-mock for it. It returns the name refusals give it.
+// a built-in's as `profiles --show` prints it (shipped.File), which is the
+// file the suites give nvml-mock for it. It returns the name refusals give
+// it.
 func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
-	p, source, err := shipped.Load(nameOrPath)
+	_, source, err = shipped.Load(nameOrPath)
 	if err != nil {
 		return "", nil, err
 	}
-	if _, ok := shipped.Get(nameOrPath); ok && source != nameOrPath {
-		m, err := profile.Normalize(source, p, profile.Options{})
-		if err != nil {
-			return "", nil, err
+	if source != nameOrPath {
+		if data, ok, err := shipped.File(nameOrPath); ok {
+			return source, data, err
 		}
-		data, err := profile.Marshal(m.Effective(), "")
-		return source, data, err
 	}
 	data, err = profile.ReadRegularFile(nameOrPath, profile.MaxSize)
 	if err != nil {
@@ -296,7 +315,7 @@ func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
 // docs/evidence/resourceslices.md says which versions they are.
 func RecordedRuns() map[string]string {
 	return map[string]string{
-		NVIDIAGPUDriver: "testdata/dra-driver-nvidia-gpu-0.5.0-dev-22407113",
+		NVIDIAGPUDriver: "testdata/dra-driver-nvidia-gpu-0.5.0-dev-95932046",
 		DRANetDriver:    "testdata/dranet-1.4.0-70-gf258477",
 	}
 }

@@ -67,6 +67,25 @@ type Board struct {
 	// is 0x2340, its gb200 0x2341, its gb300 0x2941 (GB200's real id).
 	MockNames   []string
 	MockDevices []uint16
+	// NVML is what NVML reports of the board beyond its name and PCI
+	// identity, which the NVIDIA DRA driver and GPU Feature Discovery
+	// publish; nil where no source told us. A built-in needs it.
+	NVML *NVMLFacts
+}
+
+// NVMLFacts is what NVML reports of a real board, in the form an
+// nvml-mock profile states it.
+type NVMLFacts struct {
+	// Brand and Architecture are nvml-mock's names (lower case), which its
+	// NVML maps to NVML's enums: nvidia, ampere.
+	Brand, Architecture string
+	// ComputeMajor and ComputeMinor are the CUDA compute capability.
+	ComputeMajor, ComputeMinor int
+	// MemoryBytes is the frame buffer NVML reports (nvidia-smi's
+	// fb_memory_usage total), which the DRA driver publishes as the memory
+	// capacity and GFD as gpu.memory (in MiB): a real board's, a little
+	// under its nominal size.
+	MemoryBytes uint64
 }
 
 const (
@@ -78,16 +97,27 @@ const (
 // from ../shared/REAL-HARDWARE.md; machines from machine.go's sources.
 func All() []Board {
 	return []Board{
-		{Name: "NVIDIA A100-SXM4-40GB", Device: 0x20b0, SubsystemDevice: 0x134f, BAR1Bytes: 64 * gib, LinkGen: 4, LinkWidth: 16, Hierarchy: DGX, BARs: Classic, NVSwitchDevice: 0x1af1, Machine: machineDGXA100, HCA: "MT4123"},
+		{Name: "NVIDIA A100-SXM4-40GB", Device: 0x20b0, SubsystemDevice: 0x134f, BAR1Bytes: 64 * gib, LinkGen: 4, LinkWidth: 16, Hierarchy: DGX, BARs: Classic, NVSwitchDevice: 0x1af1, Machine: machineDGXA100, HCA: "MT4123",
+			// ../shared/testdata/nvidia-smi-captures/qx-a100.xml: brand NVIDIA,
+			// architecture Ampere, fb total 40960 MiB; compute capability 8.0
+			// as nvml-mock's a100 profile states it (NVIDIA's CUDA GPU table).
+			NVML: &NVMLFacts{Brand: "nvidia", Architecture: "ampere", ComputeMajor: 8, ComputeMinor: 0, MemoryBytes: 40960 * mib}},
 		{Name: "NVIDIA A100 PCIe 40GB", Device: 0x20f1, SubsystemDevice: 0x145f, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
 		{Name: "NVIDIA A100 80GB PCIe", Device: 0x20b5, SubsystemDevice: 0x1533, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
-		{Name: "NVIDIA H100 80GB HBM3", Device: 0x2330, SubsystemDevice: 0x16c1, BAR1Bytes: 128 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: HGX, BARs: Hopper, NVSwitchDevice: 0x22a3, Machine: machineDGXH100, HCA: "MT4129"},
+		{Name: "NVIDIA H100 80GB HBM3", Device: 0x2330, SubsystemDevice: 0x16c1, BAR1Bytes: 128 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: HGX, BARs: Hopper, NVSwitchDevice: 0x22a3, Machine: machineDGXH100, HCA: "MT4129",
+			// qx-h100.xml: brand NVIDIA, architecture Hopper, fb total 81559
+			// MiB; compute capability 9.0 as nvml-mock's h100 profile states it.
+			NVML: &NVMLFacts{Brand: "nvidia", Architecture: "hopper", ComputeMajor: 9, ComputeMinor: 0, MemoryBytes: 81559 * mib}},
 		{Name: "NVIDIA H100 PCIe", Device: 0x2331, SubsystemDevice: 0x1626, LinkGen: 5, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper},
 		{Name: "NVIDIA H200", Device: 0x2335, SubsystemDevice: 0x18be, LinkGen: 5, LinkWidth: 16, Hierarchy: HGX, BARs: Hopper, NVSwitchDevice: 0x22a3, Machine: machineDGXH200, HCA: "MT4129"},
 		// HGX B200: five bridges between the root port and the GPU, as
 		// DGX's two cascaded switches (REAL-HARDWARE.md).
 		{Name: "NVIDIA B200", Device: 0x2901, SubsystemDevice: 0x1999, BAR1Bytes: 256 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: DGX, BARs: Hopper, Machine: machineDGXB200, HCA: "MT4129", MockDevices: []uint16{0x2340}},
-		{Name: "NVIDIA GB200", Device: 0x2941, SubsystemDevice: 0x2046, BAR1Bytes: 256 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper, Machine: machineDGXGB200, HCA: "MT4129", MockDevices: []uint16{0x2341}},
+		{Name: "NVIDIA GB200", Device: 0x2941, SubsystemDevice: 0x2046, BAR1Bytes: 256 * gib, LinkGen: 5, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper, Machine: machineDGXGB200, HCA: "MT4129", MockDevices: []uint16{0x2341},
+			// qx-gb200.xml: brand NVIDIA, architecture Blackwell, fb total
+			// 189471 MiB; compute capability 10.0 as nvml-mock's gb200 profile
+			// states it.
+			NVML: &NVMLFacts{Brand: "nvidia", Architecture: "blackwell", ComputeMajor: 10, ComputeMinor: 0, MemoryBytes: 189471 * mib}},
 		{Name: "NVIDIA GB300", Device: 0x31c2, SubsystemDevice: 0x21f1, BAR1Bytes: 512 * gib, LinkGen: 6, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper, Machine: machineDGXGB300, HCA: "MT4131", MockNames: []string{"NVIDIA GB300 NVL"}, MockDevices: []uint16{0x2941}},
 		// Vera Rubin trays put each superchip in a PCI domain of its own,
 		// its GPUs behind root ports of root bus 80 (REAL-HARDWARE.md).
@@ -95,7 +125,11 @@ func All() []Board {
 		// knows it by its id.
 		{Name: GenericName, Device: 0x307f, SubsystemDevice: 0x221a, BAR1Bytes: 512 * gib, LinkGen: 6, LinkWidth: 16, Hierarchy: Flat, BARs: Hopper, Machine: machineVeraRubinNVL72, HCA: "MT4133"},
 		{Name: "NVIDIA L40S", Device: 0x26b9, SubsystemDevice: 0x1851, LinkGen: 4, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
-		{Name: "Tesla T4", Device: 0x1eb8, SubsystemDevice: 0x12a2, BAR1Bytes: 256 * mib, LinkGen: 3, LinkWidth: 16, Hierarchy: Flat, BARs: Classic},
+		{Name: "Tesla T4", Device: 0x1eb8, SubsystemDevice: 0x12a2, BAR1Bytes: 256 * mib, LinkGen: 3, LinkWidth: 16, Hierarchy: Flat, BARs: Classic,
+			// qx-t4.xml: name Tesla T4 (nvml-mock's t4 profile says "NVIDIA
+			// T4"), brand NVIDIA, architecture Turing, fb total 15360 MiB;
+			// compute capability 7.5 as nvml-mock's t4 profile states it.
+			NVML: &NVMLFacts{Brand: "nvidia", Architecture: "turing", ComputeMajor: 7, ComputeMinor: 5, MemoryBytes: 15360 * mib}},
 		{Name: "Tesla V100-SXM2-32GB", Device: 0x1db5, SubsystemDevice: 0x1249, LinkGen: 3, LinkWidth: 16, Hierarchy: HGX, BARs: Classic},
 	}
 }

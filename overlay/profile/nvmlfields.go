@@ -22,37 +22,133 @@ const MockNVMLDriverVersion = "550.163.01"
 // starts from).
 const MockNVMLCUDAVersion = 12040
 
+// nvml-mock's defaults for a GPU its profile leaves blank, in the
+// profile's form: go-nvml's dgxa100 mock device (gpus.A100_SXM4_40GB), an
+// A100-SXM4-40GB, which its engine starts every device from.
+const (
+	MockNVMLName         = "Mock NVIDIA A100-SXM4-40GB"
+	MockNVMLBrand        = "nvidia"
+	MockNVMLArchitecture = "ampere"
+	MockNVMLMemoryBytes  = uint64(40960) << 20
+	MockNVMLComputeMajor = 8
+	MockNVMLComputeMinor = 0
+)
+
+// MockDefault is an NVML fact a profile leaves to nvml-mock's defaults:
+// the field to set (device_defaults' where a GPU lacks it) and the
+// default NVML reports in its place.
+type MockDefault struct {
+	Field, Default string
+}
+
+// MockDefaults lists, in a fixed order and each once, the NVML facts the
+// profile leaves to nvml-mock's defaults for any of gpus (NVMLGPUs'):
+// the driver version, without which nvml-mock's NVML refuses the profile
+// and serves its own eight A100s, the CUDA version, and each GPU's name,
+// brand, architecture, compute capability and memory, which it fills from
+// its A100-SXM4-40GB. The DRA driver and GPU Feature Discovery publish
+// the defaults as if they were the board's.
+func (f *NVMLFields) MockDefaults(gpus []NVMLGPU) []MockDefault {
+	var out []MockDefault
+	s := f.System
+	if s.DriverVersion == "" {
+		out = append(out, MockDefault{"system.driver_version", MockNVMLDriverVersion + " (nvml-mock's NVML refuses the profile without it and serves its own 8 A100s)"})
+	}
+	if s.CUDAVersion == "" && s.CUDAVersionMajor == nil && s.CUDAVersionMinor == nil {
+		out = append(out, MockDefault{"system.cuda_version", fmt.Sprintf("%d.%d", MockNVMLCUDAVersion/1000, MockNVMLCUDAVersion%1000/10)})
+	}
+	def := f.DeviceDefaults
+	lacks := func(has func(d NVMLDevice) bool) bool {
+		for _, g := range gpus {
+			if d, _, _ := f.Device(g.Index); !has(d) && !has(def) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range []struct {
+		field, value string
+		has          func(d NVMLDevice) bool
+	}{
+		{"name", MockNVMLName, func(d NVMLDevice) bool { return d.Name != "" }},
+		{"brand", MockNVMLBrand, func(d NVMLDevice) bool { return d.Brand != "" }},
+		{"architecture", MockNVMLArchitecture, func(d NVMLDevice) bool { return d.Architecture != "" }},
+		{"memory.total_bytes", fmt.Sprintf("%d (%d MiB)", MockNVMLMemoryBytes, MockNVMLMemoryBytes>>20), func(d NVMLDevice) bool { return d.Memory.TotalBytes != nil }},
+	} {
+		if lacks(c.has) {
+			out = append(out, MockDefault{"device_defaults." + c.field, c.value})
+		}
+	}
+	// nvml-mock merges no devices[] entry's compute capability.
+	if cc := def.ComputeCapability; cc.Major == nil && cc.Minor == nil && len(gpus) > 0 {
+		out = append(out, MockDefault{"device_defaults.compute_capability", fmt.Sprintf("%d.%d", MockNVMLComputeMajor, MockNVMLComputeMinor)})
+	}
+	return out
+}
+
+// NVMLFacts is what NVML reports of a GPU beyond its name and PCI
+// identity, as an nvml-mock profile states it (devices[] or
+// device_defaults): NVMLDevice reads it, and DeviceConfig carries it so
+// that a built-in profile states it (the built-ins' boards' facts).
+type NVMLFacts struct {
+	UUID         string  `yaml:"uuid,omitempty"`
+	MinorNumber  *uint32 `yaml:"minor_number,omitempty"`
+	Brand        string  `yaml:"brand,omitempty"`
+	Architecture string  `yaml:"architecture,omitempty"`
+	// ComputeCapability counts in device_defaults only: nvml-mock merges
+	// no devices[] entry's (its mergeDeviceOverride leaves it out).
+	ComputeCapability ComputeCapability `yaml:"compute_capability,omitempty"`
+	Memory            NVMLMemory        `yaml:"memory,omitempty"`
+}
+
+// ComputeCapability is compute_capability.
+type ComputeCapability struct {
+	Major *int `yaml:"major,omitempty"`
+	Minor *int `yaml:"minor,omitempty"`
+}
+
+// NVMLMemory is memory: the frame buffer NVML reports
+// (nvmlDeviceGetMemoryInfo), not bar1_memory.
+type NVMLMemory struct {
+	TotalBytes *uint64 `yaml:"total_bytes,omitempty"`
+}
+
+// NVMLSystem is the part of the system block that NVML reports: the
+// driver and CUDA versions. nvml-mock's NVML refuses a profile without
+// driver_version.
+type NVMLSystem struct {
+	DriverVersion    string `yaml:"driver_version,omitempty"`
+	CUDAVersion      string `yaml:"cuda_version,omitempty"`
+	CUDAVersionMajor *int   `yaml:"cuda_version_major,omitempty"`
+	CUDAVersionMinor *int   `yaml:"cuda_version_minor,omitempty"`
+}
+
 // NVMLDevice is the part of a devices[] entry (or device_defaults) that
 // NVML reports beyond the PCI identity NVMLGPUs resolves.
 type NVMLDevice struct {
-	Index        *int   `yaml:"index"`
-	Name         string `yaml:"name"`
-	UUID         string `yaml:"uuid"`
-	MinorNumber  uint32 `yaml:"minor_number"`
-	Brand        string `yaml:"brand"`
-	Architecture string `yaml:"architecture"`
-	Memory       struct {
-		TotalBytes *uint64 `yaml:"total_bytes"`
-	} `yaml:"memory"`
-	ComputeCapability struct {
-		Major *int `yaml:"major"`
-		Minor *int `yaml:"minor"`
-	} `yaml:"compute_capability"`
-	MIG struct {
+	Index     *int   `yaml:"index"`
+	Name      string `yaml:"name"`
+	NVMLFacts `yaml:",inline"`
+	MIG       struct {
 		ModeCurrent     string `yaml:"mode_current"`
 		MaxGPUInstances *int   `yaml:"max_gpu_instances"`
 	} `yaml:"mig"`
 }
 
+// Minor is the device's minor number, which DecodeNVMLFields gives every
+// GPU it lists (0 for a devices[] entry it has none for).
+func (d NVMLDevice) Minor() uint32 {
+	if d.MinorNumber == nil {
+		return 0
+	}
+	return *d.MinorNumber
+}
+
 // NVMLFields is the NVML-only part of an nvml-mock profile, which Profile
-// ignores: what NVML reports of the system and of each GPU.
+// reads only for the built-ins to write it back: what NVML reports of the
+// system and of each GPU.
 type NVMLFields struct {
-	System struct {
-		DriverVersion    string `yaml:"driver_version"`
-		CUDAVersion      string `yaml:"cuda_version"`
-		CUDAVersionMajor *int   `yaml:"cuda_version_major"`
-		CUDAVersionMinor *int   `yaml:"cuda_version_minor"`
-	} `yaml:"system"`
+	System         NVMLSystem   `yaml:"system"`
 	DeviceDefaults NVMLDevice   `yaml:"device_defaults"`
 	Devices        []NVMLDevice `yaml:"devices"`
 }
@@ -170,11 +266,19 @@ func IdentifyDevices(doc map[string]any) bool {
 		}
 		if dev["uuid"] == nil {
 			pci, _ := dev["pci"].(map[string]any)
-			h := sha256.Sum256(fmt.Appendf(nil, "%d %v", index, pci["bus_id"]))
-			dev["uuid"], had = fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16]), false
+			dev["uuid"], had = DeviceUUID(index, fmt.Sprint(pci["bus_id"])), false
 		}
 	}
 	return had
+}
+
+// DeviceUUID is the uuid IdentifyDevices gives the device of NVML index
+// index at bus id busID (as the profile spells it, "<nil>" for none):
+// stable, a digest of both, in NVML's GPU-8-4-4-4-12 form. The built-ins
+// state the same uuids.
+func DeviceUUID(index int, busID string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%d %s", index, busID))
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
 // refuseNVML is the package's one-line refusal, for the fields only NVML

@@ -39,14 +39,24 @@ type SystemConfig struct {
 	// <overlay>/dmi/product_name for GPU Feature Discovery's
 	// --machine-type-file. Without it, the GPU board's machine is used.
 	ProductName string `yaml:"product_name,omitempty" json:"product_name,omitempty,omitzero"`
+	// NVMLSystem is what only NVML reads: the render ignores it, and the
+	// effective profile leaves it out. The built-ins state it, so that
+	// nvml-mock's NVML serves them as they are.
+	NVMLSystem `yaml:",inline" json:"-"`
 }
 
 // DeviceConfig is one entry of devices[], or device_defaults. As in
 // nvml-mock, devices[] entries override device_defaults for the device
 // whose index they name.
 type DeviceConfig struct {
-	Index      *int         `yaml:"index,omitempty" json:"index,omitempty,omitzero"`
-	Name       string       `yaml:"name,omitempty" json:"name,omitempty,omitzero"`
+	Index *int   `yaml:"index,omitempty" json:"index,omitempty,omitzero"`
+	Name  string `yaml:"name,omitempty" json:"name,omitempty,omitzero"`
+	// NVMLFacts is what only NVML reads (uuid, minor number, brand,
+	// architecture, compute capability, memory): the render ignores it,
+	// and the effective profile leaves it out. The built-ins state it,
+	// their boards' facts, so that NVML reports their boards and not
+	// nvml-mock's A100 defaults.
+	NVMLFacts  `yaml:",inline" json:"-"`
 	PCI        PCIConfig    `yaml:"pci,omitempty" json:"pci,omitempty,omitzero"`
 	PCIe       PCIeConfig   `yaml:"pcie,omitempty" json:"pcie,omitempty,omitzero"`
 	BAR1Memory MemoryConfig `yaml:"bar1_memory,omitempty" json:"bar1_memory,omitempty,omitzero"`

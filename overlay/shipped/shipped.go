@@ -63,6 +63,19 @@ func Get(name string) (*profile.Profile, bool) {
 	return nil, false
 }
 
+// File is the built-in name as a profile file, the bytes `profiles --show`
+// prints: a complete nvml-mock profile, which nvml-mock's NVML serves as
+// it is and the suites hand it unchanged. ok is false for a name that is
+// no built-in.
+func File(name string) (data []byte, ok bool, err error) {
+	p, ok := Get(name)
+	if !ok {
+		return nil, false, nil
+	}
+	data, err = profile.Marshal(p, fmt.Sprintf("nvml-mock-sysfs built-in profile %q", name))
+	return data, true, err
+}
+
 // Load resolves --profile: a built-in name, or else a file path. It returns
 // the profile and the name to use for it in messages.
 func Load(nameOrPath string) (*profile.Profile, string, error) {
@@ -104,16 +117,41 @@ type gpuSpec struct {
 	numa int
 }
 
-// build makes a profile of identical GPUs from one board's facts.
-func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec) *profile.Profile {
+// driverSpec is the NVIDIA driver a built-in's NVML reports: the driver
+// and CUDA versions of the real capture of its board
+// (../shared/testdata/nvidia-smi-captures), which nvml-mock's NVML
+// requires (it refuses a profile without system.driver_version and serves
+// its own defaults).
+type driverSpec struct {
+	version              string
+	cudaMajor, cudaMinor int
+}
+
+// build makes a profile of identical GPUs from one board's facts: its PCI
+// identity, link and BAR1 for the render, and what NVML reports of it
+// (name, brand, architecture, compute capability, memory) with the
+// driver's versions and each GPU's uuid and minor number, so that
+// nvml-mock's NVML serves the profile as it is and reports the board,
+// not its A100 defaults.
+func build(board uint16, h boards.Hierarchy, driver driverSpec, gpus []gpuSpec, switches []gpuSpec) *profile.Profile {
 	b, ok := boards.Lookup(board)
-	if !ok {
-		panic(fmt.Sprintf("builtin: board %04x is not in the boards table", board))
+	if !ok || b.NVML == nil {
+		panic(fmt.Sprintf("builtin: board %04x is not in the boards table with its NVML facts", board))
 	}
 	p := &profile.Profile{
 		Version: "1.0",
+		System: profile.SystemConfig{NVMLSystem: profile.NVMLSystem{
+			DriverVersion:    driver.version,
+			CUDAVersion:      fmt.Sprintf("%d.%d", driver.cudaMajor, driver.cudaMinor),
+			CUDAVersionMajor: ptr(driver.cudaMajor), CUDAVersionMinor: ptr(driver.cudaMinor),
+		}},
 		DeviceDefaults: profile.DeviceConfig{
 			Name: b.Name,
+			NVMLFacts: profile.NVMLFacts{
+				Brand: b.NVML.Brand, Architecture: b.NVML.Architecture,
+				ComputeCapability: profile.ComputeCapability{Major: ptr(b.NVML.ComputeMajor), Minor: ptr(b.NVML.ComputeMinor)},
+				Memory:            profile.NVMLMemory{TotalBytes: ptr(b.NVML.MemoryBytes)},
+			},
 			PCI: profile.PCIConfig{
 				DeviceID:    profile.Pack(boards.VendorNVIDIA, b.Device),
 				SubsystemID: profile.Pack(boards.VendorNVIDIA, b.SubsystemDevice),
@@ -142,7 +180,13 @@ func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec)
 		rc.Devices = append(rc.Devices, s.bus)
 	}
 	for i, g := range gpus {
-		p.Devices = append(p.Devices, profile.DeviceConfig{Index: ptr(i), PCI: profile.PCIConfig{BusID: g.bus}})
+		// Minor number the index, uuid by IdentifyDevices' rule: what the
+		// suites gave the built-ins before they stated them.
+		p.Devices = append(p.Devices, profile.DeviceConfig{
+			Index:     ptr(i),
+			NVMLFacts: profile.NVMLFacts{UUID: profile.DeviceUUID(i, g.bus), MinorNumber: ptr(uint32(i))},
+			PCI:       profile.PCIConfig{BusID: g.bus},
+		})
 		place(g)
 	}
 	if len(switches) > 0 {
@@ -161,7 +205,8 @@ func build(board uint16, h boards.Hierarchy, gpus []gpuSpec, switches []gpuSpec)
 // are nvml-mock's a100's, but its subsystem (10de:134f) is the real board's,
 // not that profile's 10de:1347, so it does not take the name a100.
 func dgxA100() *profile.Profile {
-	return build(0x20b0, boards.DGX, []gpuSpec{
+	// qx-a100.xml: driver 570.148.08, CUDA 12.8.
+	return build(0x20b0, boards.DGX, driverSpec{"570.148.08", 12, 8}, []gpuSpec{
 		{"0000:07:00.0", "pci0000:00", 0}, {"0000:0f:00.0", "pci0000:00", 0},
 		{"0000:47:00.0", "pci0000:40", 0}, {"0000:4e:00.0", "pci0000:40", 0},
 		{"0000:87:00.0", "pci0000:80", 1}, {"0000:90:00.0", "pci0000:80", 1},
@@ -175,7 +220,8 @@ func dgxA100() *profile.Profile {
 // hgxH100 is an HGX H100 with the bus numbers of a real capture: each GPU on its
 // own root complex, three bridges deep, as pci0000:15/15:01.0/16:00.0/17:00.0/18:00.0.
 func hgxH100() *profile.Profile {
-	return build(0x2330, boards.HGX, []gpuSpec{
+	// qx-h100.xml: driver 580.105.08, CUDA 13.0.
+	return build(0x2330, boards.HGX, driverSpec{"580.105.08", 13, 0}, []gpuSpec{
 		{"0000:53:00.0", "pci0000:50", 0}, {"0000:64:00.0", "pci0000:61", 0},
 		{"0000:75:00.0", "pci0000:72", 0}, {"0000:86:00.0", "pci0000:83", 0},
 		{"0000:97:00.0", "pci0000:94", 1}, {"0000:a8:00.0", "pci0000:a5", 1},
@@ -189,7 +235,8 @@ func hgxH100() *profile.Profile {
 // gb200Tray is one GB200 compute tray with the bus numbers of a real capture:
 // two Grace CPUs, each with two GPUs behind root ports.
 func gb200Tray() *profile.Profile {
-	return build(0x2941, boards.Flat, []gpuSpec{
+	// qx-gb200.xml: driver 580.173.02, CUDA 13.0.
+	return build(0x2941, boards.Flat, driverSpec{"580.173.02", 13, 0}, []gpuSpec{
 		{"0000:29:00.0", "pci0000:00", 0}, {"0000:3f:00.0", "pci0000:00", 0},
 		{"0000:9c:00.0", "pci0000:80", 1}, {"0000:b2:00.0", "pci0000:80", 1},
 	}, nil)
@@ -198,7 +245,8 @@ func gb200Tray() *profile.Profile {
 // t4VM is a cloud VM: four T4s on the root bus at 00:1b.0-00:1e.0, the last as
 // in a real capture, with no NUMA affinity as VMs report.
 func t4VM() *profile.Profile {
-	return build(0x1eb8, boards.Flat, []gpuSpec{
+	// qx-t4.xml: driver 595.91.07, CUDA 13.2.
+	return build(0x1eb8, boards.Flat, driverSpec{"595.91.07", 13, 2}, []gpuSpec{
 		{"0000:00:1b.0", "pci0000:00", -1}, {"0000:00:1c.0", "pci0000:00", -1},
 		{"0000:00:1d.0", "pci0000:00", -1}, {"0000:00:1e.0", "pci0000:00", -1},
 	}, nil)

@@ -1,6 +1,8 @@
 package shipped
 
 import (
+	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -138,4 +141,86 @@ func TestBuiltinNamesNeverMislead(t *testing.T) {
 	for name, b := range map[string]string{"gb200": "gb200-tray", "t4": "t4-vm"} {
 		require.NotEmpty(t, mismatches(t, byName[b], shared[name]), "%s differs from nvml-mock's %s", b, name)
 	}
+}
+
+// TestBuiltinsAreCompleteNVMLProfiles: each built-in, as `profiles --show`
+// prints it (File), is a profile nvml-mock's NVML serves as it is (a
+// format version, a driver version, a uuid and a minor number on every
+// GPU) and leaves nothing to nvml-mock's A100 defaults; and what NVML
+// reports of its GPUs is its board's: name, brand, architecture, memory
+// and driver versions as the real capture of the board shows them
+// (../shared/testdata/nvidia-smi-captures, read here apart from the
+// product's reader), compute capability as nvml-mock's own profile of
+// the board states it.
+func TestBuiltinsAreCompleteNVMLProfiles(t *testing.T) {
+	sources := map[string]string{"dgx-a100": "a100", "hgx-h100": "h100", "gb200-tray": "gb200", "t4-vm": "t4"}
+	require.Len(t, All(), len(sources))
+	for _, b := range All() {
+		t.Run(b.Name, func(t *testing.T) {
+			data, ok, err := File(b.Name)
+			require.NoError(t, err)
+			require.True(t, ok)
+			var doc map[string]any
+			require.NoError(t, yaml.Unmarshal(data, &doc))
+			require.Equal(t, "1.0", doc["version"], "version")
+			require.True(t, profile.IdentifyDevices(doc), "every GPU states its uuid and minor_number")
+			_, gpus, nv, err := profile.ParseNVML(b.Name, data)
+			require.NoError(t, err)
+			require.Empty(t, nv.MockDefaults(gpus), "nothing left to nvml-mock's A100 defaults")
+			for _, g := range gpus {
+				d, _, _ := nv.Device(g.Index)
+				require.Equal(t, uint32(g.Index), d.Minor(), "GPU %d's minor number is its index", g.Index)
+				require.Equal(t, profile.DeviceUUID(g.Index, g.Address.String()), d.UUID, "GPU %d's uuid, IdentifyDevices' rule", g.Index)
+			}
+
+			capture := readCapture(t, sources[b.Name])
+			def := nv.DeviceDefaults
+			require.Equal(t, capture.Driver, nv.System.DriverVersion, "driver version")
+			require.Equal(t, capture.CUDA, nv.System.CUDAVersion, "CUDA version")
+			cuda, err := nv.CUDAVersion(b.Name)
+			require.NoError(t, err)
+			require.Equal(t, capture.CUDA, fmt.Sprintf("%d.%d", cuda/1000, cuda%1000/10), "CUDA version, as NVML encodes it")
+			require.Equal(t, capture.GPU.Name, def.Name, "name")
+			require.Equal(t, strings.ToLower(capture.GPU.Brand), def.Brand, "brand")
+			require.Equal(t, strings.ToLower(capture.GPU.Architecture), def.Architecture, "architecture")
+			mib, ok := strings.CutSuffix(capture.GPU.Memory, " MiB")
+			require.True(t, ok, "capture's fb_memory_usage total %q", capture.GPU.Memory)
+			require.Equal(t, mib, fmt.Sprint(*def.Memory.TotalBytes>>20), "memory in MiB")
+			require.Zero(t, *def.Memory.TotalBytes%(1<<20), "memory is whole MiB")
+
+			var mock struct {
+				DeviceDefaults struct {
+					ComputeCapability struct{ Major, Minor int } `yaml:"compute_capability"`
+				} `yaml:"device_defaults"`
+			}
+			mockData, err := os.ReadFile(nvmlMockProfiles(t)[sources[b.Name]])
+			require.NoError(t, err)
+			require.NoError(t, yaml.Unmarshal(mockData, &mock))
+			require.Equal(t, mock.DeviceDefaults.ComputeCapability.Major, *def.ComputeCapability.Major, "compute capability major")
+			require.Equal(t, mock.DeviceDefaults.ComputeCapability.Minor, *def.ComputeCapability.Minor, "compute capability minor")
+		})
+	}
+}
+
+// capturedNode is what a real node's nvidia-smi -q -x shows of its
+// driver and first GPU.
+type capturedNode struct {
+	Driver string `xml:"driver_version"`
+	CUDA   string `xml:"cuda_version"`
+	GPU    struct {
+		Name         string `xml:"product_name"`
+		Brand        string `xml:"product_brand"`
+		Architecture string `xml:"product_architecture"`
+		Memory       string `xml:"fb_memory_usage>total"`
+	} `xml:"gpu"`
+}
+
+func readCapture(t *testing.T, board string) capturedNode {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(overlaytest.SharedTestdata(t, "nvidia-smi-captures"), "qx-"+board+".xml"))
+	require.NoError(t, err)
+	var c capturedNode
+	require.NoError(t, xml.Unmarshal(data, &c))
+	require.NotEmpty(t, c.GPU.Name, "qx-%s.xml's first GPU", board)
+	return c
 }

@@ -1049,7 +1049,7 @@ func (s *suite) driverLibraries(t *testing.T, file string) {
 	}
 	require.NoError(t, yaml.Unmarshal(data, &doc), "%s", file)
 	// programs.SuiteProfiles serves every profile with a driver version
-	// (ServableProfile adds one), which the mock NVML requires too.
+	// (a built-in states one; ServableProfile adds one to the others), which the mock NVML requires too.
 	version := doc.System.DriverVersion
 	require.NotEmpty(t, version, "%s: system.driver_version", file)
 	lib := filepath.Join(s.driverRoot, "usr/lib64")

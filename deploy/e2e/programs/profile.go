@@ -16,9 +16,9 @@ import (
 // mock NVML read: file itself when it names a format version, a driver
 // version and each device's uuid and minor_number, which nvml-mock's NVML
 // requires and this tool ignores, else a copy of data in dir that adds
-// them. The suites run held-out profiles and the built-ins through it, so
-// a profile written for the renderer alone still reaches GFD and the DRA
-// driver: without a UUID and a minor number of its own, every GPU is
+// them. The suites run held-out profiles through it (never a built-in,
+// which states them: BuiltinProfile), so a profile written for the
+// renderer alone still reaches GFD and the DRA driver: without a UUID and a minor number of its own, every GPU is
 // gpu-0 to the DRA driver, whose ResourceSlice controller then refuses
 // the pool ("duplicate device").
 func ServableProfile(dir, name, file string, data []byte) (string, error) {

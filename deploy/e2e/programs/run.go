@@ -343,6 +343,15 @@ type NVMLDevice struct {
 	// nvml-list sees; PCIeRootError says why it found none.
 	PCIeRoot      string `json:"pcieRoot,omitempty"`
 	PCIeRootError string `json:"pcieRootError,omitempty"`
+	// What NVML reports of the board, where it answers: the name, and
+	// brand and architecture in nvml-mock's profile names (lower case;
+	// the stand-in reports neither), compute capability as major.minor,
+	// the frame buffer's total bytes.
+	Name              string `json:"name,omitempty"`
+	Brand             string `json:"brand,omitempty"`
+	Architecture      string `json:"architecture,omitempty"`
+	ComputeCapability string `json:"computeCapability,omitempty"`
+	MemoryBytes       uint64 `json:"memoryBytes,omitempty"`
 }
 
 // Address is the bus id in sysfs's form.

@@ -179,7 +179,7 @@ func StandInConfig(source string, data []byte) ([]byte, error) {
 			return nil, refuse(source, field("mig.mode_current", d.MIG.ModeCurrent != ""), mode, "the NVML stand-in serves no MIG devices: want disabled")
 		}
 		fmt.Fprintf(&b, "gpu %s 0x%08X 0x%08X %d %d %d %d %d %s %s\n",
-			g.BusID, g.DeviceID, g.SubsystemID, memory, major, minor, mig, d.MinorNumber, d.UUID, name)
+			g.BusID, g.DeviceID, g.SubsystemID, memory, major, minor, mig, d.Minor(), d.UUID, name)
 	}
 	return []byte(b.String()), nil
 }

@@ -8,9 +8,7 @@ import (
 	"testing"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
 
@@ -128,19 +126,21 @@ func servableFile(t testing.TB, file string) string {
 	return servable(t, strings.TrimSuffix(filepath.Base(file), ".yaml"), file, data)
 }
 
-// BuiltinProfile writes a built-in as a profile file the mock NVML
-// accepts: its effective profile, with every value explicit.
+// BuiltinProfile writes a built-in as a profile file: the very bytes
+// `profiles --show` prints (shipped.File), which nvml-mock's NVML serves
+// as they are. Nothing is added, as nothing is for a user: a built-in that
+// NVML could not serve fails the suites (and TestBuiltinsServeNVML).
 func BuiltinProfile(t testing.TB, name string) string {
 	t.Helper()
-	m, err := overlay.LoadMachine(name, "")
-	if err != nil {
+	data, ok, err := shipped.File(name)
+	if err != nil || !ok {
+		t.Fatalf("built-in %s: %v", name, err)
+	}
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	if err := os.WriteFile(file, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	data, err := profile.Marshal(m.Effective(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return servable(t, name, "", data)
+	return file
 }
 
 // servable is ServableProfile in a test's temporary directory.

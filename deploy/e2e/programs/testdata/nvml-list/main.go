@@ -38,6 +38,16 @@ type device struct {
 	// says why there is none (no mock sysfs: the bus id is not a device).
 	PCIeRoot      string `json:"pcieRoot,omitempty"`
 	PCIeRootError string `json:"pcieRootError,omitempty"`
+	// What NVML reports of the board, which the DRA driver and GFD
+	// publish; each omitted where NVML answers with an error (the
+	// stand-in supports no architecture and no brand, and reports no
+	// memory for a profile without it).
+	Name         string `json:"name,omitempty"`
+	Brand        string `json:"brand,omitempty"`
+	Architecture string `json:"architecture,omitempty"`
+	// ComputeCapability is major.minor.
+	ComputeCapability string `json:"computeCapability,omitempty"`
+	MemoryBytes       uint64 `json:"memoryBytes,omitempty"`
 }
 
 func main() {
@@ -86,9 +96,60 @@ func list(library string) ([]device, error) {
 		} else if attr.Value.StringValue != nil {
 			dev.PCIeRoot = *attr.Value.StringValue
 		}
+		facts(lib, d, &dev)
 		devices = append(devices, dev)
 	}
 	return devices, nil
+}
+
+// facts fills in what NVML reports of d's board, each where it answers.
+// Architecture and brand are asked only of a library that has their
+// entry points, and printed in nvml-mock's profile names (lower case).
+func facts(lib nvml.Interface, d nvml.Device, dev *device) {
+	if name, ret := d.GetName(); ret == nvml.SUCCESS {
+		dev.Name = name
+	}
+	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
+		dev.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+	}
+	if mem, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
+		dev.MemoryBytes = mem.Total
+	}
+	ext := lib.Extensions()
+	if ext.LookupSymbol("nvmlDeviceGetArchitecture") == nil {
+		if arch, ret := d.GetArchitecture(); ret == nvml.SUCCESS {
+			dev.Architecture = cmpOr(architectures()[arch], fmt.Sprintf("unknown (%d)", arch))
+		}
+	}
+	if ext.LookupSymbol("nvmlDeviceGetBrand") == nil {
+		if brand, ret := d.GetBrand(); ret == nvml.SUCCESS {
+			dev.Brand = cmpOr(brands()[brand], fmt.Sprintf("unknown (%d)", brand))
+		}
+	}
+}
+
+// architectures are NVML's architectures by nvml-mock's profile names.
+func architectures() map[nvml.DeviceArchitecture]string {
+	return map[nvml.DeviceArchitecture]string{
+		nvml.DEVICE_ARCH_KEPLER: "kepler", nvml.DEVICE_ARCH_MAXWELL: "maxwell", nvml.DEVICE_ARCH_PASCAL: "pascal",
+		nvml.DEVICE_ARCH_VOLTA: "volta", nvml.DEVICE_ARCH_TURING: "turing", nvml.DEVICE_ARCH_AMPERE: "ampere",
+		nvml.DEVICE_ARCH_ADA: "ada", nvml.DEVICE_ARCH_HOPPER: "hopper", nvml.DEVICE_ARCH_BLACKWELL: "blackwell",
+	}
+}
+
+// brands are NVML's brands by nvml-mock's profile names.
+func brands() map[nvml.BrandType]string {
+	return map[nvml.BrandType]string{
+		nvml.BRAND_NVIDIA: "nvidia", nvml.BRAND_TESLA: "tesla", nvml.BRAND_QUADRO: "quadro",
+		nvml.BRAND_GEFORCE: "geforce", nvml.BRAND_TITAN: "titan", nvml.BRAND_NVIDIA_RTX: "nvidia_rtx",
+	}
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // sysfsBusID is NVML's bus id (an 8-digit domain, upper case:
