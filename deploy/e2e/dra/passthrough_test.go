@@ -481,7 +481,7 @@ func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([
 	devices := p.waitPublished(t, proc, fmt.Sprintf("ResourceSlices with a gpu and a vfio device per GPU (plugin served %s)", what), func(devices []resourcev1.Device) error {
 		types := map[string]int{}
 		for _, d := range devices {
-			kind, _ := stringAttribute(d, "type")
+			kind, _ := kubetest.StringAttribute(d, "type")
 			types[kind]++
 		}
 		if types["gpu"] != len(p.gpus) || types["vfio"] != len(p.gpus) {
@@ -502,15 +502,15 @@ func (p *passthrough) judgePublished(t *testing.T, devices []resourcev1.Device) 
 	}
 	var seen []string
 	for _, d := range devices {
-		if kind, _ := stringAttribute(d, "type"); kind != "vfio" {
+		if kind, _ := kubetest.StringAttribute(d, "type"); kind != "vfio" {
 			continue
 		}
-		bdf, ok := stringAttribute(d, pciBusIDAttribute)
+		bdf, ok := kubetest.StringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "vfio device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "vfio device %s at %s is no GPU of the profile, or a second device of one", d.Name, bdf)
 		delete(byAddress, g.BusID)
-		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
+		root, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "vfio device %s (%s) has no pcieRoot", d.Name, bdf)
 		require.NotEmpty(t, g.Root, "%s: GPU %s: the suite's profile places every GPU (pcie_topology)", passthroughProfile, g.BusID)
 		require.Equal(t, g.Root, root, "vfio device %s (%s): pcieRoot", d.Name, bdf)
@@ -612,7 +612,7 @@ func (p *passthrough) judgePrepared(t *testing.T, name string) (bdf, group, spec
 	// sibling gpu is gone, the device itself may be too.
 	for _, d := range devicesOf(list.Items) {
 		if d.Name == device {
-			bdf, _ = stringAttribute(d, pciBusIDAttribute)
+			bdf, _ = kubetest.StringAttribute(d, pciBusIDAttribute)
 		}
 	}
 	if bdf == "" {

@@ -238,14 +238,6 @@ func publishedDevices(list []resourcev1.ResourceSlice) map[deviceKey]publishedDe
 	return out
 }
 
-// stringAttr is a device's string attribute, "" when it has none.
-func stringAttr(d resourcev1.Device, name string) string {
-	if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
-}
-
 // audit judges an allocated claim against the profile files, by the
 // wing's reader: the pod is bound and Running on a KWOK Node; each
 // allocated device is published for that very node; each GPU is one its
@@ -272,7 +264,7 @@ func (f *fleet) audit(pod *corev1.Pod, claim *resourcev1.ResourceClaim, publishe
 		case d.node != node.Name:
 			return nil, fmt.Errorf("device %s/%s/%s allocated on %s, published for %s", r.Driver, r.Pool, r.Device, node.Name, d.node)
 		case r.Driver == hcaDriver:
-			root := stringAttr(d.device, pcieRootAttr)
+			root, _ := kubetest.StringAttribute(d.device, pcieRootAttr)
 			if err := hcaRoot(node, root); err != nil {
 				return nil, fmt.Errorf("device %s/%s/%s: %w", r.Driver, r.Pool, r.Device, err)
 			}
@@ -293,16 +285,16 @@ func (f *fleet) audit(pod *corev1.Pod, claim *resourcev1.ResourceClaim, publishe
 // pcieRoot (where the profile gives one, and but on the control's node,
 // which publishes none on purpose).
 func profileGPU(node *fakeNode, d resourcev1.Device) (profilefacts.GPU, error) {
-	bus := stringAttr(d, "resource.kubernetes.io/pciBusID")
+	bus, _ := kubetest.StringAttribute(d, "resource.kubernetes.io/pciBusID")
 	i := slices.IndexFunc(node.profile.facts.NVIDIABound(), func(g profilefacts.GPU) bool { return g.BusID == bus })
 	if i < 0 {
 		return profilefacts.GPU{}, fmt.Errorf("%s's device %s: bus id %q, no nvidia-bound GPU of %s", node.Name, d.Name, bus, node.profile.Name)
 	}
 	g := node.profile.facts.NVIDIABound()[i]
-	if got := stringAttr(d, "productName"); got != g.Name {
+	if got, _ := kubetest.StringAttribute(d, "productName"); got != g.Name {
 		return g, fmt.Errorf("%s's device %s (%s): productName %q, %s says %q", node.Name, d.Name, bus, got, node.profile.Name, g.Name)
 	}
-	if got := stringAttr(d, pcieRootAttr); g.RootFrom != "" && got != g.Root && !node.WithoutRoot {
+	if got, _ := kubetest.StringAttribute(d, pcieRootAttr); g.RootFrom != "" && got != g.Root && !node.WithoutRoot {
 		return g, fmt.Errorf("%s's device %s (%s): pcieRoot %q, %s says %s", node.Name, d.Name, bus, got, node.profile.Name, g.RootSaid())
 	}
 	return g, nil

@@ -184,18 +184,8 @@ func (f *fleet) readProfiles(t testing.TB) {
 			t.Fatal(err)
 		}
 		sp.File = abs
-		f.profiles = append(f.profiles, &fleetProfile{SuiteProfile: sp, slug: slug(sp.Name), facts: sp.Facts(t)})
+		f.profiles = append(f.profiles, &fleetProfile{SuiteProfile: sp, slug: kubetest.Slug(sp.Name), facts: sp.Facts(t)})
 	}
-}
-
-// slug is a profile's name as a label value.
-func slug(name string) string {
-	return strings.Trim(strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
-			return r
-		}
-		return '-'
-	}, name), "-._")
 }
 
 // writeMap writes the fleet map: one label rule per profile, as a user

@@ -225,7 +225,7 @@ func (f *fleet) auditSlices(list []resourcev1.ResourceSlice, control *fakeNode) 
 		seen := map[string]bool{}
 		for _, d := range devices {
 			if node == control {
-				if root := stringAttr(d, pcieRootAttr); root != "" {
+				if root, ok := kubetest.StringAttribute(d, pcieRootAttr); ok {
 					errs = append(errs, fmt.Errorf("the control's %s: device %s published with pcieRoot %s", node.Name, d.Name, root))
 				}
 				continue
