@@ -230,13 +230,15 @@ func suites(t *testing.T) []suite {
 			red:   map[string][]string{programs.SabotageEscaped: sriovPlugin, programs.SabotageNoTree: sriovPlugin},
 		},
 		{
-			// The KWOK fleet has no tree: its sabotage publishes every
-			// node's slices without pcieRoot, as the real driver would on
-			// a tree that lost its roots. The slices' audit and every
-			// allocation it audits turn red, the whole roots pend; the
-			// claims that must pend, and the control (one node published
-			// so on purpose), stay green. The GPU+HCA claims, aligned on
-			// the root both drivers' slices lost, pend too.
+			// The KWOK fleet has no tree: its sabotage gives the
+			// publisher the profiles without their pcie_topology, so that
+			// it puts each PCI domain's GPUs and HCAs under one root, as a
+			// driver would find them on a tree that lost the profile's
+			// roots. Every row that audits a root against the profile
+			// turns red: the slices' audit, and the allocations by
+			// product, of a whole root and of a GPU+HCA; the claims that
+			// must pend, and the control (one node published without
+			// pcieRoot by hand), stay green.
 			name: "KWOK fleet", pkg: "./kwok",
 			run: "^TestKWOK$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: slices.Concat(kwokRed, []string{
@@ -297,7 +299,7 @@ var (
 // TestKWOK's rows that need each device's pcieRoot (published, or
 // audited against the profile).
 var kwokRed = []string{
-	"publishSlices: each node's gpu.nvidia.com devices",
+	"publishSlices: each node's gpu.nvidia.com and dra.net devices",
 	"one GPU by `productName` (CEL), a pod per product",
 	"a whole root: every GPU of one `pcieRoot` (matchAttribute), a pod per profile",
 	"a GPU and an HCA on one `pcieRoot` (gpu.nvidia.com and dra.net, matchAttribute), a pod per profile with HCAs",
