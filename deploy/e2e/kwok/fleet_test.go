@@ -113,9 +113,9 @@ type fleet struct {
 	// sabotage, set before publishSlices starts the publisher, gives it
 	// the profiles without their pcie_topology (withoutTopology).
 	sabotage string
-	profiles  []*fleetProfile
-	nodes     []*fakeNode
-	byName    map[string]*fakeNode
+	profiles []*fleetProfile
+	nodes    []*fakeNode
+	byName   map[string]*fakeNode
 }
 
 // startFleet starts the control plane (opts, ControlPlaneOnly) and KWOK's
