@@ -138,6 +138,11 @@ func TestVFIOPassthrough(t *testing.T) {
 	overlaytest.RequireProgram(t, "fuser", "psmisc")
 
 	p := &passthrough{suite: &suite{plugin: plugin, bin: hosttest.BuildBinary(t)}, detail: map[string]string{}}
+	steps := passthroughSteps()
+	// The matrix is written however the suite ends, a step a failure
+	// stopped it before red (docmatrix.Rows.Unreached): a sabotaged run
+	// that stops at publish still has every cell to judge.
+	t.Cleanup(func() { p.writeMatrix(t, steps, began) })
 	dir := t.TempDir()
 	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
@@ -163,7 +168,6 @@ func TestVFIOPassthrough(t *testing.T) {
 			f(t)
 		})
 	}
-	steps := passthroughSteps()
 
 	// The control of publish first: the node's own iommu_groups, which
 	// hold no group on a node without an IOMMU. Where the node has one,
@@ -253,7 +257,16 @@ func TestVFIOPassthrough(t *testing.T) {
 	p.releaseClaim(t, "loaded")
 	p.unpublish(t, stop)
 	p.lap(mark, "unprepare and clean-up")
+}
 
+// writeMatrix writes the suite's matrix, each step no subtest reached
+// red, and appends it to make's.
+func (p *passthrough) writeMatrix(t *testing.T, steps [][3]string, began time.Time) {
+	var unreached [][]string
+	for _, row := range steps {
+		unreached = append(unreached, row[:])
+	}
+	p.rows.Unreached("the suite stopped before this step (its log says where)", unreached...)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "VFIO passthrough through serve --writable (gpu-kubelet-plugin, PassthroughSupport; profile %s, %d GPUs; Kubernetes %s):\n\n", filepath.Base(passthroughProfile), len(p.gpus), programs.KubeVersion)
 	buf.WriteString(p.rows.Table("step", "served", "result"))
