@@ -67,12 +67,28 @@ func TestKWOK(t *testing.T) {
 	}
 	sabotage := programs.Sabotage(t)
 	began := time.Now()
+	var rows docmatrix.Rows
+	var figures []string
+	controlName := "none chosen"
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		var all [][]string
+		for _, row := range []string{rowNodes, rowSlices, rowProduct, rowRoot, rowHCA, rowTooMany, rowNoProduct, rowControl} {
+			all = append(all, []string{row, ""})
+		}
+		rows.Unreached("the suite stopped before this row (its log says where)", all...)
+		figures = append(figures, fmt.Sprintf("the whole suite in %s", time.Since(began).Round(time.Second)))
+		text := fmt.Sprintf("TestKWOK (deploy/e2e/kwok): %d KWOK nodes, control node %s\n\n", n, controlName) +
+			rows.Table("claim", "result") + "\n" + strings.Join(figures, "\n") + "\n"
+		t.Logf("\n%s", text)
+		kubetest.AppendMatrix(t, text)
+	})
 	f := startFleet(t, n, kubetest.Options{})
 	objects := kubetest.ObjectsDir(t, "kwok")
 	control := f.controlNode(t)
 	control.WithoutRoot = true
-	var rows docmatrix.Rows
-	var figures []string
+	controlName = control.Name
 
 	published := time.Now()
 	var others []string
@@ -154,11 +170,7 @@ func TestKWOK(t *testing.T) {
 	podList, err := f.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	kubetest.WriteObject(t, objects, "pods.json", podList)
-	figures = append(figures, fmt.Sprintf("the whole suite in %s; the objects judged in %s", time.Since(began).Round(time.Second), objects))
-	text := fmt.Sprintf("TestKWOK (deploy/e2e/kwok): %d KWOK nodes, control node %s\n\n", n, control.Name) +
-		rows.Table("claim", "result") + "\n" + strings.Join(figures, "\n") + "\n"
-	t.Logf("\n%s", text)
-	kubetest.AppendMatrix(t, text)
+	figures = append(figures, "the objects judged in "+objects)
 }
 
 // controlNode is the negative control's node: the first whose profile has
