@@ -108,6 +108,12 @@ func TestPassthrough(t *testing.T) {
 		s.notRun(t, missing)
 		return
 	}
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		s.rows.Unreached("the suite stopped before this row (its log says where)", []string{boundRow, ""}, []string{vfioRow, ""}, []string{rowLeftovers, ""})
+		s.writeMatrix(t)
+	})
 
 	s.c = kubetest.Start(t, kubetest.Options{})
 	img := ociimage.Image{Name: pluginImage, Entrypoint: []string{pluginPath}, Files: []ociimage.File{
@@ -185,18 +191,18 @@ func TestPassthrough(t *testing.T) {
 	})
 	s.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {
-		s.rows.Expect(t, "after the suite", "nothing on the host")
+		s.rows.Expect(t, rowLeftovers, "nothing on the host")
 		require.Empty(t, s.c.Leftovers())
 	})
-	s.writeMatrix(t)
 }
 
 // The rows of the matrix.
 const (
-	boundRow  = "built-in " + boundProfile + " (every GPU on nvidia)"
-	boundWant = "no " + resourcePrefix + "* resource in the Node's allocatable, no device in PodResources"
-	vfioRow   = passthroughProfile + " (3 of 4 GPUs on vfio-pci)"
-	vfioWant  = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node; one fewer once a GPU's /dev/vfio group goes"
+	boundRow     = "built-in " + boundProfile + " (every GPU on nvidia)"
+	boundWant    = "no " + resourcePrefix + "* resource in the Node's allocatable, no device in PodResources"
+	vfioRow      = passthroughProfile + " (3 of 4 GPUs on vfio-pci)"
+	rowLeftovers = "after the suite"
+	vfioWant     = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node; one fewer once a GPU's /dev/vfio group goes"
 )
 
 // notRun reports the profiles' rows as not run, the program missing not

@@ -146,6 +146,19 @@ func TestSRIOVDRA(t *testing.T) {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", programs.HostPCIIDs, err)
 	}
 	s := &suite{plugin: plugin, bin: hosttest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile), sabotage: programs.Sabotage(t)}
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		var all [][]string
+		for _, r := range append(rows(), [2]string{rowLeftovers, ""}) {
+			all = append(all, r[:])
+		}
+		s.rows.Unreached("the suite stopped before this row (its log says where)", all...)
+		text := title + s.rows.Table("check", "result") + "\n" + strings.Join(s.details, "\n") +
+			fmt.Sprintf("\n\nin %s; the ResourceSlices judged are in %s\n", time.Since(began).Round(time.Second), s.objects)
+		t.Logf("\n%s", text)
+		kubetest.AppendMatrix(t, text)
+	})
 	var err error
 	s.facts, err = profilefacts.Read(s.file)
 	require.NoError(t, err)
@@ -212,10 +225,6 @@ func TestSRIOVDRA(t *testing.T) {
 		s.rows.Expect(t, rowLeftovers, "nothing on the host")
 		require.Empty(t, s.c.Leftovers())
 	})
-	text := title + s.rows.Table("check", "result") + "\n" + strings.Join(s.details, "\n") +
-		fmt.Sprintf("\n\nin %s; the ResourceSlices judged are in %s\n", time.Since(began).Round(time.Second), s.objects)
-	t.Logf("\n%s", text)
-	kubetest.AppendMatrix(t, text)
 }
 
 const title = "TestSRIOVDRA (deploy/e2e/sriovdra): dra-driver-sriov on a real node, serve --writable (" + sriovProfile + ")\n\n"
