@@ -54,8 +54,9 @@ func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 // there, must pend. A sabotaged run (programs.SabotageEnv) gives the
 // publisher the fleet's profiles without their pcie_topology, as a driver
 // would see a tree that lost its roots (a root per PCI domain, the
-// renderer's rule without one): the slices' row, and every claim that
-// audits a root, turn red.
+// renderer's rule without one): the slices' row, every claim that audits
+// a root, and the claim one GPU beyond the largest root (a domain's GPUs
+// now share one) turn red.
 func TestKWOK(t *testing.T) {
 	programs.SkipShort(t)
 	n := minNodes

@@ -251,16 +251,18 @@ func suites(t *testing.T) []suite {
 			// publisher the profiles without their pcie_topology, so that
 			// it puts each PCI domain's GPUs and HCAs under one root, as a
 			// driver would find them on a tree that lost the profile's
-			// roots. Every row that audits a root against the profile
-			// turns red: the slices' audit, and the allocations by
-			// product, of a whole root and of a GPU+HCA; the claims that
-			// must pend, and the control (one node published without
-			// pcieRoot by hand), stay green.
+			// roots. Every row that reads the published pcieRoot turns
+			// red: the slices' audit, the allocations by product, of a
+			// whole root and of a GPU+HCA (each audits its devices' root
+			// against the profile's), and the claim for one GPU more than
+			// the profiles' largest root, which a domain's eight GPUs on
+			// one root now satisfy. The claim of a product no profile has,
+			// and the control (one node published without pcieRoot by
+			// hand), stay green.
 			name: "KWOK fleet", pkg: "./kwok",
 			run: "^TestKWOK$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: slices.Concat(kwokRed, []string{
 				"KWOK Nodes, each a profile by the fleet map's label rules",
-				"a claim no node can satisfy: one GPU more than the fleet's largest root, on one `pcieRoot`",
 				"a claim no node can satisfy: a product no profile has",
 				"control: one node's slices published without `pcieRoot`, its whole root claimed on it",
 			}),
@@ -318,13 +320,14 @@ var (
 // turns it red.
 const fleetUpgrade = "`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker1
 
-// TestKWOK's rows that need each device's pcieRoot (published, or
-// audited against the profile).
+// TestKWOK's rows that read each device's published pcieRoot (matched
+// on, or audited against the profile).
 var kwokRed = []string{
 	"publishSlices: each node's gpu.nvidia.com and dra.net devices",
 	"one GPU by `productName` (CEL), a pod per product",
 	"a whole root: every GPU of one `pcieRoot` (matchAttribute), a pod per profile",
 	"a GPU and an HCA on one `pcieRoot` (gpu.nvidia.com and dra.net, matchAttribute), a pod per profile with HCAs",
+	"a claim no node can satisfy: one GPU more than the fleet's largest root, on one `pcieRoot`",
 }
 
 // listAttributes is TestDRAListAttributes' profile: the first of the
