@@ -366,7 +366,10 @@ func (f *fleet) publishSlices(t testing.TB, nodes []string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the publisher did not publish every node's slices within %s: %v%s\n%s", readyTimeout, err, missing, f.publisher.LogTail())
+			if err != nil {
+				missing = err.Error()
+			}
+			t.Fatalf("the publisher did not publish every node's slices within %s: %s\n%s", readyTimeout, missing, f.publisher.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
