@@ -296,6 +296,26 @@ func (r *Rows) Expect(t testing.TB, cells ...string) {
 	})
 }
 
+// Unreached adds each row of rows (its cells, the verdict's last) that no
+// subtest registered with Expect, red: "✗ not reached: why" in place of
+// its verdict. A suite that a failure stopped before its later rows calls
+// it before it writes its matrix (in a Cleanup, which runs however the
+// test ends), so that the matrix still has every cell, and the cells it
+// never judged read as failed, not missing.
+func (r *Rows) Unreached(why string, rows ...[]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, cells := range rows {
+		key := "| " + strings.Join(cells[:len(cells)-1], " | ") + " | "
+		if slices.ContainsFunc(r.rows, func(row string) bool { return strings.HasPrefix(row, key) }) {
+			continue
+		}
+		row := slices.Clone(cells)
+		row[len(row)-1] = "✗ not reached: " + why
+		r.rows = append(r.rows, "| "+strings.Join(row, " | ")+" |")
+	}
+}
+
 // Table is the matrix as Markdown under the header's cells.
 func (r *Rows) Table(header ...string) string {
 	r.mu.Lock()

@@ -118,6 +118,22 @@ func TestRowsNotRun(t *testing.T) {
 	require.Equal(t, "| row | result |\n|---|---|\n| a | not run: dranet not supplied: a |\n| b | ✗ it works |\n", r.Table("row", "result"))
 }
 
+// TestRowsUnreached: a row no subtest registered is written red, saying
+// why; a row that ran keeps its verdict; and the verdicts read the
+// unreached row as red.
+func TestRowsUnreached(t *testing.T) {
+	var r Rows
+	ran := &rowRecorder{}
+	r.Expect(ran, "a", "x", "it works")
+	ran.end()
+	r.Unreached("the suite stopped at a", []string{"a", "x", "it works"}, []string{"b", "y", "it works too"})
+	table := r.Table("step", "served", "result")
+	require.Equal(t, "| step | served | result |\n|---|---|---|\n| a | x | ✓ it works |\n| b | y | ✗ not reached: the suite stopped at a |\n", table)
+	v := ReadVerdicts(table)
+	require.Equal(t, []string{"b | y"}, v.Red)
+	require.Equal(t, []string{"a | x"}, v.Green)
+}
+
 // TestRequireJudged: a matrix with a ✓ or ✗ passes, and one whose every
 // row was not run for want of a program; one with no row, or whose rows
 // were only not run for another reason or not checked, fails.

@@ -109,7 +109,7 @@ func TestDRADriverChart(t *testing.T) {
 		"--set-json", `kubeletPlugin.containers.gpus.env=[{"name":"MOCK_NVML_CONFIG","value":"/driver-root/` + chartNVMLProfile + `"}]`,
 	}
 	optOut := []string{"--set-json", `kubeletPlugin.podAnnotations={"` + nriplugin.InjectAnnotation + `":"false"}`}
-	objects := kubetest.ObjectsDir(t, slug(p.Name))
+	objects := kubetest.ObjectsDir(t, kubetest.Slug(p.Name))
 	install := func(t *testing.T, name string, extra ...string) ([]resourcev1.Device, []corev1.Pod) {
 		t.Helper()
 		args := append([]string{"install", chartRelease, chart, "--namespace", chartNamespace, "--create-namespace"}, values...)

@@ -316,7 +316,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		}
 		s.rows = append(s.rows, r)
 	}()
-	objects := kubetest.ObjectsDir(t, slug(p.Name))
+	objects := kubetest.ObjectsDir(t, kubetest.Slug(p.Name))
 	judged := map[string][]byte{}
 	// The objects behind the profile's lines of the matrix, as the API
 	// server returned them: those judged, or, for a profile that failed
@@ -428,7 +428,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 	if nics != nil {
 		recorded[nicDriver] = hcas.nodeOwn
 	}
-	s.recordSlices(t, p.Literal, slug(p.Name), judged["resourceslices.json"], recorded)
+	s.recordSlices(t, p.Literal, kubetest.Slug(p.Name), judged["resourceslices.json"], recorded)
 	var sl resourcev1.ResourceSliceList
 	require.NoError(t, json.Unmarshal(judged["resourceslices.json"], &sl), "resourceslices.json")
 	var gpuSlices []resourcev1.ResourceSlice
@@ -480,7 +480,7 @@ func (s *suite) profile(t *testing.T, p programs.SuiteProfile) {
 		require.Nil(t, tm.Status.Allocation, "claim too-many must not be allocated")
 		require.Contains(t, podNamed, "too-many")
 		reason := kubetest.Unschedulable(podNamed["too-many"])
-		require.Contains(t, reason, "cannot allocate all claims", "the scheduler's reason")
+		require.Contains(t, reason, kubetest.DRAUnschedulable, "the scheduler's reason")
 		r.tooManyGot = "Unschedulable: " + reason
 		if len(x.perRoot) == 1 {
 			r.tooManyGot += " (one root: more than the node has)"
@@ -654,11 +654,6 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	return x
 }
 
-// slug is a profile's name as a directory name.
-func slug(name string) string {
-	return strings.Trim(regexp.MustCompile(`[^A-Za-z0-9._-]+`).ReplaceAllString(name, "-"), "-")
-}
-
 // publish starts the driver's kubelet plugin served root (the overlay
 // read-only at its container root, the links directory at
 // /sys/bus/pci/devices; empty: the node's own), with the mock NVML
@@ -760,17 +755,6 @@ func devicesOf(items []resourcev1.ResourceSlice) []resourcev1.Device {
 	return out
 }
 
-// stringAttribute is a device's string attribute, if it has one: the
-// API's Device, which programs.DRADevice.PCIeRoot (the discovery test
-// binary's JSON) does not read.
-func stringAttribute(d resourcev1.Device, name string) (string, bool) {
-	a, ok := d.Attributes[resourcev1.QualifiedName(name)]
-	if !ok || a.StringValue == nil {
-		return "", false
-	}
-	return *a.StringValue, true
-}
-
 // numaAttributes are the names a device's NUMA node would have: the
 // driver's own (unqualified, and qualified with its domain) and the
 // standard one.
@@ -801,12 +785,12 @@ func judgeSlices(t *testing.T, x *subject, devices []resourcev1.Device, driverNU
 	numa := map[string]int{}     // devices by NUMA attribute
 	forms := map[string]string{} // each NUMA attribute's form: int or list
 	for _, d := range devices {
-		bdf, ok := stringAttribute(d, pciBusIDAttribute)
+		bdf, ok := kubetest.StringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "device %s at %s is no GPU NVML lists (%d of the profile's on %s)", d.Name, bdf, x.vfio, profile.DriverVFIO)
 		delete(byAddress, g.BusID)
-		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
+		root, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
 		if g.Root == "" {
 			t.Logf("device %s (%s): pcieRoot %s not judged: %s", d.Name, bdf, root, g.RootSaid())

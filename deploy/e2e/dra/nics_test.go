@@ -173,7 +173,7 @@ func (h *hcaSubject) nodeOwn(d resourcev1.Device) bool {
 
 // nicAddress is a dranet device's PCI address, lower-case, or "".
 func nicAddress(d resourcev1.Device) string {
-	a, _ := stringAttribute(d, nicPCIAddress)
+	a, _ := kubetest.StringAttribute(d, nicPCIAddress)
 	return strings.ToLower(a)
 }
 
@@ -253,10 +253,10 @@ func judgeNICs(t *testing.T, h *hcaSubject, devices []resourcev1.Device, r *nicR
 	got := map[string]int{}
 	for _, d := range devices {
 		a := nicAddress(d)
-		root, _ := stringAttribute(d, programs.PCIeRootAttribute)
+		root, _ := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 		if !h.ours(d) {
 			if h.host[a] {
-				vendor, _ := stringAttribute(d, nicDriver+"/pciVendor")
+				vendor, _ := kubetest.StringAttribute(d, nicDriver+"/pciVendor")
 				own = append(own, fmt.Sprintf("%s on %s (%s)", a, root, vendor))
 			}
 			continue
@@ -528,7 +528,7 @@ func (a attributes) value(res resourcev1.DeviceRequestAllocationResult, name str
 	if !ok {
 		return "?"
 	}
-	if v, ok := stringAttribute(d, name); ok {
+	if v, ok := kubetest.StringAttribute(d, name); ok {
 		return v
 	}
 	if name == numaNodeAttribute {
@@ -561,7 +561,7 @@ func pendingWithReason(t *testing.T, g got, name string) string {
 	t.Helper()
 	require.Nil(t, g.devices, "claim %s must not be allocated", name)
 	require.True(t, strings.HasPrefix(g.pending, corev1.PodReasonUnschedulable+": "), "claim %s: its pod is not unschedulable: %s", name, g.pending)
-	require.Contains(t, g.pending, "cannot allocate all claims", "claim %s: the scheduler's reason", name)
+	require.Contains(t, g.pending, kubetest.DRAUnschedulable, "claim %s: the scheduler's reason", name)
 	return g.pending
 }
 
@@ -720,14 +720,14 @@ func (s *suite) nodeNIC(t *testing.T, x *subject, h *hcaSubject, n *nicRow, attr
 		for _, name := range slices.Sorted(maps.Keys(attrs[nicDriver])) {
 			d := attrs[nicDriver][name]
 			if h.host[nicAddress(d)] {
-				if _, ok := stringAttribute(d, programs.PCIeRootAttribute); ok {
+				if _, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute); ok {
 					own = d
 					break
 				}
 			}
 		}
 		require.NotEmpty(t, own.Name, "dranet published none of the node's own PCI NICs with a pcieRoot")
-		root, _ := stringAttribute(own, programs.PCIeRootAttribute)
+		root, _ := kubetest.StringAttribute(own, programs.PCIeRootAttribute)
 		addr := nicAddress(own)
 		pin := `"pciAddress" in device.attributes["` + nicDriver + `"] && device.attributes["` + nicDriver + `"].pciAddress == "` + addr + `"`
 		res := s.allocate(t, judged,

@@ -138,6 +138,11 @@ func TestVFIOPassthrough(t *testing.T) {
 	overlaytest.RequireProgram(t, "fuser", "psmisc")
 
 	p := &passthrough{suite: &suite{plugin: plugin, bin: hosttest.BuildBinary(t)}, detail: map[string]string{}}
+	steps := passthroughSteps()
+	// The matrix is written however the suite ends, a step a failure
+	// stopped it before red (docmatrix.Rows.Unreached): a sabotaged run
+	// that stops at publish still has every cell to judge.
+	t.Cleanup(func() { p.writeMatrix(t, steps, began) })
 	dir := t.TempDir()
 	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
@@ -163,7 +168,6 @@ func TestVFIOPassthrough(t *testing.T) {
 			f(t)
 		})
 	}
-	steps := passthroughSteps()
 
 	// The control of publish first: the node's own iommu_groups, which
 	// hold no group on a node without an IOMMU. Where the node has one,
@@ -253,7 +257,16 @@ func TestVFIOPassthrough(t *testing.T) {
 	p.releaseClaim(t, "loaded")
 	p.unpublish(t, stop)
 	p.lap(mark, "unprepare and clean-up")
+}
 
+// writeMatrix writes the suite's matrix, each step no subtest reached
+// red, and appends it to make's.
+func (p *passthrough) writeMatrix(t *testing.T, steps [][3]string, began time.Time) {
+	var unreached [][]string
+	for _, row := range steps {
+		unreached = append(unreached, row[:])
+	}
+	p.rows.Unreached("the suite stopped before this step (its log says where)", unreached...)
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "VFIO passthrough through serve --writable (gpu-kubelet-plugin, PassthroughSupport; profile %s, %d GPUs; Kubernetes %s):\n\n", filepath.Base(passthroughProfile), len(p.gpus), programs.KubeVersion)
 	buf.WriteString(p.rows.Table("step", "served", "result"))
@@ -481,7 +494,7 @@ func (p *passthrough) start(t *testing.T, what string, mounts []*specs.Mount) ([
 	devices := p.waitPublished(t, proc, fmt.Sprintf("ResourceSlices with a gpu and a vfio device per GPU (plugin served %s)", what), func(devices []resourcev1.Device) error {
 		types := map[string]int{}
 		for _, d := range devices {
-			kind, _ := stringAttribute(d, "type")
+			kind, _ := kubetest.StringAttribute(d, "type")
 			types[kind]++
 		}
 		if types["gpu"] != len(p.gpus) || types["vfio"] != len(p.gpus) {
@@ -502,15 +515,15 @@ func (p *passthrough) judgePublished(t *testing.T, devices []resourcev1.Device) 
 	}
 	var seen []string
 	for _, d := range devices {
-		if kind, _ := stringAttribute(d, "type"); kind != "vfio" {
+		if kind, _ := kubetest.StringAttribute(d, "type"); kind != "vfio" {
 			continue
 		}
-		bdf, ok := stringAttribute(d, pciBusIDAttribute)
+		bdf, ok := kubetest.StringAttribute(d, pciBusIDAttribute)
 		require.True(t, ok, "vfio device %s has no %s", d.Name, pciBusIDAttribute)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "vfio device %s at %s is no GPU of the profile, or a second device of one", d.Name, bdf)
 		delete(byAddress, g.BusID)
-		root, ok := stringAttribute(d, programs.PCIeRootAttribute)
+		root, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "vfio device %s (%s) has no pcieRoot", d.Name, bdf)
 		require.NotEmpty(t, g.Root, "%s: GPU %s: the suite's profile places every GPU (pcie_topology)", passthroughProfile, g.BusID)
 		require.Equal(t, g.Root, root, "vfio device %s (%s): pcieRoot", d.Name, bdf)
@@ -612,7 +625,7 @@ func (p *passthrough) judgePrepared(t *testing.T, name string) (bdf, group, spec
 	// sibling gpu is gone, the device itself may be too.
 	for _, d := range devicesOf(list.Items) {
 		if d.Name == device {
-			bdf, _ = stringAttribute(d, pciBusIDAttribute)
+			bdf, _ = kubetest.StringAttribute(d, pciBusIDAttribute)
 		}
 	}
 	if bdf == "" {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,9 +110,11 @@ func onOneRoot(requests ...string) []resourcev1.DeviceConstraint {
 }
 
 // cases are the suite's pods: one per product, one per profile's whole
-// root, one GPU+HCA per profile with HCAs (where dra.net slices are
-// published), the claims no node satisfies, and the control's.
-func (f *fleet) cases(control *fakeNode, hcas bool) []claimCase {
+// root, one GPU+HCA per profile whose infiniband block gives it HCAs
+// (profilefacts: whatever was published, so that a publisher that
+// publishes no dra.net device fails the row, not skips it), the claims no
+// node satisfies, and the control's.
+func (f *fleet) cases(control *fakeNode) []claimCase {
 	var out []claimCase
 	var products []string
 	largest := 0
@@ -161,7 +165,7 @@ func (f *fleet) cases(control *fakeNode, hcas bool) []claimCase {
 				}
 				return nil
 			}})
-		if hcas && p.facts.HCAs {
+		if p.facts.HCAs {
 			out = append(out, claimCase{name: "gpu-hca-" + p.slug, row: rowHCA, profile: p, nodeSelector: onProfile,
 				spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 					Requests: []resourcev1.DeviceRequest{gpuRequest("gpu", 1, product),
@@ -238,14 +242,6 @@ func publishedDevices(list []resourcev1.ResourceSlice) map[deviceKey]publishedDe
 	return out
 }
 
-// stringAttr is a device's string attribute, "" when it has none.
-func stringAttr(d resourcev1.Device, name string) string {
-	if a, ok := d.Attributes[resourcev1.QualifiedName(name)]; ok && a.StringValue != nil {
-		return *a.StringValue
-	}
-	return ""
-}
-
 // audit judges an allocated claim against the profile files, by the
 // wing's reader: the pod is bound and Running on a KWOK Node; each
 // allocated device is published for that very node; each GPU is one its
@@ -272,7 +268,7 @@ func (f *fleet) audit(pod *corev1.Pod, claim *resourcev1.ResourceClaim, publishe
 		case d.node != node.Name:
 			return nil, fmt.Errorf("device %s/%s/%s allocated on %s, published for %s", r.Driver, r.Pool, r.Device, node.Name, d.node)
 		case r.Driver == hcaDriver:
-			root := stringAttr(d.device, pcieRootAttr)
+			root, _ := kubetest.StringAttribute(d.device, pcieRootAttr)
 			if err := hcaRoot(node, root); err != nil {
 				return nil, fmt.Errorf("device %s/%s/%s: %w", r.Driver, r.Pool, r.Device, err)
 			}
@@ -293,16 +289,16 @@ func (f *fleet) audit(pod *corev1.Pod, claim *resourcev1.ResourceClaim, publishe
 // pcieRoot (where the profile gives one, and but on the control's node,
 // which publishes none on purpose).
 func profileGPU(node *fakeNode, d resourcev1.Device) (profilefacts.GPU, error) {
-	bus := stringAttr(d, "resource.kubernetes.io/pciBusID")
+	bus, _ := kubetest.StringAttribute(d, "resource.kubernetes.io/pciBusID")
 	i := slices.IndexFunc(node.profile.facts.NVIDIABound(), func(g profilefacts.GPU) bool { return g.BusID == bus })
 	if i < 0 {
 		return profilefacts.GPU{}, fmt.Errorf("%s's device %s: bus id %q, no nvidia-bound GPU of %s", node.Name, d.Name, bus, node.profile.Name)
 	}
 	g := node.profile.facts.NVIDIABound()[i]
-	if got := stringAttr(d, "productName"); got != g.Name {
+	if got, _ := kubetest.StringAttribute(d, "productName"); got != g.Name {
 		return g, fmt.Errorf("%s's device %s (%s): productName %q, %s says %q", node.Name, d.Name, bus, got, node.profile.Name, g.Name)
 	}
-	if got := stringAttr(d, pcieRootAttr); g.RootFrom != "" && got != g.Root && !node.WithoutRoot {
+	if got, _ := kubetest.StringAttribute(d, pcieRootAttr); g.RootFrom != "" && got != g.Root && !node.WithoutRoot {
 		return g, fmt.Errorf("%s's device %s (%s): pcieRoot %q, %s says %s", node.Name, d.Name, bus, got, node.profile.Name, g.RootSaid())
 	}
 	return g, nil
@@ -361,11 +357,14 @@ func (f *fleet) judge(c claimCase, pod *corev1.Pod, claims map[string]*resourcev
 	}
 	err := func() error {
 		if c.pend {
+			may := f.mayGo(c.nodeSelector)
 			switch {
 			case pod.Spec.NodeName != "":
 				return fmt.Errorf("no node can satisfy its claim, yet it was bound to %s", pod.Spec.NodeName)
 			case j.Pending == "":
 				return fmt.Errorf("not bound, and no Unschedulable reason")
+			case !refusedForClaims(j.Pending, may):
+				return fmt.Errorf("Unschedulable %q: want each of the %d nodes it may go to refused for its claims (%q)", j.Pending, may, kubetest.DRAUnschedulable)
 			}
 			return nil
 		}
@@ -400,4 +399,27 @@ func pendingReasons(judged []judgedCase, row string) string {
 		}
 	}
 	return strings.Join(out, "; ")
+}
+
+// mayGo is how many of the fleet's Nodes a pod of nodeSelector may go to:
+// those whose labels (fakeNode.labels) it matches.
+func (f *fleet) mayGo(nodeSelector map[string]string) int {
+	n := 0
+	for _, node := range f.nodes {
+		labels := node.labels()
+		if !slices.ContainsFunc(slices.Collect(maps.Keys(nodeSelector)), func(k string) bool { return labels[k] != nodeSelector[k] }) {
+			n++
+		}
+	}
+	return n
+}
+
+// refusedForClaims is whether the scheduler's Unschedulable message says
+// that exactly may nodes found no allocation of the pod's claims: "0/50
+// nodes are available: 50 cannot allocate all claims." (with a node
+// selector, beside the others' "didn't match Pod's node
+// affinity/selector"). Any other reason (a taint, a node not ready, too
+// many pods) is not the claim's.
+func refusedForClaims(message string, may int) bool {
+	return regexp.MustCompile(`(^|[^0-9])` + strconv.Itoa(may) + " " + regexp.QuoteMeta(kubetest.DRAUnschedulable)).MatchString(message)
 }

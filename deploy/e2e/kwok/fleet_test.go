@@ -110,9 +110,12 @@ type fleet struct {
 	mapData map[string]string
 	// publisher is nvml-mock-sysfs publish, once publishSlices started it.
 	publisher *kubetest.Process
-	profiles  []*fleetProfile
-	nodes     []*fakeNode
-	byName    map[string]*fakeNode
+	// sabotage, set before publishSlices starts the publisher, gives it
+	// the profiles without their pcie_topology (withoutTopology).
+	sabotage string
+	profiles []*fleetProfile
+	nodes    []*fakeNode
+	byName   map[string]*fakeNode
 }
 
 // startFleet starts the control plane (opts, ControlPlaneOnly) and KWOK's
@@ -184,18 +187,8 @@ func (f *fleet) readProfiles(t testing.TB) {
 			t.Fatal(err)
 		}
 		sp.File = abs
-		f.profiles = append(f.profiles, &fleetProfile{SuiteProfile: sp, slug: slug(sp.Name), facts: sp.Facts(t)})
+		f.profiles = append(f.profiles, &fleetProfile{SuiteProfile: sp, slug: kubetest.Slug(sp.Name), facts: sp.Facts(t)})
 	}
-}
-
-// slug is a profile's name as a label value.
-func slug(name string) string {
-	return strings.Trim(strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' || r == '_' {
-			return r
-		}
-		return '-'
-	}, name), "-._")
 }
 
 // writeMap writes the fleet map: one label rule per profile, as a user
@@ -247,7 +240,7 @@ func (f *fleet) createNode(n *fakeNode) error {
 	_, err := f.client.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        n.Name,
-			Labels:      map[string]string{profileLabel: n.profile.slug, corev1.LabelHostname: n.Name, "type": "kwok", corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"},
+			Labels:      n.labels(),
 			Annotations: map[string]string{kwokNode: kwokFake},
 		},
 		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{kwokTaint()}},
@@ -257,6 +250,12 @@ func (f *fleet) createNode(n *fakeNode) error {
 		return fmt.Errorf("create Node %s: %w", n.Name, err)
 	}
 	return nil
+}
+
+// labels are a KWOK Node's labels: its profile's, by which the fleet map
+// maps it, and the well-known ones a kubelet sets.
+func (n *fakeNode) labels() map[string]string {
+	return map[string]string{profileLabel: n.profile.slug, corev1.LabelHostname: n.Name, "type": "kwok", corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64"}
 }
 
 // kwokTaint keeps off a KWOK Node the pods that do not tolerate a node
@@ -328,8 +327,8 @@ func parallel(n int, do func(int) error) error {
 // never labelled, so it leaves them alone. A node holds its slices once it
 // carries as many GPUs of the NVIDIA DRA driver as its profile has
 // nvidia-bound GPUs, and as many dranet devices as the profile's HCAs
-// (profilefacts): a publisher that never gets there leaves the rows to
-// say what is wrong.
+// (profilefacts): a publisher that never gets there fails the test, with
+// what is missing and its log.
 func (f *fleet) publishSlices(t testing.TB, nodes []string) {
 	t.Helper()
 	if len(nodes) == 0 {
@@ -337,9 +336,16 @@ func (f *fleet) publishSlices(t testing.TB, nodes []string) {
 	}
 	if f.publisher == nil {
 		f.createNamespace(t, publisherNamespace)
+		data := f.mapData
+		if f.sabotage != "" {
+			var err error
+			if data, err = withoutTopology(data); err != nil {
+				t.Fatal(err)
+			}
+		}
 		_, err := f.client.CoreV1().ConfigMaps(publisherNamespace).Create(context.Background(), &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Name: fleetConfigMap},
-			Data:       f.mapData,
+			Data:       data,
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -360,8 +366,10 @@ func (f *fleet) publishSlices(t testing.TB, nodes []string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Logf("the publisher did not publish every node's slices within %s: %v%s\n%s", readyTimeout, err, missing, f.publisher.LogTail())
-			return
+			if err != nil {
+				missing = err.Error()
+			}
+			t.Fatalf("the publisher did not publish every node's slices within %s: %s\n%s", readyTimeout, missing, f.publisher.LogTail())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -498,4 +506,36 @@ func claimPod(namespace, name string, nodeSelector map[string]string, template, 
 				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "devices"}}}}},
 		},
 	}
+}
+
+// withoutTopology is the fleet ConfigMap's data with each profile's
+// pcie_topology left out, the map itself as it is: a sabotaged run's,
+// in which the publisher puts each PCI domain's GPUs and HCAs under one
+// root complex (the renderer's rule without one), the roots a driver
+// would publish where the tree lost the profile's.
+func withoutTopology(data map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for key, text := range data {
+		if key == fleetmap.ConfigMapKey {
+			out[key] = text
+			continue
+		}
+		var doc yaml.Node
+		if err := yaml.Unmarshal([]byte(text), &doc); err != nil || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+			return nil, fmt.Errorf("profile %s: not a YAML mapping: %v", key, err)
+		}
+		top := doc.Content[0]
+		for i := 0; i+1 < len(top.Content); i += 2 {
+			if top.Content[i].Value == "pcie_topology" {
+				top.Content = slices.Delete(top.Content, i, i+2)
+				break
+			}
+		}
+		edited, err := yaml.Marshal(&doc)
+		if err != nil {
+			return nil, fmt.Errorf("profile %s: %w", key, err)
+		}
+		out[key] = string(edited)
+	}
+	return out, nil
 }

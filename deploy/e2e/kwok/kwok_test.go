@@ -3,6 +3,7 @@ package kwok_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -24,7 +25,7 @@ import (
 // The suite's other rows.
 const (
 	rowNodes  = "KWOK Nodes, each a profile by the fleet map's label rules"
-	rowSlices = "publishSlices: each node's gpu.nvidia.com devices"
+	rowSlices = "publishSlices: each node's gpu.nvidia.com and dra.net devices"
 )
 
 const (
@@ -47,12 +48,15 @@ func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
 // publishSlices, and pods whose claims the real scheduler allocates:
 // a GPU by product, a whole root, a GPU and an HCA on one root (where
 // dra.net slices are published), and claims no node satisfies, which
-// must pend with the scheduler's reason. Every allocation is audited
-// against the profile files. The negative control is one node whose
-// slices lack pcieRoot: its whole root, claimed there, must pend. A
-// sabotaged run (programs.SabotageEnv) publishes every node so, as the
-// real driver would on a tree that lost its roots: the slices' row, and
-// every claim that needs a root or audits one, turn red.
+// must pend with the scheduler's DRA reason on every node they may go to.
+// Every allocation is audited against the profile files. The negative
+// control is one node whose slices lack pcieRoot: its whole root, claimed
+// there, must pend. A sabotaged run (programs.SabotageEnv) gives the
+// publisher the fleet's profiles without their pcie_topology, as a driver
+// would see a tree that lost its roots (a root per PCI domain, the
+// renderer's rule without one): the slices' row, every claim that audits
+// a root, and the claim one GPU beyond the largest root (a domain's GPUs
+// now share one) turn red.
 func TestKWOK(t *testing.T) {
 	programs.SkipShort(t)
 	n := minNodes
@@ -64,35 +68,48 @@ func TestKWOK(t *testing.T) {
 	}
 	sabotage := programs.Sabotage(t)
 	began := time.Now()
+	var rows docmatrix.Rows
+	var figures []string
+	controlName := "none chosen"
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		var all [][]string
+		for _, row := range []string{rowNodes, rowSlices, rowProduct, rowRoot, rowHCA, rowTooMany, rowNoProduct, rowControl} {
+			all = append(all, []string{row, ""})
+		}
+		rows.Unreached("the suite stopped before this row (its log says where)", all...)
+		figures = append(figures, fmt.Sprintf("the whole suite in %s", time.Since(began).Round(time.Second)))
+		text := fmt.Sprintf("TestKWOK (deploy/e2e/kwok): %d KWOK nodes, control node %s\n\n", n, controlName) +
+			rows.Table("claim", "result") + "\n" + strings.Join(figures, "\n") + "\n"
+		t.Logf("\n%s", text)
+		kubetest.AppendMatrix(t, text)
+	})
 	f := startFleet(t, n, kubetest.Options{})
 	objects := kubetest.ObjectsDir(t, "kwok")
 	control := f.controlNode(t)
 	control.WithoutRoot = true
-	var rows docmatrix.Rows
-	var figures []string
+	controlName = control.Name
 
 	published := time.Now()
 	var others []string
 	for _, node := range f.nodes {
-		switch {
-		case node == control:
+		if node == control {
 			f.publishEdited(t, node.Name, withoutRoot)
-		case sabotage != "":
-			f.publishEdited(t, node.Name, withoutRoot)
-		default:
-			others = append(others, node.Name)
+			continue
 		}
+		others = append(others, node.Name)
 	}
+	f.sabotage = sabotage
 	f.publishSlices(t, others)
 	figures = append(figures, fmt.Sprintf("the slices of %d nodes published in %s", n, time.Since(published).Round(time.Millisecond)))
 	ctx := context.Background()
 	list, err := f.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
-	hcas := slices.ContainsFunc(list.Items, func(s resourcev1.ResourceSlice) bool { return s.Spec.Driver == hcaDriver })
 
 	f.createClasses(t)
 	f.createNamespace(t, namespace)
-	cases := f.cases(control, hcas)
+	cases := f.cases(control)
 	scheduled := time.Now()
 	f.parallel(t, len(cases), func(i int) error { return f.createCase(namespace, cases[i]) })
 	pods := f.settle(t, len(cases))
@@ -125,7 +142,7 @@ func TestKWOK(t *testing.T) {
 		require.Len(t, nodes.Items, n)
 	})
 	t.Run("slices", func(t *testing.T) {
-		rows.Expect(t, rowSlices, "every nvidia-bound GPU of each node's profile, by bus id, with the profile's productName and pcieRoot")
+		rows.Expect(t, rowSlices, "every nvidia-bound GPU of each node's profile, by bus id, with the profile's productName and pcieRoot; as many dra.net devices as its HCAs, on the roots of the GPUs that carry them")
 		for _, err := range f.auditSlices(list.Items, control) {
 			t.Error(err)
 		}
@@ -133,10 +150,6 @@ func TestKWOK(t *testing.T) {
 	for _, row := range []string{rowProduct, rowRoot, rowHCA} {
 		t.Run(row, func(t *testing.T) {
 			rows.Expect(t, row, fmt.Sprintf("%d pods, each allocated, Running, audited against its node's profile", count(row)))
-			if row == rowHCA && !hcas {
-				rows.NotRun(t, programs.NotRunPrefix+"dra.net slices not published")
-				return
-			}
 			require.NotZero(t, count(row), "no pod of this kind: no profile of the fleet has one")
 			for _, err := range verdicts[row] {
 				t.Error(err)
@@ -148,7 +161,7 @@ func TestKWOK(t *testing.T) {
 			for _, err := range verdicts[row] {
 				t.Error(err)
 			}
-			rows.Expect(t, row, "Pending: "+pendingReasons(judged, row))
+			rows.Expect(t, row, "Pending, every node it may go to refused for its claims ("+kubetest.DRAUnschedulable+"): "+pendingReasons(judged, row))
 		})
 	}
 
@@ -158,11 +171,7 @@ func TestKWOK(t *testing.T) {
 	podList, err := f.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
 	kubetest.WriteObject(t, objects, "pods.json", podList)
-	figures = append(figures, fmt.Sprintf("the whole suite in %s; the objects judged in %s", time.Since(began).Round(time.Second), objects))
-	text := fmt.Sprintf("TestKWOK (deploy/e2e/kwok): %d KWOK nodes, control node %s\n\n", n, control.Name) +
-		rows.Table("claim", "result") + "\n" + strings.Join(figures, "\n") + "\n"
-	t.Logf("\n%s", text)
-	kubetest.AppendMatrix(t, text)
+	figures = append(figures, "the objects judged in "+objects)
 }
 
 // controlNode is the negative control's node: the first whose profile has
@@ -204,19 +213,26 @@ func (f *fleet) settle(t testing.TB, want int) map[string]*corev1.Pod {
 	return pods
 }
 
-// auditSlices judges the published gpu.nvidia.com slices against the
-// profiles: each node's devices are its profile's nvidia-bound GPUs, one
-// each, by bus id, with their product and root (profileGPU). The
-// control's node must publish no pcieRoot: that is its premise.
+// auditSlices judges the published gpu.nvidia.com and dra.net slices
+// against the profiles: each node's GPU devices are its profile's
+// nvidia-bound GPUs, one each, by bus id, with their product and root
+// (profileGPU); its dra.net devices its HCAs (auditHCAs). The control's
+// node must publish no pcieRoot: that is its premise.
 func (f *fleet) auditSlices(list []resourcev1.ResourceSlice, control *fakeNode) []error {
 	var errs []error
 	byNode := map[string][]resourcev1.Device{}
+	hcasByNode := map[string][]resourcev1.Device{}
 	for _, s := range list {
-		if s.Spec.Driver == gpuDriver && s.Spec.NodeName != nil {
+		switch {
+		case s.Spec.NodeName == nil:
+		case s.Spec.Driver == gpuDriver:
 			byNode[*s.Spec.NodeName] = append(byNode[*s.Spec.NodeName], s.Spec.Devices...)
+		case s.Spec.Driver == hcaDriver:
+			hcasByNode[*s.Spec.NodeName] = append(hcasByNode[*s.Spec.NodeName], s.Spec.Devices...)
 		}
 	}
 	for _, node := range f.nodes {
+		errs = append(errs, auditHCAs(node, hcasByNode[node.Name])...)
 		devices := byNode[node.Name]
 		if want := len(node.profile.facts.NVIDIABound()); len(devices) != want {
 			errs = append(errs, fmt.Errorf("%s (%s): %d devices published, the profile has %d nvidia-bound GPUs", node.Name, node.profile.Name, len(devices), want))
@@ -225,7 +241,7 @@ func (f *fleet) auditSlices(list []resourcev1.ResourceSlice, control *fakeNode) 
 		seen := map[string]bool{}
 		for _, d := range devices {
 			if node == control {
-				if root := stringAttr(d, pcieRootAttr); root != "" {
+				if root, ok := kubetest.StringAttribute(d, pcieRootAttr); ok {
 					errs = append(errs, fmt.Errorf("the control's %s: device %s published with pcieRoot %s", node.Name, d.Name, root))
 				}
 				continue
@@ -242,4 +258,38 @@ func (f *fleet) auditSlices(list []resourcev1.ResourceSlice, control *fakeNode) 
 		}
 	}
 	return errs
+}
+
+// auditHCAs judges a node's dra.net devices against its profile
+// (profilefacts): as many as the HCAs its infiniband block puts beside
+// its GPUs, and on each root complex as many as it puts beside the GPUs
+// there. Where the profile places not every GPU that carries HCAs, the
+// roots are the renderer's inference and only the count is judged; the
+// control's node must publish no pcieRoot.
+func auditHCAs(node *fakeNode, devices []resourcev1.Device) []error {
+	want, placed := 0, true
+	perRoot := map[string]int{}
+	for _, g := range node.profile.facts.GPUs {
+		if g.HCAs == 0 {
+			continue
+		}
+		want += g.HCAs
+		perRoot[g.Root] += g.HCAs
+		placed = placed && g.RootFrom != ""
+	}
+	if len(devices) != want {
+		return []error{fmt.Errorf("%s (%s): %d dra.net devices published, the profile puts %d HCAs beside its GPUs", node.Name, node.profile.Name, len(devices), want)}
+	}
+	got := map[string]int{}
+	for _, d := range devices {
+		root, ok := kubetest.StringAttribute(d, pcieRootAttr)
+		if node.WithoutRoot && ok {
+			return []error{fmt.Errorf("the control's %s: dra.net device %s published with pcieRoot %s", node.Name, d.Name, root)}
+		}
+		got[root]++
+	}
+	if node.WithoutRoot || !placed || maps.Equal(got, perRoot) {
+		return nil
+	}
+	return []error{fmt.Errorf("%s (%s): dra.net devices by pcieRoot %v, the profile puts HCAs on %v", node.Name, node.profile.Name, got, perRoot)}
 }

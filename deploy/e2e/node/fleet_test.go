@@ -89,7 +89,7 @@ func fleetProfiles(t *testing.T) []fleetProfile {
 		require.NoError(t, err)
 		text, err := os.ReadFile(file)
 		require.NoError(t, err)
-		p := fleetProfile{name: name, slug: strings.ToLower(slug(name)), file: file, text: string(text)}
+		p := fleetProfile{name: name, slug: kubetest.Slug(name), file: file, text: string(text)}
 		p.key = p.slug + ".yaml"
 		require.False(t, seen[p.key], "%s: %s twice; each worker's profile must differ", fleetEnv, p.key)
 		seen[p.key] = true
@@ -101,16 +101,6 @@ func fleetProfiles(t *testing.T) []fleetProfile {
 		out = append(out, p)
 	}
 	return out
-}
-
-// slug is a profile's name as a ConfigMap key and a label value.
-func slug(name string) string {
-	return strings.Trim(strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
-			return r
-		}
-		return '-'
-	}, name), "-.")
 }
 
 // fleet is the cluster, the chart and one node suite per worker.
@@ -407,7 +397,7 @@ func (f *fleet) testWithoutTree(t *testing.T) {
 			}
 			devices := f.dra.publish(t, s, p, served)
 			for _, d := range devices {
-				root, ok := stringAttr(d, programs.PCIeRootAttribute)
+				root, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 				require.Equal(t, served, ok, "device %s: pcieRoot %q", d.Name, root)
 			}
 		})
@@ -655,15 +645,6 @@ func draSlicesOf(node string) string {
 	return "spec.driver=" + fleetDriver + ",spec.nodeName=" + node
 }
 
-// stringAttr is a device's string attribute.
-func stringAttr(d resourcev1.Device, name string) (string, bool) {
-	a, ok := d.Attributes[resourcev1.QualifiedName(name)]
-	if !ok || a.StringValue == nil {
-		return "", false
-	}
-	return *a.StringValue, true
-}
-
 // testDRA restarts the driver on each node served, checks each node's
 // devices carry that node's pcieRoots (the profile's root complex of each
 // GPU, by bus id), then places claims: one per profile selecting its
@@ -723,7 +704,7 @@ func (f *fleet) testDRA(t *testing.T) {
 			reason = kubetest.Unschedulable(p)
 			return reason != ""
 		})
-		require.Contains(t, reason, "cannot allocate all claims")
+		require.Contains(t, reason, kubetest.DRAUnschedulable)
 		f.figure("the claim for %d GPUs: %s", most+1, reason)
 	})
 	f.writeObjects(t, "")
@@ -743,11 +724,11 @@ func (f *fleet) requirePCIeRoots(t *testing.T, s *suite, p fleetProfile, devices
 	}
 	var roots []string
 	for _, d := range devices {
-		bdf, ok := stringAttr(d, "resource.kubernetes.io/pciBusID")
+		bdf, ok := kubetest.StringAttribute(d, "resource.kubernetes.io/pciBusID")
 		require.True(t, ok, "device %s has no pciBusID", d.Name)
 		g, ok := byAddress[strings.ToLower(bdf)]
 		require.True(t, ok, "device %s at %s is none of %s's GPUs", d.Name, bdf, p.name)
-		root, ok := stringAttr(d, programs.PCIeRootAttribute)
+		root, ok := kubetest.StringAttribute(d, programs.PCIeRootAttribute)
 		require.True(t, ok, "device %s (%s) has no pcieRoot", d.Name, bdf)
 		if g.Root == "" {
 			roots = append(roots, d.Name+" "+root+" (not given by the profile: not compared)")

@@ -845,7 +845,7 @@ func (s *suite) testReprofile(t *testing.T) {
 func (s *suite) testExtraProfiles(t *testing.T) {
 	for _, p := range programs.ExtraProfiles(t) {
 		t.Run(p.Name, func(t *testing.T) {
-			objects := kubetest.ObjectsDir(t, "node-"+slug(p.Name))
+			objects := kubetest.ObjectsDir(t, "node-"+kubetest.Slug(p.Name))
 			t.Cleanup(func() {
 				n, err := s.c.Client.CoreV1().Nodes().Get(context.Background(), s.node.Name, metav1.GetOptions{})
 				if err != nil {
@@ -869,7 +869,7 @@ func (s *suite) testExtraProfiles(t *testing.T) {
 			s.updateProfile(t, string(data))
 			s.waitNewTree(t, "serve's render of "+p.Name, old)
 			require.Equal(t, len(want.GPUs), s.servedGPUs(t), "the tree has %s's GPUs, as ghw lists them", p.Name)
-			name := strings.ToLower(slug(p.Name))
+			name := kubetest.Slug(p.Name)
 			s.c.RunPod(t, s.gfdPod(t, "gfd-"+name, true))
 			s.c.RunPod(t, s.nfdPod(t, "nfd-worker-"+name, true))
 			s.waitLabels(t, p.Name+"'s labels", wantLabels(labels))

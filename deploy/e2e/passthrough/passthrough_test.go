@@ -41,10 +41,10 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 func TestMain(m *testing.M) { os.Exit(hosttest.MainAlone(m)) }
@@ -83,7 +83,8 @@ type suite struct {
 	// render (programs.SabotagedRoot), to see the rows that need it fail.
 	sabotage string
 	// groups are the IOMMU groups of the render's GPUs on vfio-pci, by
-	// address, as /dev/vfio holds them.
+	// address, as /dev/vfio holds them: each the group its iommu_group
+	// link names, required to hold that GPU alone (vfioGroups).
 	groups map[string]string
 }
 
@@ -107,6 +108,12 @@ func TestPassthrough(t *testing.T) {
 		s.notRun(t, missing)
 		return
 	}
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		s.rows.Unreached("the suite stopped before this row (its log says where)", []string{boundRow, ""}, []string{vfioRow, ""}, []string{rowLeftovers, ""})
+		s.writeMatrix(t)
+	})
 
 	s.c = kubetest.Start(t, kubetest.Options{})
 	img := ociimage.Image{Name: pluginImage, Entrypoint: []string{pluginPath}, Files: []ociimage.File{
@@ -123,18 +130,18 @@ func TestPassthrough(t *testing.T) {
 
 	t.Run("nvidia-bound profile", func(t *testing.T) {
 		s.rows.Expect(t, boundRow, boundWant)
-		m := s.render(t, boundProfile)
-		require.Empty(t, m.GPUsOn(profile.DriverVFIO))
+		facts := s.render(t, boundProfile)
+		require.Empty(t, facts.VFIOBound())
 		log := s.runPlugin(t, "plugin-bound", func(log string) bool { return strings.Contains(log, "Device Map map[]") })
 		// It saw the GPUs, through the tree, and skipped them.
-		require.Equal(t, len(m.GPUs()), strings.Count(log, "driver nvidia is not a supported VFIO driver"), "log:\n%s", log)
+		require.Equal(t, len(facts.GPUs), strings.Count(log, "driver nvidia is not a supported VFIO driver"), "log:\n%s", log)
 		require.Empty(t, s.resources(t), "allocatable: the plugin registered nothing")
 		require.Empty(t, s.allocatable(t), "PodResources")
 	})
 	t.Run("vfio-pci profile", func(t *testing.T) {
 		s.rows.Expect(t, vfioRow, vfioWant)
-		m := s.render(t, passthroughProfile)
-		gpus := m.GPUsOn(profile.DriverVFIO)
+		facts := s.render(t, passthroughProfile)
+		gpus := facts.VFIOBound()
 		require.NotEmpty(t, gpus)
 		s.runPlugin(t, "plugin-vfio", func(string) bool { return len(s.resources(t)) > 0 })
 		res := s.resources(t)
@@ -147,12 +154,13 @@ func TestPassthrough(t *testing.T) {
 		// The name is pci.ids's for the profile's device id, as Debian's
 		// copy has it (programs.H100SXM5PCIIDs), in the plugin's form: the
 		// entry is read here so a new pci.ids says so first.
-		require.Equal(t, uint16(0x2330), gpus[0].DeviceID, "the profile's GPUs are H100 SXM5")
+		require.Equal(t, uint16(0x2330), gpus[0].Product(), "the profile's GPUs are H100 SXM5")
 		programs.RequirePCIIDsLine(t, programs.H100SXM5PCIIDs)
 		require.Equal(t, resourcePrefix+"GH100H100_SXM5_80GB", name, "the resource is named from pci.ids")
 		want := map[string]int64{}
 		for _, g := range gpus {
-			want[g.Address.String()] = int64(g.NUMANode)
+			require.True(t, g.NUMAGiven, "%s: GPU %s's root complex gives its NUMA node", passthroughProfile, g.BusID)
+			want[g.BusID] = int64(g.NUMANode)
 		}
 		got := map[string]int64{}
 		for _, d := range s.allocatable(t) {
@@ -171,8 +179,8 @@ func TestPassthrough(t *testing.T) {
 		// and the Node's allocatable drops by one. A /dev/vfio built with
 		// another group would not (the plugin watches only its GPUs'), so
 		// this is what holds /dev/vfio to the tree's groups.
-		group := s.groups[gpus[0].Address.String()]
-		require.NotEmpty(t, group, "%s's IOMMU group", gpus[0].Address)
+		group := s.groups[gpus[0].BusID]
+		require.NotEmpty(t, group, "%s's IOMMU group", gpus[0].BusID)
 		require.NoError(t, os.Remove(filepath.Join(s.vfio, group)))
 		s.c.Wait(t, "the GPU whose /dev/vfio/"+group+" went unhealthy", waitTimeout, func() error {
 			if n := s.resources(t)[name]; n != int64(len(gpus)-1) {
@@ -183,18 +191,18 @@ func TestPassthrough(t *testing.T) {
 	})
 	s.c.Stop(t)
 	t.Run("nothing is left on the host", func(t *testing.T) {
-		s.rows.Expect(t, "after the suite", "nothing on the host")
+		s.rows.Expect(t, rowLeftovers, "nothing on the host")
 		require.Empty(t, s.c.Leftovers())
 	})
-	s.writeMatrix(t)
 }
 
 // The rows of the matrix.
 const (
-	boundRow  = "built-in " + boundProfile + " (every GPU on nvidia)"
-	boundWant = "no " + resourcePrefix + "* resource in the Node's allocatable, no device in PodResources"
-	vfioRow   = passthroughProfile + " (3 of 4 GPUs on vfio-pci)"
-	vfioWant  = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node; one fewer once a GPU's /dev/vfio group goes"
+	boundRow     = "built-in " + boundProfile + " (every GPU on nvidia)"
+	boundWant    = "no " + resourcePrefix + "* resource in the Node's allocatable, no device in PodResources"
+	vfioRow      = passthroughProfile + " (3 of 4 GPUs on vfio-pci)"
+	rowLeftovers = "after the suite"
+	vfioWant     = "one resource named from pci.ids in the Node's allocatable, one device per vfio-pci GPU, each with its NUMA node; one fewer once a GPU's /dev/vfio group goes"
 )
 
 // notRun reports the profiles' rows as not run, the program missing not
@@ -218,15 +226,20 @@ func (s *suite) writeMatrix(t *testing.T) {
 
 // render renders the profile into the suite's one tree (a re-render after
 // the first), writes our CDI spec for it (for the sabotaged tree in a
-// sabotaged run: programs.SabotagedRoot), and gives each IOMMU group of
-// the tree an entry in the pod's /dev/vfio.
-func (s *suite) render(t *testing.T, name string) *profile.Machine {
+// sabotaged run: programs.SabotagedRoot), and gives the IOMMU group of
+// each GPU the profile binds to vfio-pci an entry in the pod's /dev/vfio.
+// It returns the profile's facts, read by the wing's own reader (a
+// built-in's from the text `profiles --show` prints).
+func (s *suite) render(t *testing.T, name string) *profilefacts.Profile {
 	t.Helper()
-	file := name
+	file, factsFile := name, ""
 	if strings.HasSuffix(name, ".yaml") {
 		file = filepath.Join(overlaytest.Repo(t), name)
+		factsFile = file
+	} else {
+		factsFile = programs.BuiltinProfile(t, name)
 	}
-	m, err := overlay.LoadMachine(file, "")
+	facts, err := profilefacts.Read(factsFile)
 	require.NoError(t, err)
 	_, _, err = overlay.Render(overlay.Options{Profile: file, Root: s.root, HostDevices: overlay.HostDevicesMerge})
 	require.NoError(t, err)
@@ -239,13 +252,28 @@ func (s *suite) render(t *testing.T, name string) *profile.Machine {
 	}
 	// The kernel's /dev/vfio/vfio, and an entry for the group of each GPU
 	// the profile binds to vfio-pci, as vfio-pci makes one per group it
-	// holds: the group its iommu_group link names.
+	// holds.
 	require.NoError(t, os.WriteFile(filepath.Join(s.vfio, "vfio"), nil, 0o644))
-	vfio := map[string]bool{}
-	for _, g := range m.GPUsOn(profile.DriverVFIO) {
-		vfio[g.Address.String()] = true
+	s.groups = s.vfioGroups(t, facts)
+	for _, group := range s.groups {
+		require.NoError(t, os.WriteFile(filepath.Join(s.vfio, group), nil, 0o644))
 	}
-	s.groups = map[string]string{}
+	return facts
+}
+
+// vfioGroups are the IOMMU groups of the GPUs the profile binds to
+// vfio-pci (profilefacts), by bus id: the group each one's iommu_group
+// link names in the render, required to be the GPU's alone, as the
+// profile means it (docs/user/passthrough.md: an SXM GPU, a single
+// function behind ACS, has a group of its own): its devices/ lists that
+// GPU and nothing else. A GPU without a group, or two GPUs in one, fail.
+func (s *suite) vfioGroups(t *testing.T, facts *profilefacts.Profile) map[string]string {
+	t.Helper()
+	vfio := map[string]bool{}
+	for _, g := range facts.VFIOBound() {
+		vfio[g.BusID] = true
+	}
+	groups := map[string]string{}
 	require.NoError(t, filepath.WalkDir(filepath.Join(s.root, "sys/devices"), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.Name() != "iommu_group" || !vfio[filepath.Base(filepath.Dir(path))] {
 			return err
@@ -254,11 +282,21 @@ func (s *suite) render(t *testing.T, name string) *profile.Machine {
 		if err != nil {
 			return err
 		}
-		s.groups[filepath.Base(filepath.Dir(path))] = filepath.Base(target)
-		return os.WriteFile(filepath.Join(s.vfio, filepath.Base(target)), nil, 0o644)
+		groups[filepath.Base(filepath.Dir(path))] = filepath.Base(target)
+		return nil
 	}))
-	require.Len(t, s.groups, len(vfio), "an IOMMU group for each GPU on vfio-pci")
-	return m
+	for bus := range vfio {
+		group, ok := groups[bus]
+		require.True(t, ok, "GPU %s, on vfio-pci by the profile, has no iommu_group link in the render", bus)
+		members, err := os.ReadDir(filepath.Join(s.root, "sys/kernel/iommu_groups", group, "devices"))
+		require.NoError(t, err, "GPU %s's IOMMU group %s", bus, group)
+		var names []string
+		for _, m := range members {
+			names = append(names, m.Name())
+		}
+		require.Equal(t, []string{bus}, names, "IOMMU group %s holds GPU %s alone", group, bus)
+	}
+	return groups
 }
 
 // runPlugin runs the plugin in a pod served the tree, until started says

@@ -64,6 +64,25 @@ type Profile struct {
 	// hcas_per_gpu (1 unless given) above 0, and its gpus list, where
 	// given, not empty.
 	HCAs bool
+	// HCAType is infiniband.hca_type as given (MT4129), trimmed; empty
+	// when the profile names none (the renderer then takes the board's
+	// HCA, an inference this reader does not make).
+	HCAType string
+	// TotalVFs is infiniband.sriov_totalvfs (this tool's extension): how
+	// many virtual functions each HCA's physical function offers; 0 when
+	// not given.
+	TotalVFs int
+}
+
+// HCADevice is the PCI device id HCAType names: docs/reference/profiles.md
+// names a ConnectX generation by its MT<n>, n the device id in decimal
+// (MT4129, ConnectX-7: 0x1021).
+func (p *Profile) HCADevice() (uint16, error) {
+	n, err := strconv.ParseUint(strings.TrimPrefix(p.HCAType, "MT"), 10, 16)
+	if err != nil || !strings.HasPrefix(p.HCAType, "MT") {
+		return 0, fmt.Errorf("profile %s: infiniband.hca_type: value %q: not MT<device id in decimal>", p.File, p.HCAType)
+	}
+	return uint16(n), nil
 }
 
 // GPU is one GPU as the profile states it.
@@ -138,6 +157,8 @@ type document struct {
 		Enabled    bool   `yaml:"enabled"`
 		HCAsPerGPU *int   `yaml:"hcas_per_gpu"`
 		GPUs       *[]int `yaml:"gpus"`
+		HCAType    string `yaml:"hca_type"`
+		TotalVFs   int    `yaml:"sriov_totalvfs"`
 	} `yaml:"infiniband"`
 	PCIeTopology *struct {
 		RootComplexes []struct {
@@ -188,6 +209,7 @@ func Parse(name string, data []byte) (*Profile, error) {
 			perGPU = *ib.HCAsPerGPU
 		}
 		p.HCAs = perGPU > 0 && (ib.GPUs == nil || len(*ib.GPUs) > 0)
+		p.HCAType, p.TotalVFs = strings.TrimSpace(ib.HCAType), ib.TotalVFs
 		if ib.GPUs != nil {
 			carriers = map[int]bool{}
 			for _, index := range *ib.GPUs {
@@ -327,6 +349,21 @@ func (p *Profile) NVIDIABound() []GPU {
 	var out []GPU
 	for _, g := range p.GPUs {
 		if g.Driver != DriverVFIO {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// VFIOBound are the GPUs the profile binds to vfio-pci for passthrough,
+// in index order. docs/user/passthrough.md gives each an IOMMU group of
+// its own, holding it alone (an SXM or superchip GPU is a single-function
+// device behind ACS): the group's number is the render's to choose, its
+// being the GPU's alone is the profile's fact.
+func (p *Profile) VFIOBound() []GPU {
+	var out []GPU
+	for _, g := range p.GPUs {
+		if g.Driver == DriverVFIO {
 			out = append(out, g)
 		}
 	}

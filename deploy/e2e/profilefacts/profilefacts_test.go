@@ -121,6 +121,32 @@ devices:
 	}
 }
 
+// TestHCAs reads the infiniband block's SR-IOV facts as given: the HCA
+// type and its device id (MT<n>, n in decimal), and sriov_totalvfs; none
+// where the block names none.
+func TestHCAs(t *testing.T) {
+	p, err := profilefacts.Read(filepath.Join(overlaytest.Repo(t), "testdata/profiles/sriov.yaml"))
+	require.NoError(t, err)
+	require.Equal(t, "MT4129", p.HCAType)
+	require.Equal(t, 8, p.TotalVFs)
+	id, err := p.HCADevice()
+	require.NoError(t, err)
+	require.Equal(t, uint16(0x1021), id, "ConnectX-7")
+	for _, g := range p.GPUs {
+		require.Equal(t, 1, g.HCAs, "GPU %s", g.BusID)
+	}
+
+	p, err = profilefacts.Parse("no-type.yaml", []byte("infiniband: {enabled: true}\n"))
+	require.NoError(t, err)
+	require.Empty(t, p.HCAType)
+	require.Zero(t, p.TotalVFs)
+	for _, bad := range []string{"", "4129", "MTx", "MT99999"} {
+		p.HCAType = bad
+		_, err := p.HCADevice()
+		require.ErrorContains(t, err, "profile no-type.yaml: infiniband.hca_type: value \""+bad+"\"", bad)
+	}
+}
+
 // TestEveryProfile reads every profile of the repository's testdata, of
 // the suites' own testdata, of ../shared and every built-in, and checks
 // the facts against the product's render of it, read back by this reader

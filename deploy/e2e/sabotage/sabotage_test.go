@@ -115,7 +115,19 @@ func suites(t *testing.T) []suite {
 	runtimeCells, _ := committedCells(t, "../../../docs/evidence/runtime.md")
 	nodeCells, _ := committedCells(t, "../../../docs/evidence/kubernetes.md")
 	unjudgedNUMA := numaUnjudged(t, "built-in dgx-a100", "vfio-passthrough", listAttributes)
-	draRed := without(slices.Concat(draRows("built-in dgx-a100"), nicRows("built-in dgx-a100"), draRows("vfio-passthrough")), unjudgedNUMA)
+	// The DRA suite's red cells by sabotage: escaped links lose what is
+	// read from a link's text (pcieRoot), no tree that and what is read
+	// through a link (numaNode).
+	draRed := func(sabotage string, profiles ...string) []string {
+		var cells []string
+		for _, p := range profiles {
+			cells = append(cells, draRows(p, sabotage)...)
+			if p != "vfio-passthrough" {
+				cells = append(cells, nicRows(p, sabotage)...)
+			}
+		}
+		return without(cells, unjudgedNUMA)
+	}
 	return []suite{
 		{
 			name: "consumer matrix", pkg: "./consumermatrix",
@@ -158,18 +170,22 @@ func suites(t *testing.T) []suite {
 			},
 		},
 		{
-			// The drivers read pcieRoot from the tree: either sabotage
-			// loses it, so no claim aligned on a root is allocated and
-			// what follows the claim fails with it; the escaped-links
-			// control and the claims that must stay pending stay green.
-			// Neither leaves the driver a GPU's NUMA node (go-nvlib finds
-			// a GPU's numa_node through its link), so the claims matched
-			// on numaNode are not allocated either.
+			// The drivers read pcieRoot from a link's text: either
+			// sabotage loses it, so no claim aligned on a root is
+			// allocated and what follows the claim fails with it; the
+			// escaped-links control and the claims that must stay
+			// pending stay green. A GPU's or an HCA's NUMA node is read
+			// through its link (go-nvlib's numa_node, dranet's), which an
+			// escaped link still resolves: only no tree loses it, and
+			// the claims matched on numaNode with it (draRows, nicRows).
 			name: "DRA driver", pkg: "./dra",
 			run: "^TestDRA$/^(built-in_dgx-a100|vfio-passthrough)$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells:     slices.Concat(draCells("built-in dgx-a100"), nicCells("built-in dgx-a100"), draCells("vfio-passthrough")),
 			unchecked: unjudgedNUMA,
-			red:       map[string][]string{programs.SabotageEscaped: draRed, programs.SabotageNoTree: draRed},
+			red: map[string][]string{
+				programs.SabotageEscaped: draRed(programs.SabotageEscaped, "built-in dgx-a100", "vfio-passthrough"),
+				programs.SabotageNoTree:  draRed(programs.SabotageNoTree, "built-in dgx-a100", "vfio-passthrough"),
+			},
 		},
 		{
 			// Each node's labellers, verify and DRA driver are served
@@ -190,12 +206,13 @@ func suites(t *testing.T) []suite {
 				"a claim selecting `productName` NVIDIA GB200 by CEL | " + worker2,
 				"a claim for 9 GPUs | none",
 				"`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker2,
+				fleetUpgrade,
 				"`helm uninstall` | every node",
 				"after the suite | every node",
 			}),
 			red: map[string][]string{
-				programs.SabotageEscaped: slices.Concat(fleetVerify, fleetPCIeRoot),
-				programs.SabotageNoTree:  slices.Concat(fleetVerify, fleetPCIeRoot, fleetLabels),
+				programs.SabotageEscaped: slices.Concat(fleetVerify, fleetPCIeRoot, []string{fleetUpgrade}),
+				programs.SabotageNoTree:  slices.Concat(fleetVerify, fleetPCIeRoot, fleetLabels, []string{fleetUpgrade}),
 			},
 		},
 		{
@@ -207,8 +224,8 @@ func suites(t *testing.T) []suite {
 			cells:     slices.Concat(draCells(listAttributes), nicCells(listAttributes)),
 			unchecked: unjudgedNUMA,
 			red: map[string][]string{
-				programs.SabotageEscaped: without(slices.Concat(draRows(listAttributes), nicRows(listAttributes)), unjudgedNUMA),
-				programs.SabotageNoTree:  without(slices.Concat(draRows(listAttributes), nicRows(listAttributes)), unjudgedNUMA),
+				programs.SabotageEscaped: draRed(programs.SabotageEscaped, listAttributes),
+				programs.SabotageNoTree:  draRed(programs.SabotageNoTree, listAttributes),
 			},
 		},
 		{
@@ -230,18 +247,22 @@ func suites(t *testing.T) []suite {
 			red:   map[string][]string{programs.SabotageEscaped: sriovPlugin, programs.SabotageNoTree: sriovPlugin},
 		},
 		{
-			// The KWOK fleet has no tree: its sabotage publishes every
-			// node's slices without pcieRoot, as the real driver would on
-			// a tree that lost its roots. The slices' audit and every
-			// allocation it audits turn red, the whole roots pend; the
-			// claims that must pend, and the control (one node published
-			// so on purpose), stay green. The GPU+HCA claims, aligned on
-			// the root both drivers' slices lost, pend too.
+			// The KWOK fleet has no tree: its sabotage gives the
+			// publisher the profiles without their pcie_topology, so that
+			// it puts each PCI domain's GPUs and HCAs under one root, as a
+			// driver would find them on a tree that lost the profile's
+			// roots. Every row that reads the published pcieRoot turns
+			// red: the slices' audit, the allocations by product, of a
+			// whole root and of a GPU+HCA (each audits its devices' root
+			// against the profile's), and the claim for one GPU more than
+			// the profiles' largest root, which a domain's eight GPUs on
+			// one root now satisfy. The claim of a product no profile has,
+			// and the control (one node published without pcieRoot by
+			// hand), stay green.
 			name: "KWOK fleet", pkg: "./kwok",
 			run: "^TestKWOK$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: slices.Concat(kwokRed, []string{
 				"KWOK Nodes, each a profile by the fleet map's label rules",
-				"a claim no node can satisfy: one GPU more than the fleet's largest root, on one `pcieRoot`",
 				"a claim no node can satisfy: a product no profile has",
 				"control: one node's slices published without `pcieRoot`, its whole root claimed on it",
 			}),
@@ -290,17 +311,23 @@ var (
 		"GFD and nfd-worker, served | " + worker1,
 		"each Node's labels (GFD, nfd-worker, served) | " + worker1,
 		"each Node's labels (GFD, nfd-worker, served) | " + worker2,
-		"`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker1,
 	}
 )
 
-// TestKWOK's rows that need each device's pcieRoot (published, or
-// audited against the profile).
+// fleetUpgrade is TestFleet's upgrade of the first worker to the second
+// profile: it judges the new labels (through the links) and the driver's
+// new slices with their pcieRoot (a link's text), so either sabotage
+// turns it red.
+const fleetUpgrade = "`helm upgrade`: nvml-mock-worker-1 mapped to gb200 | " + worker1
+
+// TestKWOK's rows that read each device's published pcieRoot (matched
+// on, or audited against the profile).
 var kwokRed = []string{
-	"publishSlices: each node's gpu.nvidia.com devices",
+	"publishSlices: each node's gpu.nvidia.com and dra.net devices",
 	"one GPU by `productName` (CEL), a pod per product",
 	"a whole root: every GPU of one `pcieRoot` (matchAttribute), a pod per profile",
 	"a GPU and an HCA on one `pcieRoot` (gpu.nvidia.com and dra.net, matchAttribute), a pod per profile with HCAs",
+	"a claim no node can satisfy: one GPU more than the fleet's largest root, on one `pcieRoot`",
 }
 
 // listAttributes is TestDRAListAttributes' profile: the first of the
@@ -333,10 +360,17 @@ func draCells(profile string) []string {
 	return profileCells(profile, "escaped links", "slices", "claim fit", "claim too-many", "verify in the claim's pod", "unprepare", "verify in the claim's pod, opted out", "claim numaNode", "claim numaNode too-many")
 }
 
-func draRows(profile string) []string {
-	// The opted-out control needs the claim allocated, which needs the
-	// GPUs' pcieRoot.
-	return profileCells(profile, "slices", "claim fit", "verify in the claim's pod", "unprepare", "verify in the claim's pod, opted out", "claim numaNode") // the DRA suite's checkSlices, checkFit, checkVerify, checkUnprepare, checkVerifyOptedOut, checkGPUNUMA
+// draRows are, by sabotage, the rows of draCells that read what it
+// breaks: a link's text (pcieRoot: checkSlices, checkFit, checkVerify,
+// checkUnprepare, and checkVerifyOptedOut, whose claim needs the GPUs'
+// pcieRoot), and with no tree also a file read through a link (a GPU's
+// numa_node: checkGPUNUMA).
+func draRows(profile, sabotage string) []string {
+	cells := profileCells(profile, "slices", "claim fit", "verify in the claim's pod", "unprepare", "verify in the claim's pod, opted out")
+	if sabotage == programs.SabotageNoTree {
+		cells = append(cells, profileCells(profile, "claim numaNode")...)
+	}
+	return cells
 }
 
 // nicCells are the DRA suite's rows of a profile's HCAs (its nicChecks;
@@ -347,8 +381,16 @@ func nicCells(profile string) []string {
 	return profileCells(profile, "dranet without the tree", "dranet slices", "GPU+HCA on each root", "GPUs+HCA on one root", "GPUs+HCA too-many", "GPU+HCA on each NUMA node", "GPUs+HCA numaNode too-many", "the node's own NIC", "prepare GPU+HCA")
 }
 
-func nicRows(profile string) []string {
-	return profileCells(profile, "dranet slices", "GPU+HCA on each root", "GPUs+HCA on one root", "GPU+HCA on each NUMA node", "the node's own NIC", "prepare GPU+HCA") // the DRA suite's checkNICSlices, checkAlignRoot, checkAlignRootMost, checkAlignNUMA, checkNodeNIC, checkNICPrepare
+// nicRows are, by sabotage, the rows of nicCells that read what it breaks,
+// as draRows: pcieRoot (checkNICSlices, checkAlignRoot,
+// checkAlignRootMost, checkNodeNIC, checkNICPrepare), and with no tree
+// the NUMA nodes too (checkAlignNUMA).
+func nicRows(profile, sabotage string) []string {
+	cells := profileCells(profile, "dranet slices", "GPU+HCA on each root", "GPUs+HCA on one root", "the node's own NIC", "prepare GPU+HCA")
+	if sabotage == programs.SabotageNoTree {
+		cells = append(cells, profileCells(profile, "GPU+HCA on each NUMA node")...)
+	}
+	return cells
 }
 
 // numaUnjudged are the profiles' rows that match GPUs on numaNode where

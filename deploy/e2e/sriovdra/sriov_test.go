@@ -6,8 +6,10 @@
 // function offers 8 virtual functions. A write of sriov_numvfs through the
 // view makes the VFs; the plugin, which discovers devices once, at its
 // start, runs before the write and after it, and the suite judges what it
-// published in ResourceSlices against the tree's plan (plan.VFAddress, the
-// root complex of the HCA's GPU).
+// published in ResourceSlices by oracles of its own: each VF where the
+// kernel puts it (its physical function's routing ID, the First VF Offset
+// and the VF Stride: vfAddress), with the root complex and NUMA node the
+// profile gives the HCA's GPU (profilefacts); never the product's planner.
 //
 // The plugin keeps a physical function only if it finds the function's
 // network interface, a directory under <PF>/net, which the tree does not
@@ -41,11 +43,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 func TestMain(m *testing.M) {
@@ -94,9 +94,9 @@ func rows() [][2]string {
 	return [][2]string{
 		{rowBeforeServed, "no device in ResourceSlices; the plugin skips each PF, which has no netdev"},
 		{rowBeforeStandIn, "no device in ResourceSlices, each PF found with 0 VFs and its GPU's pcieRoot; the VF check fails here (negative control)"},
-		{rowWrite, "sriov_totalvfs VFs on each HCA, at plan.VFAddress; the read-only tree refuses the write"},
+		{rowWrite, "sriov_totalvfs VFs on each HCA, where the kernel's offset/stride rule puts them; the read-only tree refuses the write"},
 		{rowAfterServed, "the plugin's scan reaches every VF the write made; it publishes none: its PF has no netdev"},
-		{rowAfterStandIn, "every VF in ResourceSlices: pciBusID at plan.VFAddress, its PF, the pcieRoot of the HCA's GPU, its NUMA node"},
+		{rowAfterStandIn, "every VF in ResourceSlices: pciBusID by the kernel's offset/stride rule, its PF, the pcieRoot and NUMA node the profile gives the HCA's GPU"},
 		{rowRemoved, "no device in ResourceSlices, each PF found with 0 VFs"},
 	}
 }
@@ -107,8 +107,10 @@ type suite struct {
 	plugin string
 	bin    string
 	file   string // the profile
-	m      *profile.Machine
-	tree   *plan.Tree
+	facts  *profilefacts.Profile
+	// pfs are the HCAs' physical functions the view shows, judged
+	// against the profile (findPFs).
+	pfs []physFn
 	// mounts are serve --writable's spec's.
 	mounts  []*specs.Mount
 	rows    docmatrix.Rows
@@ -144,24 +146,33 @@ func TestSRIOVDRA(t *testing.T) {
 		overlaytest.Missing(t, "%s is missing (Debian package pci.ids, which pciutils pulls in; make deps installs it): %v", programs.HostPCIIDs, err)
 	}
 	s := &suite{plugin: plugin, bin: hosttest.BuildBinary(t), file: filepath.Join(overlaytest.Repo(t), sriovProfile), sabotage: programs.Sabotage(t)}
+	// The matrix is written however the suite ends, each row a failure
+	// stopped it before red (docmatrix.Rows.Unreached).
+	t.Cleanup(func() {
+		var all [][]string
+		for _, r := range append(rows(), [2]string{rowLeftovers, ""}) {
+			all = append(all, r[:])
+		}
+		s.rows.Unreached("the suite stopped before this row (its log says where)", all...)
+		text := title + s.rows.Table("check", "result") + "\n" + strings.Join(s.details, "\n") +
+			fmt.Sprintf("\n\nin %s; the ResourceSlices judged are in %s\n", time.Since(began).Round(time.Second), s.objects)
+		t.Logf("\n%s", text)
+		kubetest.AppendMatrix(t, text)
+	})
 	var err error
-	s.m, err = overlay.LoadMachine(s.file, "")
+	s.facts, err = profilefacts.Read(s.file)
 	require.NoError(t, err)
-	require.NotNil(t, s.m.HCAs, "%s has HCAs", sriovProfile)
-	require.NotZero(t, s.m.HCAs.TotalVFs, "%s: infiniband.sriov_totalvfs", sriovProfile)
-	// serve renders without the node's devices (--host-devices none), so
-	// the plan needs none reserved.
-	s.tree, err = plan.BuildTree(s.m, plan.BuildOptions{})
-	require.NoError(t, err)
-	require.NotEmpty(t, s.tree.HCAs)
+	require.True(t, s.facts.HCAs, "%s has HCAs", sriovProfile)
+	require.NotZero(t, s.facts.TotalVFs, "%s: infiniband.sriov_totalvfs", sriovProfile)
 
 	s.c = kubetest.Start(t, kubetest.Options{})
 	s.objects = kubetest.ObjectsDir(t, "sriovdra")
 	s.startServe(t)
+	s.findPFs(t)
 	s.installPolicy(t)
 	t.Logf("node, writable view and policy ready in %s", time.Since(began).Round(time.Second))
 
-	n := s.m.HCAs.TotalVFs
+	n := s.facts.TotalVFs
 	s.check(t, rowBeforeServed, func(t *testing.T) string {
 		devices, log := s.runPlugin(t, "before-served", false)
 		require.Empty(t, devices, "no VF exists yet")
@@ -214,10 +225,6 @@ func TestSRIOVDRA(t *testing.T) {
 		s.rows.Expect(t, rowLeftovers, "nothing on the host")
 		require.Empty(t, s.c.Leftovers())
 	})
-	text := title + s.rows.Table("check", "result") + "\n" + strings.Join(s.details, "\n") +
-		fmt.Sprintf("\n\nin %s; the ResourceSlices judged are in %s\n", time.Since(began).Round(time.Second), s.objects)
-	t.Logf("\n%s", text)
-	kubetest.AppendMatrix(t, text)
 }
 
 const title = "TestSRIOVDRA (deploy/e2e/sriovdra): dra-driver-sriov on a real node, serve --writable (" + sriovProfile + ")\n\n"
@@ -437,10 +444,10 @@ func (s *suite) stopPlugin(t *testing.T, proc *kubetest.Process) {
 // cannot hold the colons of a PCI address.
 func (s *suite) standIn() string {
 	lines := []string{"set -eu", "mount -t tmpfs -o mode=0755 tmpfs /dev/shm"}
-	for i, h := range s.tree.HCAs {
+	for i, pf := range s.pfs {
 		dir := fmt.Sprintf("/dev/shm/stand-in/%d", i)
 		lines = append(lines,
-			fmt.Sprintf("d=$(readlink -f /sys/bus/pci/devices/%s)", h.Node.Address),
+			fmt.Sprintf("d=$(readlink -f /sys/bus/pci/devices/%s)", pf.addr),
 			fmt.Sprintf("mkdir -p %[1]s/netdev/net/%[2]s %[1]s/pf", dir, standInName(i)),
 			fmt.Sprintf(`mount --bind "$d" %s/pf`, dir),
 			fmt.Sprintf(`mount -t overlay -o ro,lowerdir=%[1]s/netdev:%[1]s/pf overlay "$d"`, dir))
@@ -453,13 +460,12 @@ func standInName(i int) string { return "ib" + strconv.Itoa(i) }
 
 // write writes n to every HCA's sriov_numvfs through the view, as a
 // container with the writable spec's mounts does, and requires each PF's
-// virtfnN links to name plan.VFAddress(PF, N), N < n. It returns what it
-// saw.
+// virtfnN links to name vfAddress(PF, N), N < n. It returns what it saw.
 func (s *suite) write(t *testing.T, n int) string {
 	t.Helper()
 	var script []string
-	for _, h := range s.tree.HCAs {
-		pf := h.Node.Address.String()
+	for _, p := range s.pfs {
+		pf := p.addr.String()
 		script = append(script,
 			fmt.Sprintf("echo %d > /sys/bus/pci/devices/%s/sriov_numvfs", n, pf),
 			fmt.Sprintf(`for l in /sys/bus/pci/devices/%[1]s/virtfn*; do if [ -L "$l" ]; then echo %[1]s "${l##*/}" "$(readlink "$l")"; fi; done`, pf))
@@ -480,13 +486,11 @@ func (s *suite) write(t *testing.T, n int) string {
 		}
 	}
 	var said []string
-	for _, h := range s.tree.HCAs {
-		pf := h.Node.Address
+	for _, p := range s.pfs {
+		pf := p.addr
 		var want []string
 		for i := range n {
-			a, ok := plan.VFAddress(pf, i)
-			require.True(t, ok)
-			want = append(want, a.String())
+			want = append(want, vfAddress(pf, vfOffset, vfStride, i).String())
 		}
 		require.Equal(t, want, got[pf.String()], "%s's virtfnN after writing %d", pf, n)
 		if n == 0 {
@@ -508,7 +512,7 @@ func (s *suite) readOnlyWrite(t *testing.T, n int) string {
 	require.NoError(t, err)
 	_, err = s.c.Run(nil, s.bin, "cdi", "--root", root, "--output", spec)
 	require.NoError(t, err)
-	pf := s.tree.HCAs[0].Node.Address.String()
+	pf := s.pfs[0].addr.String()
 	out, err := s.shell(readMounts(t, spec), fmt.Sprintf("echo %d > /sys/bus/pci/devices/%s/sriov_numvfs", n, pf))
 	require.Error(t, err, "the read-only tree took a write of sriov_numvfs")
 	require.Contains(t, out, "Read-only file system")
@@ -518,10 +522,9 @@ func (s *suite) readOnlyWrite(t *testing.T, n int) string {
 // vfAddresses are the addresses of the first n VFs of every HCA, sorted.
 func (s *suite) vfAddresses(n int) []string {
 	var out []string
-	for _, h := range s.tree.HCAs {
+	for _, pf := range s.pfs {
 		for i := range n {
-			a, _ := plan.VFAddress(h.Node.Address, i)
-			out = append(out, a.String())
+			out = append(out, vfAddress(pf.addr, vfOffset, vfStride, i).String())
 		}
 	}
 	slices.Sort(out)
@@ -534,8 +537,8 @@ func (s *suite) pfsSkipped(t *testing.T, log string) string {
 	t.Helper()
 	skipped := field(lines(log, "Unable to get interface name for device, skipping"), "address")
 	var reasons []string
-	for _, h := range s.tree.HCAs {
-		pf := h.Node.Address.String()
+	for _, p := range s.pfs {
+		pf := p.addr.String()
 		require.Contains(t, skipped, pf, "the plugin skips PF %s for want of its netdev", pf)
 		why := ""
 		for _, l := range lines(log, "failed to get PF interface name") {
@@ -552,8 +555,8 @@ func (s *suite) pfsSkipped(t *testing.T, log string) string {
 }
 
 // pfsFound requires the plugin, given the stand-in netdevs, to have found
-// every PF with its stand-in name, its GPU's root complex as pcieRoot and
-// vfs VFs; it returns what it found.
+// every PF with its stand-in name, the root complex the profile gives its
+// GPU as pcieRoot, and vfs VFs; it returns what it found.
 func (s *suite) pfsFound(t *testing.T, log string, vfs int) string {
 	t.Helper()
 	found := map[string]string{}
@@ -565,12 +568,12 @@ func (s *suite) pfsFound(t *testing.T, log string, vfs int) string {
 		counts[value(l, "pf")] = value(l, "vfCount")
 	}
 	var said []string
-	for i, h := range s.tree.HCAs {
-		pf, name := h.Node.Address.String(), standInName(i)
+	for i, p := range s.pfs {
+		pf, name := p.addr.String(), standInName(i)
 		l, ok := found[pf]
 		require.True(t, ok, "the plugin found no PF %s; its discovery:\n%s", pf, strings.Join(discovery(log), "\n"))
 		require.Equal(t, name, value(l, "interface"), "PF %s's netdev", pf)
-		require.Equal(t, h.GPU.Device.RootComplex.String(), value(l, "pcieRoot"), "PF %s's pcieRoot: its GPU's root complex", pf)
+		require.Equal(t, p.root, value(l, "pcieRoot"), "PF %s's pcieRoot: its GPU's root complex, by the profile", pf)
 		require.Equal(t, strconv.Itoa(vfs), counts[name], "VFs of PF %s (%s)", pf, name)
 		said = append(said, fmt.Sprintf("PF %s (%s) pcieRoot %s, %s VFs", pf, name, value(l, "pcieRoot"), counts[name]))
 	}
@@ -578,11 +581,11 @@ func (s *suite) pfsFound(t *testing.T, log string, vfs int) string {
 }
 
 // judgeVFs says what is wrong with devices as the first n VFs of every
-// HCA, each its own device: the address plan.VFAddress gives it, its VF
-// index, its PF's address (and, standIn, the stand-in netdev's name), the
-// root complex of the HCA's GPU as pcieRoot, the PF's NUMA node, the
-// vendor's and the profile's device ids; and no other device. nil when
-// every one is as it must be.
+// HCA, each its own device: the address the kernel's rule gives it
+// (vfAddress), its VF index, its PF's address (and, standIn, the stand-in
+// netdev's name), the root complex and NUMA node the profile gives the
+// HCA's GPU, the vendor's and the ConnectX's device ids; and no other
+// device. nil when every one is as it must be.
 func (s *suite) judgeVFs(devices []resourcev1.Device, n int, standIn bool) error {
 	byName := map[string]resourcev1.Device{}
 	for _, d := range devices {
@@ -590,10 +593,14 @@ func (s *suite) judgeVFs(devices []resourcev1.Device, n int, standIn bool) error
 	}
 	var wrong []string
 	listed := 0
-	for i, h := range s.tree.HCAs {
-		pf := h.Node.Address
+	pfDevice, err := s.facts.HCADevice()
+	if err != nil {
+		return err
+	}
+	for i, p := range s.pfs {
+		pf := p.addr
 		for k := range n {
-			a, _ := plan.VFAddress(pf, k)
+			a := vfAddress(pf, vfOffset, vfStride, k)
 			name := strings.NewReplacer(":", "-", ".", "-").Replace(a.String())
 			d, ok := byName[name]
 			if !ok {
@@ -607,11 +614,11 @@ func (s *suite) judgeVFs(devices []resourcev1.Device, n int, standIn bool) error
 				driverName + "/pciAddress":   a.String(),
 				driverName + "/vfID":         strconv.Itoa(k),
 				driverName + "/pfPciAddress": pf.String(),
-				programs.PCIeRootAttribute:   h.GPU.Device.RootComplex.String(),
-				numaAttribute:                strconv.Itoa(h.Node.Device.NUMANode),
-				driverName + "/vendor":       fmt.Sprintf("%04x", h.Node.Device.Vendor),
-				driverName + "/deviceID":     fmt.Sprintf("%04x", s.m.HCAs.VFDevice),
-				driverName + "/pfDeviceID":   fmt.Sprintf("%04x", h.Node.Device.DeviceID),
+				programs.PCIeRootAttribute:   p.root,
+				numaAttribute:                strconv.Itoa(p.numa),
+				driverName + "/vendor":       fmt.Sprintf("%04x", mellanox),
+				driverName + "/deviceID":     fmt.Sprintf("%04x", connectXVF),
+				driverName + "/pfDeviceID":   fmt.Sprintf("%04x", pfDevice),
 				"k8s.cni.cncf.io/deviceID":   a.String(),
 			}
 			if standIn {
@@ -630,18 +637,18 @@ func (s *suite) judgeVFs(devices []resourcev1.Device, n int, standIn bool) error
 	if len(wrong) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%d of %d VFs published: %s", listed, n*len(s.tree.HCAs), strings.Join(wrong, "; "))
+	return fmt.Errorf("%d of %d VFs published: %s", listed, n*len(s.pfs), strings.Join(wrong, "; "))
 }
 
 // publishedVFs says which VFs the slices hold, by PF: their addresses and
 // the attributes judged.
 func (s *suite) publishedVFs(devices []resourcev1.Device) string {
 	var said []string
-	for _, h := range s.tree.HCAs {
+	for _, p := range s.pfs {
 		var vfs []string
 		root, numa := "", ""
 		for _, d := range devices {
-			if attribute(d, driverName+"/pfPciAddress") == h.Node.Address.String() {
+			if attribute(d, driverName+"/pfPciAddress") == p.addr.String() {
 				vfs = append(vfs, attribute(d, pciBusIDAttribute))
 				root, numa = attribute(d, programs.PCIeRootAttribute), attribute(d, numaAttribute)
 			}
@@ -649,7 +656,7 @@ func (s *suite) publishedVFs(devices []resourcev1.Device) string {
 		slices.Sort(vfs)
 		if len(vfs) > 0 {
 			said = append(said, fmt.Sprintf("%d VFs of %s (%s-%s) with pcieRoot %s (its GPU %s's root complex), numaNode %s",
-				len(vfs), h.Node.Address, vfs[0], vfs[len(vfs)-1], root, h.GPU.Address, numa))
+				len(vfs), p.addr, vfs[0], vfs[len(vfs)-1], root, strings.Join(p.gpus, ", "), numa))
 		}
 	}
 	return fmt.Sprintf("%d devices: %s", len(devices), strings.Join(said, "; "))
