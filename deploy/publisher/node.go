@@ -142,9 +142,16 @@ func (n *nodePublisher) run(ctx context.Context) {
 				controllers[driver].Update(nil)
 			}
 		}
+		// The running controllers first: a new one's start waits for its
+		// informer's sync (it polls each second), which an update of
+		// another driver's slices must not wait for.
 		for _, driver := range slices.Sorted(maps.Keys(want)) {
 			if c, ok := controllers[driver]; ok {
 				c.Update(want[driver])
+			}
+		}
+		for _, driver := range slices.Sorted(maps.Keys(want)) {
+			if controllers[driver] != nil {
 				continue
 			}
 			c, err := resourceslice.StartController(ctx, resourceslice.Options{

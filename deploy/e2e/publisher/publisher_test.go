@@ -190,13 +190,27 @@ func TestPublisher(t *testing.T) {
 	data[fleet.ConfigMapKey] = strings.Replace(fleetYAML, "kwok-0: t4-vm", "kwok-0: hgx-h100", 1)
 	updated := updateFleet(t, c.Client, data)
 	reprofiled := expected{"kwok-0", "hgx-h100", "built-in-hgx-h100"}
-	waitFor(t, p, "kwok-0 re-profiled", func() string { return judge(t, c.Client, reprofiled) })
+	gpuBefore := driverSlice(t, before, resourceslices.NVIDIAGPUDriver)
+	var gpuUpdated time.Duration
+	waitFor(t, p, "kwok-0 re-profiled", func() string {
+		if gpuUpdated == 0 {
+			for _, s := range ownSlices(t, c.Client, "kwok-0") {
+				if s.Name == gpuBefore.Name && s.ResourceVersion != gpuBefore.ResourceVersion {
+					gpuUpdated = time.Since(updated)
+				}
+			}
+		}
+		return judge(t, c.Client, reprofiled)
+	})
 	took := time.Since(updated)
 	after := ownSlices(t, c.Client, "kwok-0")
-	gpuBefore, gpuAfter := driverSlice(t, before, resourceslices.NVIDIAGPUDriver), driverSlice(t, after, resourceslices.NVIDIAGPUDriver)
+	gpuAfter := driverSlice(t, after, resourceslices.NVIDIAGPUDriver)
 	require.Equal(t, gpuBefore.Name, gpuAfter.Name, "updated in place")
-	t.Logf("figure: re-profile through the ConfigMap to slices changed: %s (pool generation %d -> %d)",
-		took.Round(time.Millisecond), gpuBefore.Spec.Pool.Generation, gpuAfter.Spec.Pool.Generation)
+	// The GPU slice is updated by its running controller; the HCAs' slice
+	// (t4-vm has none) is the first of a new dra.net controller, whose
+	// start waits for its informer's sync, which it polls each second.
+	t.Logf("figure: re-profile through the ConfigMap to the GPU slice updated: %s; to every slice the profile's (a dra.net slice added): %s (pool generation %d -> %d)",
+		gpuUpdated.Round(time.Millisecond), took.Round(time.Millisecond), gpuBefore.Spec.Pool.Generation, gpuAfter.Spec.Pool.Generation)
 	kubetest.WriteObject(t, objects, "kwok-0-reprofiled-resourceslices.json", after)
 	kubetest.WriteObject(t, objects, "fleet-configmap.json", fleetConfigMap(t, c.Client))
 
