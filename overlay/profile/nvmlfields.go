@@ -144,9 +144,9 @@ func (d NVMLDevice) Minor() uint32 {
 	return *d.MinorNumber
 }
 
-// NVMLFields is the NVML-only part of an nvml-mock profile, which Profile
-// reads only for the built-ins to write it back: what NVML reports of the
-// system and of each GPU.
+// NVMLFields is the NVML-only part of an nvml-mock profile, which the
+// render ignores (Profile carries it only so that the built-ins can state
+// it): what NVML reports of the system and of each GPU.
 type NVMLFields struct {
 	System         NVMLSystem   `yaml:"system"`
 	DeviceDefaults NVMLDevice   `yaml:"device_defaults"`
