@@ -15,8 +15,11 @@ help: ## this list
 
 # -buildvcs=auto: --version shows the git revision even where GOFLAGS turns
 # stamping off (a git worktree is not stamped: the Go tool does not see it).
-build: ## the static binary, bin/nvml-mock-sysfs
-	$(GO) build -trimpath -buildvcs=auto -o $(BIN) ./cmd/nvml-mock-sysfs
+# -s -w: no symbol table or DWARF, which only a debugger reads: 35.1 MB,
+# where the unstripped binary is 48.4 MB. Panics still name functions and
+# lines (the pcln table stays), and --version still reads the build info.
+build: ## the static binary, bin/nvml-mock-sysfs, stripped
+	$(GO) build -trimpath -buildvcs=auto -ldflags='-s -w' -o $(BIN) ./cmd/nvml-mock-sysfs
 
 deps: ## install, from Debian, the real programs the tests drive (as root)
 	@./.ci/install-deps

@@ -385,7 +385,9 @@ func buildStatic(t testing.TB, pkg, dir string) string {
 	if r, ok := strings.CutPrefix(pkg, "./"+wingPath+"/"); ok {
 		module, rel = Wing(t), "./"+r
 	}
-	cmd := exec.Command(goTool, "build", "-trimpath", "-o", out, rel)
+	// Stripped as make build builds it, so the suites run the binary users
+	// get, and the link, with no DWARF to write, is the faster.
+	cmd := exec.Command(goTool, "build", "-trimpath", "-ldflags=-s -w", "-o", out, rel)
 	cmd.Dir = module
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
