@@ -586,6 +586,12 @@ func (d *fleetDRA) publish(t *testing.T, s *suite, p fleetProfile, served bool) 
 	require.NoError(t, slicesAPI.DeleteCollection(ctx, metav1.DeleteOptions{}, selector))
 	root := ""
 	switch {
+	case served && s.sabotage == programs.SabotageNoTree:
+		// No tree is a spec written with --fail-open, which mounts
+		// nothing (programs.SabotagedRoot): the driver sees the node's
+		// own /sys, as the DRA suite serves it, and still runs; serving
+		// the empty directory as a root would stop it at a mount of a
+		// links directory the empty tree has not.
 	case served && s.sabotage != "":
 		root, _ = programs.SabotagedRoot(t, s.sabotage, s.nodePath(s.root))
 	case served:
