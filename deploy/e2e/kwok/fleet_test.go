@@ -56,11 +56,12 @@ const (
 	// profileLabel is the node label the fleet map's rules match, as the
 	// chart's map does (deploy/e2e/node's TestFleet labels its workers so).
 	profileLabel = "nvml-mock/profile"
-	// kwokNode marks a Node as KWOK's: the controller manages the Nodes
-	// with this annotation, and the Nodes carry it as a NoSchedule taint
-	// too, as KWOK's documentation has them, so that no pod lands there
-	// unless it tolerates a node that runs nothing.
-	kwokNode, kwokFake = "kwok.x-k8s.io/node", "fake"
+	// kwokNode marks a Node as KWOK's (programs.KWOKNodeAnnotation, its
+	// one home): the controller manages the Nodes with this annotation,
+	// and the Nodes carry it as a NoSchedule taint too, as KWOK's
+	// documentation has them, so that no pod lands there unless it
+	// tolerates a node that runs nothing.
+	kwokNode, kwokFake = programs.KWOKNodeAnnotation, programs.KWOKNodeValue
 	// nodeLeaseSeconds is the fake Nodes' lease: KWOK renews it every
 	// quarter, 40 s, inside the controller manager's node-monitor grace
 	// period (50 s), where kwokctl's 40 s lease would renew every 10 s,
