@@ -148,7 +148,7 @@ e2e-k8s: deps build programs ## the Kubernetes suites on a real node (as root)
 # rewritten from fresh runs of the suites that write them (as root); every
 # full run of each suite checks its committed copy's shape and says to run
 # this when it drifted. TestDRA, run with the drivers supplied, records the
-# slices they published into deploy/resourceslices/testdata (the real runs
+# slices they published into overlay/resourceslices/testdata (the real runs
 # TestRecordedRun proves the slices command against); without them its rows
 # are not run and nothing is recorded.
 docs: deps build programs ## rewrite docs/evidence's matrices and the recorded driver runs from fresh runs

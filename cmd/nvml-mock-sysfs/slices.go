@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
 // slicesHelp names the driver the NVIDIA slices predict

@@ -12,7 +12,7 @@ import (
 
 // slices prints, as YAML or JSON, the list of ResourceSlices of the node
 // the profile (or the fleet map's choice for the node) gives:
-// deploy/resourceslices proves their content against the real driver;
+// overlay/resourceslices proves their content against the real driver;
 // this checks the command line reaches it.
 func TestSlices(t *testing.T) {
 	t.Parallel()

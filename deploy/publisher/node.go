@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
 // nodePublisher publishes one node's slices, one ResourceSlice controller

@@ -53,8 +53,8 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
 // The client's rate limits. client-go's defaults (5 per second, bursts of

@@ -1,9 +1,9 @@
 package dra_test
 
-// make docs re-records the real runs deploy/resourceslices is proven
+// make docs re-records the real runs overlay/resourceslices is proven
 // equal to (its TestRecordedRun): each driver's slices TestDRA judged, for
 // each profile of the suite's own set, into
-// deploy/resourceslices/testdata/<the driver's recorded run>/<profile>/.
+// overlay/resourceslices/testdata/<the driver's recorded run>/<profile>/.
 
 import (
 	"encoding/json"
@@ -19,8 +19,8 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
 // recordSlices writes, under make docs (docmatrix.UpdateEnv), each
@@ -40,7 +40,7 @@ func (s *suite) recordSlices(t *testing.T, literal, profileSlug string, judged [
 	require.NoError(t, json.Unmarshal(judged, &list), "the slices judged")
 	runs := resourceslices.RecordedRuns()
 	for driver, nodeOwn := range drivers {
-		dir := filepath.Join(overlaytest.Repo(t), "deploy/resourceslices", runs[driver], profileSlug)
+		dir := filepath.Join(overlaytest.Repo(t), "overlay/resourceslices", runs[driver], profileSlug)
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		kubetest.WriteObject(t, dir, "resourceslices.json", recordOf(list, driver, nodeOwn))
 		t.Logf("recorded %s's slices in %s", driver, dir)

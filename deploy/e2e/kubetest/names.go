@@ -21,7 +21,7 @@ var (
 // and '-' one '-', each run of '-' and '.' with a dot one '.', and no '-'
 // or '.' at either end. So it is at once a
 // label value, a ConfigMap key, a DNS label's part of an object name and
-// a directory name (the recorded runs' under deploy/resourceslices).
+// a directory name (the recorded runs' under overlay/resourceslices).
 func Slug(name string) string {
 	s := notInSlug.ReplaceAllString(strings.ToLower(name), "-")
 	return strings.Trim(dotInSlug.ReplaceAllString(s, "."), "-.")

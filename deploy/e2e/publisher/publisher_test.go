@@ -60,8 +60,8 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
 const (
@@ -419,7 +419,7 @@ func recordedRun(t *testing.T, row string) []resourcev1.ResourceSlice {
 	t.Helper()
 	var out []resourcev1.ResourceSlice
 	for _, dir := range resourceslices.RecordedRuns() {
-		file := filepath.Join(overlaytest.Repo(t), "deploy/resourceslices", dir, row, "resourceslices.json")
+		file := filepath.Join(overlaytest.Repo(t), "overlay/resourceslices", dir, row, "resourceslices.json")
 		data, err := os.ReadFile(file)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue

@@ -307,7 +307,7 @@ func ReadProfile(nameOrPath string) (source string, data []byte, err error) {
 }
 
 // RecordedRuns are the real runs the plans are proven equal to, by
-// driver: each a directory of deploy/resourceslices holding, per profile
+// driver: each a directory of overlay/resourceslices holding, per profile
 // of the DRA suite (deploy/e2e/dra, its slug of the row), the slices the
 // driver published there, named for the driver's version. make docs
 // records them again from the suite's run of the supplied drivers;
