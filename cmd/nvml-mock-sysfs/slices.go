@@ -95,11 +95,15 @@ func runSlices(e *env, args []string) int {
 	if err != nil {
 		return failLoad(e, "slices", err)
 	}
-	items, err := resourceslices.ForNode(source, data, nodeName)
+	p, err := resourceslices.Parse(source, data)
 	if err != nil {
 		return fail(e, "%v", err)
 	}
-	for _, w := range resourceslices.MockDefaults(source, data) {
+	items, err := resourceslices.Planner{}.ForNode(p, nodeName)
+	if err != nil {
+		return fail(e, "%v", err)
+	}
+	for _, w := range p.MockDefaults() {
 		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: slices: warning: %s\n", w)
 	}
 	list := resourcev1.ResourceSliceList{

@@ -396,10 +396,14 @@ func (p *Publisher) driverResources(choice fleet.Choice, node string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range resourceslices.MockDefaults(source, data) {
+	prof, err := resourceslices.Parse(source, data)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range prof.MockDefaults() {
 		p.log.Warn("the slices carry nvml-mock's A100 defaults as the board's", "node", node, "warning", w)
 	}
-	planned, err := resourceslices.ForNode(source, data, node)
+	planned, err := resourceslices.Planner{}.ForNode(prof, node)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
 )
 
 // DRANetDriver is dranet's driver name, and its attributes' domain.
@@ -44,12 +43,11 @@ var connectXNames = map[uint16]string{
 	0x1025: "CX9 Family [ConnectX-9]",
 }
 
-// DRANet returns the ResourceSlices dranet (sigs.k8s.io/dranet, driver
-// dra.net) publishes on node for the profile data (source names it in
-// refusals): one slice holding a device per PCI network function the
-// tree renders, which are the profile's HCAs (the infiniband block's
-// ConnectX functions, bound to mlx5_core), ordered by name as dranet
-// orders them. A profile with no HCA gives none.
+// DRANet is dranet (sigs.k8s.io/dranet, driver dra.net): on a node, one
+// slice holding a device per PCI network function the tree renders,
+// which are the profile's HCAs (the infiniband block's ConnectX
+// functions, bound to mlx5_core), ordered by name as dranet orders them.
+// A profile with no HCA gives none.
 //
 // Where the values come from, as dranet reads them:
 //
@@ -76,29 +74,24 @@ var connectXNames = map[uint16]string{
 // state, addresses, sriov, ...), which a mock HCA never has. The
 // standard numaNode is the scalar form: the list form is dranet's under
 // its DRAListTypeAttributes gate, off by default.
-func DRANet(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
-	if node == "" {
-		return nil, fmt.Errorf("profile %s: no node name for the ResourceSlices", source)
-	}
-	p, err := profile.Parse(source, data)
-	if err != nil {
-		return nil, err
-	}
-	m, err := profile.Normalize(source, p, profile.Options{})
-	if err != nil {
-		return nil, err
-	}
-	if m.HCAs == nil {
+type DRANet struct{}
+
+// Name is dranet's driver name.
+func (DRANet) Name() string { return DRANetDriver }
+
+// Slices are the ResourceSlices dranet publishes on node for p.
+func (DRANet) Slices(p *Profile, node string) ([]resourcev1.ResourceSlice, error) {
+	if p.Machine.HCAs == nil {
 		return nil, nil
 	}
-	pl, err := plan.New(m, plan.Options{})
+	pl, err := plan.New(p.Machine, plan.Options{})
 	if err != nil {
 		return nil, err
 	}
 	numaHost := numaNodes(pl.Tree) > 1
 	var devices []resourcev1.Device
 	for _, hca := range pl.Tree.HCAs {
-		d, err := nicDevice(source, hca.Node, numaHost)
+		d, err := nicDevice(p.Source, hca.Node, numaHost)
 		if err != nil {
 			return nil, err
 		}

@@ -31,11 +31,12 @@ import (
 const recordedNode = "nvml-mock-node"
 
 // plans are the plans proven, by driver.
-func plans() map[string]func(source string, data []byte, node string) ([]resourcev1.ResourceSlice, error) {
-	return map[string]func(string, []byte, string) ([]resourcev1.ResourceSlice, error){
-		NVIDIAGPUDriver: NVIDIAGPU,
-		DRANetDriver:    DRANet,
+func plans() map[string]Driver {
+	out := map[string]Driver{}
+	for _, d := range DefaultDrivers() {
+		out[d.Name()] = d
 	}
+	return out
 }
 
 // explained are the differences between the recorded slices and the
@@ -57,7 +58,10 @@ var explained = []struct {
 func TestRecordedRun(t *testing.T) {
 	used := map[string]bool{}
 	for driver, dir := range RecordedRuns() {
-		plan := plans()[driver]
+		drv, ok := plans()[driver]
+		if !ok {
+			t.Fatalf("recorded run of %s, a driver this package does not plan", driver)
+		}
 		t.Run(driver, func(t *testing.T) {
 			dirs, err := os.ReadDir(dir)
 			if err != nil || len(dirs) == 0 {
@@ -69,8 +73,8 @@ func TestRecordedRun(t *testing.T) {
 					continue
 				}
 				t.Run(d.Name(), func(t *testing.T) {
-					source, data := suiteProfile(t, d.Name())
-					ours, err := plan(source, data, recordedNode)
+					p := suiteProfile(t, d.Name())
+					ours, err := drv.Slices(p, recordedNode)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -241,8 +245,9 @@ func readRecorded(t *testing.T, file string) []resourcev1.ResourceSlice {
 
 // suiteProfile is the profile of a row of the DRA suite, by its slug:
 // built-in NAME, shared NAME (../shared's nvml-mock profiles), or a
-// repository profile; as ReadProfile reads it, the command's way.
-func suiteProfile(t *testing.T, slug string) (string, []byte) {
+// repository profile; as ReadProfile reads it and Parse parses it, the
+// command's way.
+func suiteProfile(t *testing.T, slug string) *Profile {
 	t.Helper()
 	var nameOrPath string
 	switch {
@@ -265,5 +270,9 @@ func suiteProfile(t *testing.T, slug string) (string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return source, data
+	p, err := Parse(source, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

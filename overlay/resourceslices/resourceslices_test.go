@@ -25,6 +25,12 @@ pcie_topology:
 // MockDefaults names every field the profile leaves to nvml-mock's A100
 // defaults, with the default, once each; a built-in leaves none.
 func TestMockDefaults(t *testing.T) {
+	mockDefaults := func(source, data string) []string {
+		t.Helper()
+		p, err := Parse(source, []byte(data))
+		require.NoError(t, err)
+		return p.MockDefaults()
+	}
 	require.Equal(t, []string{
 		"profile bare.yaml: system.driver_version not set: nvml-mock's NVML reports its A100 default, 550.163.01 (nvml-mock's NVML refuses the profile without it and serves its own 8 A100s)",
 		"profile bare.yaml: system.cuda_version not set: nvml-mock's NVML reports its A100 default, 12.4",
@@ -32,15 +38,16 @@ func TestMockDefaults(t *testing.T) {
 		"profile bare.yaml: device_defaults.architecture not set: nvml-mock's NVML reports its A100 default, ampere",
 		"profile bare.yaml: device_defaults.memory.total_bytes not set: nvml-mock's NVML reports its A100 default, 42949672960 (40960 MiB)",
 		"profile bare.yaml: device_defaults.compute_capability not set: nvml-mock's NVML reports its A100 default, 8.0",
-	}, MockDefaults("bare.yaml", []byte(bareProfile)))
+	}, mockDefaults("bare.yaml", bareProfile))
 	// A GPU without a name of its own or device_defaults' is named too.
-	unnamed := MockDefaults("unnamed.yaml", []byte("version: \"1.0\"\nsystem: {driver_version: \"580.65.06\", cuda_version: \"13.0\"}\ndevice_defaults: {brand: nvidia, architecture: hopper, compute_capability: {major: 9, minor: 0}, memory: {total_bytes: 1}, pci: {device_id: 0x233010DE}}\ndevices:\n  - {index: 0, name: \"NVIDIA H100 80GB HBM3\", pci: {bus_id: \"0000:1a:00.0\"}}\n  - {index: 1, pci: {bus_id: \"0000:1b:00.0\"}}\n"))
+	unnamed := mockDefaults("unnamed.yaml", "version: \"1.0\"\nsystem: {driver_version: \"580.65.06\", cuda_version: \"13.0\"}\ndevice_defaults: {brand: nvidia, architecture: hopper, compute_capability: {major: 9, minor: 0}, memory: {total_bytes: 1}, pci: {device_id: 0x233010DE}}\ndevices:\n  - {index: 0, name: \"NVIDIA H100 80GB HBM3\", pci: {bus_id: \"0000:1a:00.0\"}}\n  - {index: 1, pci: {bus_id: \"0000:1b:00.0\"}}\n")
 	require.Equal(t, []string{"profile unnamed.yaml: device_defaults.name not set: nvml-mock's NVML reports its A100 default, Mock NVIDIA A100-SXM4-40GB"}, unnamed)
-	require.Nil(t, MockDefaults("broken.yaml", []byte("devices: [")), "a profile ForNode refuses says so there")
+	_, err := Parse("broken.yaml", []byte("devices: ["))
+	require.ErrorContains(t, err, "broken.yaml", "a profile ForNode refuses has no Profile to warn of")
 	for _, name := range shipped.Names() {
 		source, data, err := ReadProfile(name)
 		require.NoError(t, err)
-		require.Empty(t, MockDefaults(source, data), "built-in %s", name)
+		require.Empty(t, mockDefaults(source, string(data)), "built-in %s", name)
 	}
 }
 
@@ -52,7 +59,9 @@ func TestNVIDIAGPUNUMANode(t *testing.T) {
 		t.Helper()
 		source, data, err := ReadProfile(name)
 		require.NoError(t, err)
-		got, err := NVIDIAGPU(source, data, "n")
+		p, err := Parse(source, data)
+		require.NoError(t, err)
+		got, err := NVIDIAGPU{}.Slices(p, "n")
 		require.NoError(t, err)
 		require.Len(t, got, 1)
 		out := map[string]*int64{}
