@@ -16,7 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"

@@ -17,7 +17,7 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/linkscan"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"

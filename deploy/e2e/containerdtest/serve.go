@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 )
 
 // ServeNRIName is serve --nri as containerd names it: index-name.

@@ -2,7 +2,10 @@
 // pod: it lays out a ConfigMap volume and updates it the way the kubelet
 // does, and probes health endpoints the way an httpGet probe does. The
 // serve tests use it on temporary directories, and so can a test that runs
-// the pod through a container runtime.
+// the pod through a container runtime. It is a public test kit, as
+// overlay/overlaytest is, because the end-to-end wing (deploy/e2e, its own
+// module) uses it too: an internal/ package reached from another module is
+// no API.
 package podtest
 
 import (
