@@ -1,4 +1,4 @@
-// Package runtime runs a private containerd 2 for end-to-end tests, so the
+// Package containerdtest runs a private containerd 2 for end-to-end tests, so the
 // overlay is served the way a kubelet's runtime serves it: ctr with CDI,
 // CRI pods with CDI devices or annotations (crictl speaks CRI as a kubelet
 // does), and NRI plugins that edit containers which ask for no device.
