@@ -115,3 +115,22 @@ func TestReadmeShowsOnlyCheckedCommands(t *testing.T) {
 		require.Regexp(t, `(?m)^`+target+`:`, string(makefile), "make %s", target)
 	}
 }
+
+// The README's summary, its text before the first section, names every
+// command the binary has, each in backquotes, so a newcomer who reads
+// only the top of the page knows all it does; a new command fails this
+// until the summary says what it is for.
+func TestReadmeSummaryNamesEveryCommand(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	summary, _, ok := strings.Cut(string(data), "\n## ")
+	require.True(t, ok, "README.md has no section")
+	var unnamed []string
+	for _, c := range commands() {
+		if !strings.Contains(summary, "`"+c.name+"`") {
+			unnamed = append(unnamed, c.name)
+		}
+	}
+	require.Empty(t, unnamed, "README.md's summary (before its first section) names no `%s`", strings.Join(unnamed, "`, `"))
+}
