@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // WrittenState is what writes to a writable tree changed since the render, by
@@ -247,8 +245,7 @@ func (b *builder) writableFiles(bridges bool) {
 		if slices.Contains(drivers, d) {
 			continue // the mock driver of that name is the one devices bind to
 		}
-		b.inTree = append(b.inTree, link(DriversDir+"/"+d,
-			sysfs.Up(sysfs.LinksDepth)+strings.TrimPrefix(b.opts.ContainerRoot, "/")+"/"+HostSysDir+"/bus/pci/drivers/"+d))
+		b.inTree = append(b.inTree, link(DriversDir+"/"+d, b.fromContainerRoot(DriversDir, HostSysDir+"/bus/pci/drivers/"+d)))
 	}
 }
 
@@ -262,5 +259,5 @@ func (b *builder) driverLinkTarget(ddir string, n *Node) string {
 	if !b.opts.Writable {
 		return upToSys(ddir) + n.SysPath()
 	}
-	return sysfs.Up(sysfs.LinksDepth+1) + strings.TrimPrefix(b.opts.ContainerRoot, "/") + "/sys/" + n.SysPath()
+	return b.fromContainerRoot(ddir, "sys/"+n.SysPath())
 }
