@@ -135,6 +135,12 @@ func (m KernelModule) Holders(loaded []KernelModule) []string {
 // drivers/ must lead to them. The node's stays at HostModulesDir.
 func (b *builder) modules() error {
 	listed := func(d string) bool { return b.dirs[DriversDir+"/"+d] }
+	for d := range b.dirs {
+		if path.Dir(d) == DriversDir {
+			b.drivers = append(b.drivers, path.Base(d))
+		}
+	}
+	slices.Sort(b.drivers)
 	loaded := LoadedModules(listed)
 	b.dir(ModulesDir)
 	ours := map[string]bool{}

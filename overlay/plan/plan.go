@@ -124,6 +124,9 @@ type Plan struct {
 	// Modules are the modules the module view renders, in KernelModules'
 	// order; the node's own are linked beside them.
 	Modules []string
+	// Drivers are the drivers DriversDir lists, sorted: those whose
+	// modules the view renders, and the bridges' DriverPCIePort.
+	Drivers []string
 }
 
 // Options shape a plan.
@@ -185,7 +188,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded, Drivers: b.drivers}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
@@ -245,6 +248,7 @@ type builder struct {
 	// functions is what each function shows, for Plan.Functions.
 	functions map[pciaddr.Address]*Function
 	loaded    []string // the module view's modules, for Plan.Modules
+	drivers   []string // the drivers listed, for Plan.Drivers
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,

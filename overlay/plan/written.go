@@ -222,10 +222,15 @@ func (b *builder) vfDevice() uint16 {
 
 // writableFiles adds what a writable tree has beyond the rendered one:
 // every mock driver's directory with its control files, whether a device
-// is bound to it or not; the bus's drivers_probe and drivers_autoprobe;
+// is bound to it or not (mlx5_core's only where the tree has HCAs); the bus's drivers_probe and drivers_autoprobe;
 // and a link to each of the node's own drivers, beside the mock ones.
 func (b *builder) writableFiles(bridges bool) {
 	drivers := MockDrivers()
+	if len(b.tree.HCAs) == 0 {
+		// A node without ConnectX adapters has no mlx5_core loaded, so no
+		// such driver: the module view follows the drivers listed.
+		drivers = slices.DeleteFunc(drivers, func(d string) bool { return d == profile.DriverMLX5 })
+	}
 	if bridges {
 		drivers = append(drivers, DriverPCIePort)
 	}

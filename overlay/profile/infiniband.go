@@ -233,5 +233,7 @@ func (m *Machine) effectiveExtras(p *Profile) {
 	if m.ProductNameFrom == ProductNameFromProfile {
 		p.System.ProductName = m.ProductName
 	}
-	p.System.EffectiveDriverVersion = m.DriverVersion
+	// The version the module view renders: NVMLSystem's for a reader of
+	// the struct or its YAML, EffectiveDriverVersion's in the JSON file.
+	p.System.DriverVersion, p.System.EffectiveDriverVersion = m.DriverVersion, m.DriverVersion
 }
