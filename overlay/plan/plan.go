@@ -122,8 +122,8 @@ type Plan struct {
 	// judges writes by it.
 	Functions map[pciaddr.Address]*Function
 	// Modules are the modules the module view renders, in KernelModules'
-	// order; the node's own are linked beside them.
-	Modules []string
+	// order; HostModules, the node's own, are linked beside them.
+	Modules, HostModules []string
 	// Drivers are the drivers DriversDir lists, sorted: those whose
 	// modules the view renders, and the bridges' DriverPCIePort.
 	Drivers []string
@@ -188,7 +188,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded, Drivers: b.drivers}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded, HostModules: opts.HostModules, Drivers: b.drivers}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
