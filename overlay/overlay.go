@@ -110,7 +110,7 @@ type Planner struct {
 
 // NewPlanner reads opts' profile (passing each unknown key to opts.Warn,
 // or refusing them with opts.Strict), normalises it, and reads the host's
-// CPUs, and its devices and drivers where opts asks for them.
+// CPUs and modules, and its devices and drivers where opts asks for them.
 func NewPlanner(opts Options) (*Planner, error) {
 	prof, source, err := shipped.Load(opts.ProfileSource())
 	if err != nil {
@@ -141,6 +141,11 @@ func NewPlanner(opts Options) (*Planner, error) {
 		cpus = plan.SingleCPU()
 	}
 	po := plan.Options{ContainerRoot: opts.ContainerRoot, Host: cpus, HostSysfs: hostSysfs}
+	// The node's own modules stay listed beside the module view's, as
+	// its devices are beside the mock ones with --host-devices merge.
+	if po.HostModules, err = plan.ReadHostModules(sysfs); err != nil {
+		return nil, err
+	}
 	switch opts.HostDevices {
 	case "", HostDevicesNone:
 	case HostDevicesMerge:

@@ -215,6 +215,7 @@ func TestRenderNewestShapes(t *testing.T) {
 	require.Contains(t, out, "NVSwitches off the bus 4: on buses no root complex covers and without device_id")
 	require.Contains(t, out, "HCAs 8 (MT4133 ConnectX-9, InfiniBand)")
 	require.Contains(t, out, `machine     "Vera Rubin NVL72" from the board of GPU 0 (10de:307f "NVIDIA Graphics Device")`)
+	require.Contains(t, out, "/sys/module: nvidia, nvidia_uvm, nvidia_modeset, nvidia_peermem, mlx5_core, mlx5_ib, ib_core, beside ")
 
 	spec := filepath.Join(dir, "spec.yaml")
 	code, out, stderr = runCLI(t, "cdi", "--root", root, "--output", spec)

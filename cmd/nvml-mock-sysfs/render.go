@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
@@ -187,6 +188,8 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
 	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)
+	fmt.Fprintf(e.stdout, "  modules     %s: %s, beside %d of the node's (not yet served at /%s)\n",
+		path.Join(o.Root, plan.ModulesDir), strings.Join(p.Modules, ", "), len(p.HostModules), plan.ModulesDir)
 	if st == nil {
 		return
 	}

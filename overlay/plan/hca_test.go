@@ -57,15 +57,34 @@ func TestGoldenDigestsWithoutNewBlocks(t *testing.T) {
 		rows++
 		t.Run(name+"/"+h, func(t *testing.T) {
 			m := machine(t, file, boards.Hierarchy(h))
-			m.HCAs, m.ProductName = nil, ""
+			m.HCAs, m.ProductName, m.DriverVersion = nil, "", ""
 			p, err := plan.New(m, plan.Options{})
 			require.NoError(t, err)
-			require.Equal(t, digest, p.Digest())
+			require.NotEmpty(t, p.Modules)
+			require.Equal(t, digest, withoutModuleView(p).Digest())
 		})
 	}
 	require.NoError(t, sc.Err())
 	require.Greater(t, rows, 20)
 }
+
+// withoutModuleView is p without the module view, which the golden
+// digests' commit did not have: the rest of the plan must be byte for byte
+// what it was. A plan that is not writable has nothing else under the
+// host-sys directory.
+func withoutModuleView(p *plan.Plan) *plan.Plan {
+	out := *p
+	out.Entries = nil
+	for _, e := range p.Entries {
+		if under(e.Path, plan.ModulesDir) || under(e.Path, plan.HostSysDir) {
+			continue
+		}
+		out.Entries = append(out.Entries, e)
+	}
+	return &out
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 // TestDigestChangesWithTheNewBlocks is the golden test's negative control:
 // the same profiles with their HCAs or machine type do plan differently.

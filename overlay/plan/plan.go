@@ -121,6 +121,12 @@ type Plan struct {
 	// Functions is what each function shows, by address: a writable tree
 	// judges writes by it.
 	Functions map[pciaddr.Address]*Function
+	// Modules are the modules the module view renders, in KernelModules'
+	// order; HostModules, the node's own, are linked beside them.
+	Modules, HostModules []string
+	// Drivers are the drivers DriversDir lists, sorted: those whose
+	// modules the view renders, and the bridges' DriverPCIePort.
+	Drivers []string
 }
 
 // Options shape a plan.
@@ -143,6 +149,9 @@ type Options struct {
 	HostDrivers []string
 	// Written is the state writes gave the functions; nil is the profile's.
 	Written WrittenState
+	// HostModules are the node's own modules (ReadHostModules), which the
+	// module view links beside the tree's; none without them.
+	HostModules []string
 }
 
 // New plans the overlay for a machine.
@@ -179,7 +188,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded, HostModules: opts.HostModules, Drivers: b.drivers}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
@@ -238,6 +247,8 @@ type builder struct {
 	vfio    int             // the profile's vfio-pci devices so far: the next vfio-dev/vfioN
 	// functions is what each function shows, for Plan.Functions.
 	functions map[pciaddr.Address]*Function
+	loaded    []string // the module view's modules, for Plan.Modules
+	drivers   []string // the drivers listed, for Plan.Drivers
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,
@@ -360,6 +371,10 @@ func (b *builder) build(m *profile.Machine) error {
 	}
 	if b.opts.Writable {
 		b.writableFiles(bridges)
+	}
+	// After every driver directory is planned: the view follows them.
+	if err := b.modules(); err != nil {
+		return err
 	}
 	return b.hostDevices()
 }

@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
-	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 )
 
 // WrittenState is what writes to a writable tree changed since the render, by
@@ -224,10 +222,15 @@ func (b *builder) vfDevice() uint16 {
 
 // writableFiles adds what a writable tree has beyond the rendered one:
 // every mock driver's directory with its control files, whether a device
-// is bound to it or not; the bus's drivers_probe and drivers_autoprobe;
+// is bound to it or not (mlx5_core's only where the tree has HCAs); the bus's drivers_probe and drivers_autoprobe;
 // and a link to each of the node's own drivers, beside the mock ones.
 func (b *builder) writableFiles(bridges bool) {
 	drivers := MockDrivers()
+	if len(b.tree.HCAs) == 0 {
+		// A node without ConnectX adapters has no mlx5_core loaded, so no
+		// such driver: the module view follows the drivers listed.
+		drivers = slices.DeleteFunc(drivers, func(d string) bool { return d == profile.DriverMLX5 })
+	}
 	if bridges {
 		drivers = append(drivers, DriverPCIePort)
 	}
@@ -247,8 +250,7 @@ func (b *builder) writableFiles(bridges bool) {
 		if slices.Contains(drivers, d) {
 			continue // the mock driver of that name is the one devices bind to
 		}
-		b.inTree = append(b.inTree, link(DriversDir+"/"+d,
-			sysfs.Up(sysfs.LinksDepth)+strings.TrimPrefix(b.opts.ContainerRoot, "/")+"/"+HostSysDir+"/bus/pci/drivers/"+d))
+		b.inTree = append(b.inTree, link(DriversDir+"/"+d, b.fromContainerRoot(DriversDir, HostSysDir+"/bus/pci/drivers/"+d)))
 	}
 }
 
@@ -262,5 +264,5 @@ func (b *builder) driverLinkTarget(ddir string, n *Node) string {
 	if !b.opts.Writable {
 		return upToSys(ddir) + n.SysPath()
 	}
-	return sysfs.Up(sysfs.LinksDepth+1) + strings.TrimPrefix(b.opts.ContainerRoot, "/") + "/sys/" + n.SysPath()
+	return b.fromContainerRoot(ddir, "sys/"+n.SysPath())
 }

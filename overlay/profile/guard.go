@@ -3,6 +3,7 @@ package profile
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -105,9 +106,17 @@ func join(at, key string) string {
 func fieldByTag(t reflect.Type, key string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		if name == key {
 			return f, true
+		}
+		// An inline struct's keys are its parent's, as yaml.v3 reads them:
+		// system.driver_version is NVMLSystem's, inline in SystemConfig.
+		if name == "" && opts == "inline" && f.Type.Kind() == reflect.Struct {
+			if in, ok := fieldByTag(f.Type, key); ok {
+				in.Index = append(slices.Clone(f.Index), in.Index...)
+				return in, true
+			}
 		}
 	}
 	return reflect.StructField{}, false

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 )
@@ -71,6 +72,10 @@ func (n *normalizer) machineExtras(m *Machine) error {
 	}
 	m.HCAs = hcas
 	m.ProductName, m.ProductNameFrom, err = n.productName(gpus)
+	if err != nil {
+		return err
+	}
+	m.DriverVersion, err = n.driverVersion()
 	return err
 }
 
@@ -189,6 +194,29 @@ func (n *normalizer) productName(gpus []Device) (string, string, error) {
 	return name, ProductNameFromProfile, nil
 }
 
+// maxDriverVersion bounds system.driver_version: a real one is a dozen
+// bytes (550.163.01), and it is one line of /sys/module/nvidia/version.
+const maxDriverVersion = 64
+
+// driverVersion checks system.driver_version, which the module view
+// writes as /sys/module/nvidia/version: one word, as the kernel prints a
+// module's MODULE_VERSION and as nvml-mock's NVML reports it.
+func (n *normalizer) driverVersion() (string, error) {
+	v := n.p.System.DriverVersion
+	if len(v) > maxDriverVersion {
+		return "", n.fail("system.driver_version", v, "longer than %d bytes; want one version such as %s", maxDriverVersion, MockNVMLDriverVersion)
+	}
+	if !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return "", n.fail("system.driver_version", v, "want one version such as %s, without spaces or control characters", MockNVMLDriverVersion)
+	}
+	return v, nil
+}
+
+// NVIDIAVersion is the NVIDIA driver a node with this profile runs: the
+// profile's system.driver_version, else the version nvml-mock's NVML
+// reports without one, so that /sys/module/nvidia/version and NVML agree.
+func (m *Machine) NVIDIAVersion() string { return driverVersionOr(m.DriverVersion) }
+
 // effectiveExtras writes the infiniband block and the machine type back,
 // as Effective does the devices.
 func (m *Machine) effectiveExtras(p *Profile) {
@@ -205,4 +233,7 @@ func (m *Machine) effectiveExtras(p *Profile) {
 	if m.ProductNameFrom == ProductNameFromProfile {
 		p.System.ProductName = m.ProductName
 	}
+	// The version the module view renders: NVMLSystem's for a reader of
+	// the struct or its YAML, EffectiveDriverVersion's in the JSON file.
+	p.System.DriverVersion, p.System.EffectiveDriverVersion = m.DriverVersion, m.DriverVersion
 }

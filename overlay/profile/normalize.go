@@ -99,6 +99,9 @@ type Machine struct {
 	// ProductNameFrom says where ProductName came from:
 	// ProductNameFromProfile, or ProductNameFromBoard; "" with no name.
 	ProductNameFrom string
+	// DriverVersion is the profile's system.driver_version, "" where it
+	// gives none; NVIDIAVersion is what a node with this profile runs.
+	DriverVersion string
 	// OffBusSwitches are the nvlink.switches that sit off this tray's PCIe
 	// bus, as NVL72's do in switch trays of their own: on a bus no root
 	// complex of the topology covers, and without a device_id. They render

@@ -210,8 +210,13 @@ func (f *NVMLFields) Device(index int) (d NVMLDevice, pos int, ok bool) {
 }
 
 // DriverVersion is system.driver_version, else MockNVMLDriverVersion.
-func (f *NVMLFields) DriverVersion() string {
-	if v := f.System.DriverVersion; v != "" {
+func (f *NVMLFields) DriverVersion() string { return driverVersionOr(f.System.DriverVersion) }
+
+// driverVersionOr is a profile's driver version v, else
+// MockNVMLDriverVersion: the one rule NVML's report and the module view's
+// /sys/module/nvidia/version share.
+func driverVersionOr(v string) string {
+	if v != "" {
 		return v
 	}
 	return MockNVMLDriverVersion

@@ -39,10 +39,16 @@ type SystemConfig struct {
 	// <overlay>/dmi/product_name for GPU Feature Discovery's
 	// --machine-type-file. Without it, the GPU board's machine is used.
 	ProductName string `yaml:"product_name,omitempty" json:"product_name,omitempty,omitzero"`
-	// NVMLSystem is what only NVML reads: the render ignores it, and the
-	// effective profile leaves it out. The built-ins state it, so that
-	// nvml-mock's NVML serves them as they are.
+	// NVMLSystem is what NVML reads. The render uses driver_version alone
+	// (the module view's /sys/module/nvidia/version), and the effective
+	// profile keeps only that (EffectiveDriverVersion). The built-ins state
+	// it, so that nvml-mock's NVML serves them as they are.
 	NVMLSystem `yaml:",inline" json:"-"`
+	// EffectiveDriverVersion writes driver_version into the effective
+	// profile (JSON, which Parse reads back into NVMLSystem as YAML): the
+	// module view's /sys/module/nvidia/version is rendered from it, so a
+	// render that re-uses the effective profile keeps the version.
+	EffectiveDriverVersion string `yaml:"-" json:"driver_version,omitempty"`
 }
 
 // DeviceConfig is one entry of devices[], or device_defaults. As in

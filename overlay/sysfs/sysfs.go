@@ -37,6 +37,17 @@ const (
 // what lets deviceattribute's lexical check find the PCIe root.
 const LinksDepth = 4
 
+// ModulesDir is the kernel's module directory, relative to a sysfs root
+// (/sys/module): a directory per module, built-in or loaded.
+const ModulesDir = "module"
+
+// ModulesDepth is how many directories deep /sys/module sits below "/".
+// The module view's links climb exactly this many ".." from it (and two
+// more from a module's drivers/), so any directory the view is served at
+// must be as deep: /sys/module and /host-sys/module, not
+// /host-root/sys/module.
+const ModulesDepth = 2
+
 // Up is n "../" steps: the relative climb a sysfs link makes.
 func Up(n int) string { return strings.Repeat("../", n) }
 

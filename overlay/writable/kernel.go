@@ -21,6 +21,7 @@ package writable
 import (
 	"bytes"
 	"cmp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -282,8 +283,8 @@ func (s *transition) disableVFs(f *plan.Function, st *plan.FunctionState) {
 
 // probe is drivers_probe_store: ENODEV for an unknown name; an unbound
 // function is bound to its driver_override's driver, or to the driver
-// that claims it, when that driver is there; anything else succeeds and
-// changes nothing, as the kernel's device_attach does.
+// that claims it, when the tree lists that driver; anything else succeeds
+// and changes nothing, as the kernel's device_attach does.
 func (s *transition) probe(data []byte) syscall.Errno {
 	f, errno := s.lookup(data)
 	if errno != 0 {
@@ -294,7 +295,9 @@ func (s *transition) probe(data []byte) syscall.Errno {
 		return 0
 	}
 	driver := cmp.Or(st.Override, f.Native)
-	if plan.IsMockDriver(driver) {
+	// Only a driver the tree lists binds: mlx5_core is not loaded on a
+	// node without HCAs.
+	if plan.IsMockDriver(driver) && slices.Contains(s.plan.Drivers, driver) {
 		s.attach(f.Address, st, driver)
 	}
 	return 0
