@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
@@ -80,7 +81,8 @@ func TestConcurrentRendersSerialise(t *testing.T) {
 // umask 077, and with the node's own devices merged in: every directory is
 // 0755, every file 0644 (the installed binary 0755), nothing is special or
 // set-uid, and every link resolves inside the overlay, except host devices'
-// links, which lead into the real /sys/devices as the kernel's do.
+// links, which lead into the real /sys/devices as the kernel's do, and the
+// module view's stand-ins for the node's modules, into the real /sys/module.
 func TestRenderedTreeIsSafe(t *testing.T) {
 	t.Parallel()
 	bin := binaries.Binary(t)
@@ -116,7 +118,15 @@ func TestRenderedTreeIsSafe(t *testing.T) {
 					links++
 					real, err := filepath.EvalSymlinks(path)
 					require.NoError(t, err, "%s dangles", path)
-					if !strings.HasPrefix(real+"/", root+"/") {
+					switch {
+					case strings.HasPrefix(real+"/", root+"/"):
+					case filepath.Dir(path) == filepath.Join(root, plan.HostModulesDir) || filepath.Dir(path) == filepath.Join(root, plan.ModulesDir):
+						// The module view's links to the node's own modules,
+						// through the stand-ins for the node's /sys/module
+						// mount (docs/design/modules.md), lead to the node
+						// module of the same name, whatever the flags.
+						require.Equal(t, "/sys/module/"+filepath.Base(path), real, "%s resolves outside the overlay, not to its node module", path)
+					default:
 						require.True(t, len(args) > 1 && strings.HasPrefix(real, "/sys/devices/"), "%s resolves to %s, outside the overlay", path, real)
 						hostLinks++
 					}
