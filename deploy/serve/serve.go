@@ -3,7 +3,7 @@
 //
 // It renders through overlay.Render, exactly as the render command does, so
 // every guarantee of docs/design/reliability.md holds; it writes the spec through
-// deploy.WriteStandalone and deploy.MergeInto, exactly as the cdi command
+// cdispec.WriteStandalone and cdispec.MergeInto, exactly as the cdi command
 // does. What it adds is when to do it: at start, when the profile's
 // directory changes (a ConfigMap volume swaps its ..data symlink
 // atomically, so the directory, not the file, is watched), when a spec file
@@ -43,7 +43,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
@@ -105,14 +105,14 @@ type Options struct {
 	// answers writes as the kernel does (package writable): the tree is
 	// rendered at WritableTree (default DefaultWritableTree), the state
 	// writes leave is kept in Render.Root, and the spec carries
-	// deploy.WritableMounts. Stopping the server unmounts the view. The
+	// cdispec.WritableMounts. Stopping the server unmounts the view. The
 	// NRI plugin gives the writable view only to the containers its
 	// policy names (nriplugin.Verdict.Writable), the read-only tree to
 	// the rest.
 	Writable     bool
 	WritableTree string
 	// Output is the standalone spec to write, of Kind (default
-	// deploy.DefaultKind); MergeInto an existing spec to merge into. At
+	// cdispec.DefaultKind); MergeInto an existing spec to merge into. At
 	// least one of them; both is fine.
 	Output    string
 	Kind      string
@@ -170,11 +170,11 @@ type Status struct {
 // Server runs the loop and serves the health endpoints.
 type Server struct {
 	opts   Options
-	mounts []deploy.Mount
+	mounts []cdispec.Mount
 	// readOnly is the read-only tree's mount set, of the same root: with
 	// Writable, what the NRI plugin gives every container its policy does
 	// not give the writable view; else mounts itself.
-	readOnly []deploy.Mount
+	readOnly []cdispec.Mount
 	log      *slog.Logger
 	ln       net.Listener
 
@@ -206,19 +206,19 @@ func New(o Options) (*Server, error) {
 			return nil, fmt.Errorf("fleet map %s: no node name: the map chooses by it", o.Fleet)
 		}
 	}
-	o.Kind = cmp.Or(o.Kind, deploy.DefaultKind)
-	if err := deploy.CheckKind(o.Kind); err != nil {
+	o.Kind = cmp.Or(o.Kind, cdispec.DefaultKind)
+	if err := cdispec.CheckKind(o.Kind); err != nil {
 		return nil, err
 	}
 	// The mount set depends on the flags alone: work it out, and refuse
 	// bad flags, once.
-	readOnly, err := deploy.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
+	readOnly, err := cdispec.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
 	if err != nil {
 		return nil, err
 	}
 	mounts := readOnly
 	if o.Writable {
-		if mounts, err = deploy.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease()); err != nil {
+		if mounts, err = cdispec.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease()); err != nil {
 			return nil, err
 		}
 	}
@@ -248,7 +248,7 @@ func New(o Options) (*Server, error) {
 		if o.Writable {
 			no.Edits, no.WritableEdits = s.ReadOnlyEdits, s.Edits
 		}
-		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+deploy.DeviceName)
+		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+cdispec.DeviceName)
 		if s.nri, err = nriplugin.New(no); err != nil {
 			return nil, err
 		}
@@ -554,17 +554,17 @@ func (s *Server) writeSpecs() (int, error) {
 	}
 	n := 0
 	if s.opts.Output != "" {
-		_, wrote, err := deploy.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
+		_, wrote, err := cdispec.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
 		if err != nil {
 			return n, err
 		}
 		if wrote {
 			n++
-			s.log.Info("wrote CDI spec", "file", s.opts.Output, "device", s.opts.Kind+"="+deploy.DeviceName, "mounts", len(s.mounts), "env", env)
+			s.log.Info("wrote CDI spec", "file", s.opts.Output, "device", s.opts.Kind+"="+cdispec.DeviceName, "mounts", len(s.mounts), "env", env)
 		}
 	}
 	if s.opts.MergeInto != "" {
-		_, r, wrote, err := deploy.MergeInto(s.opts.MergeInto, s.mounts, env, true)
+		_, r, wrote, err := cdispec.MergeInto(s.opts.MergeInto, s.mounts, env, true)
 		if err != nil {
 			return n, fmt.Errorf("merge into %s: %w; left as it was", s.opts.MergeInto, err)
 		}
@@ -583,26 +583,26 @@ func (s *Server) writeSpecs() (int, error) {
 func (s *Server) served() ([]string, error) {
 	root := s.opts.Render.Root
 	rootFS := os.DirFS(root)
-	if err := deploy.CheckRendered(rootFS, root); err != nil {
+	if err := cdispec.CheckRendered(rootFS, root); err != nil {
 		return nil, err
 	}
-	return deploy.Env(rootFS, s.opts.Render.ContainerRoot), nil
+	return cdispec.Env(rootFS, s.opts.Render.ContainerRoot), nil
 }
 
-// Edits are the edits of the spec's device (deploy.DeviceEdits) as the
+// Edits are the edits of the spec's device (cdispec.DeviceEdits) as the
 // root is now: the NRI plugin's source, read at each container's creation.
 // When the root cannot be served now, the error says why, and the edits
 // hold the mounts it would serve, without their variables.
 func (s *Server) Edits() (specs.ContainerEdits, error) { return s.edits(s.mounts) }
 
-// ReadOnlyEdits are Edits with the read-only tree's mounts (deploy.Mounts)
+// ReadOnlyEdits are Edits with the read-only tree's mounts (cdispec.Mounts)
 // of the same root: with Writable, the view mounted read-only, which shows
 // what writers did but takes no write; else Edits.
 func (s *Server) ReadOnlyEdits() (specs.ContainerEdits, error) { return s.edits(s.readOnly) }
 
-func (s *Server) edits(mounts []deploy.Mount) (specs.ContainerEdits, error) {
+func (s *Server) edits(mounts []cdispec.Mount) (specs.ContainerEdits, error) {
 	env, err := s.served()
-	edits := deploy.DeviceEdits(mounts, env)
+	edits := cdispec.DeviceEdits(mounts, env)
 	if err != nil {
 		edits.Env = nil
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -420,12 +420,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // at the container root, and no whole-/sys/devices mount left.
 func merged(t *testing.T, file, root string) bool {
 	t.Helper()
-	s, err := deploy.ReadSpec(file)
+	s, err := cdispec.ReadSpec(file)
 	require.NoError(t, err)
 	ours, whole := false, false
 	for _, m := range s.ContainerEdits.Mounts {
 		ours = ours || (m.HostPath == root && m.ContainerPath == plan.DefaultContainerRoot)
-		whole = whole || m.ContainerPath == deploy.WholeDevicesDir
+		whole = whole || m.ContainerPath == cdispec.WholeDevicesDir
 	}
 	return ours && !whole
 }
@@ -449,7 +449,7 @@ func rewrite(t *testing.T, file string, data []byte) {
 
 func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 	t.Parallel()
-	original, err := os.ReadFile("../testdata/nvidia.yaml")
+	original, err := os.ReadFile("../cdispec/testdata/nvidia.yaml")
 	require.NoError(t, err)
 	setup := func(t *testing.T, o *Options) {
 		o.MergeInto = filepath.Join(filepath.Dir(o.Output), "nvidia.yaml")

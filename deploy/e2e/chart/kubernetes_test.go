@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
@@ -228,7 +228,7 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	key := "cdi-devices.noderesource.dev/container." + pod.Spec.Containers[0].Name
 	var devices []string
 	require.NoError(t, yaml.UnmarshalStrict([]byte(pod.Annotations[key]), &devices), key)
-	require.Equal(t, []string{deploy.DefaultKind + "=" + deploy.DeviceName}, devices)
+	require.Equal(t, []string{cdispec.DefaultKind + "=" + cdispec.DeviceName}, devices)
 
 	// verify finds NVML's profile where nvml-mock's containers have it.
 	c := pod.Spec.Containers[0]
