@@ -13,8 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 )
 
 const publishHelp = `publish keeps, for every Node --node-selector names (KWOK's fake nodes, say),
@@ -62,7 +63,7 @@ func runPublish(e *env, args []string) int {
 	flags.StringVar(&selector, "node-selector", "", "a label selector of the Nodes to publish for, as kubectl -l takes it, such as type=kwok (required)")
 	flags.StringVar(&fleetConfigMap, "fleet-configmap", "", "the fleet map's ConfigMap, NAMESPACE/NAME (required)")
 	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: the pod's service account)")
-	flags.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	flags.StringVar(&o.Listen, "listen", endpoints.DefaultListen, "address of "+endpoints.HealthzPath+" and "+endpoints.ReadyzPath)
 	flags.StringVar(&logFormat, "log-format", "text", "text or json")
 	flags.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	if code, ok := parse(e, flags, args); !ok {
@@ -83,11 +84,7 @@ func runPublish(e *env, args []string) int {
 	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
 		return usageError(e, "publish", "%v", err)
 	}
-	cfg, err := serve.RESTConfig(kubeconfig)
-	if err != nil {
-		return fail(e, "publish: %v", err)
-	}
-	if o.Client, err = publisher.NewClient(cfg); err != nil {
+	if o.Client, err = kubeclient.Fleet(kubeconfig); err != nil {
 		return fail(e, "publish: %v", err)
 	}
 	p, err := publisher.New(o)

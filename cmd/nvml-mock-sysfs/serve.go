@@ -14,9 +14,10 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -95,7 +96,7 @@ func runServe(e *env, args []string) int {
 	sa.register(flags)
 	var o serve.Options
 	registerAlsoAt(flags, &o.AlsoAt)
-	flags.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	flags.StringVar(&o.Listen, "listen", endpoints.DefaultListen, "address of "+endpoints.HealthzPath+" and "+endpoints.ReadyzPath)
 	flags.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
 	flags.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
 	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
@@ -318,11 +319,7 @@ func newLogger(e *env, format string, level slog.Level) (*slog.Logger, error) {
 // fleetMirror is serve's mirror of the fleet ConfigMap, through
 // kubeconfig's API server or the pod's service account.
 func fleetMirror(kubeconfig string, name types.NamespacedName, dir string, log *slog.Logger) (*serve.FleetMirror, error) {
-	cfg, err := serve.RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := kubeclient.Typed(kubeconfig)
 	if err != nil {
 		return nil, err
 	}

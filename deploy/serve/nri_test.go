@@ -10,6 +10,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 )
@@ -47,10 +48,10 @@ func TestNRINotRegistered(t *testing.T) {
 		o.NRI = &nriplugin.Options{Socket: sock, Retry: 10 * time.Millisecond}
 	})
 	s.waitFirstSync()
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "NRI plugin not registered with "+sock+": failed to connect to NRI service")
-	code, body = s.probe(MetricsPath)
+	code, body = s.probe(endpoints.MetricsPath)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "nvml_mock_sysfs_nri_registered 0\n")
 	require.Contains(t, body, `nvml_mock_sysfs_nri_containers_total{result="served"} 0`)

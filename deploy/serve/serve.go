@@ -44,6 +44,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
@@ -54,7 +55,6 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultListen = ":8080"
 	// DefaultResync is the safety net's period. The kubelet itself swaps a
 	// changed ConfigMap in after its sync period (a minute, jittered) plus
 	// its ConfigMap cache's delay: 44 to 90 s on a real node.
@@ -69,13 +69,6 @@ const (
 	// DefaultStuckAfter fails /healthz when one sync has run this long: far
 	// past the writer's default lock timeout (1m) and any real render.
 	DefaultStuckAfter = 5 * time.Minute
-)
-
-// Health endpoint paths, and the metrics'.
-const (
-	HealthzPath = "/healthz"
-	ReadyzPath  = "/readyz"
-	MetricsPath = "/metrics"
 )
 
 // Options configure a server. The zero value of every field but Render's
@@ -118,8 +111,9 @@ type Options struct {
 	Kind      string
 	MergeInto string
 
-	// Listen is the address of /healthz and /readyz (default
-	// DefaultListen); "127.0.0.1:0" picks a free port, see Addr.
+	// Listen is the address of /healthz, /readyz and /metrics (default
+	// endpoints.DefaultListen); "127.0.0.1:0" picks a free port, see
+	// Server.Listen.
 	Listen string
 	// Resync is the period of the safety-net sync (default DefaultResync).
 	Resync time.Duration
@@ -176,7 +170,8 @@ type Server struct {
 	// not give the writable view; else mounts itself.
 	readOnly []cdispec.Mount
 	log      *slog.Logger
-	ln       net.Listener
+	// endpoints is the listener of /healthz, /readyz and /metrics.
+	endpoints endpoints.Listener
 
 	mu      sync.Mutex
 	status  Status
@@ -222,7 +217,7 @@ func New(o Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	o.Listen = cmp.Or(o.Listen, DefaultListen)
+	o.Listen = cmp.Or(o.Listen, endpoints.DefaultListen)
 	if o.Resync <= 0 {
 		o.Resync = DefaultResync
 	}
@@ -238,7 +233,7 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger}
+	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}}
 	if o.NRI != nil {
 		no := *o.NRI
 		// The writable view goes only to the containers the policy
@@ -258,18 +253,7 @@ func New(o Options) (*Server, error) {
 
 // Listen opens the health endpoints' listener, if Run has not, and returns
 // its address: the port a probe, or a test that asked for port 0, uses.
-func (s *Server) Listen() (net.Addr, error) {
-	if s.ln == nil {
-		ln, err := net.Listen("tcp", s.opts.Listen)
-		if err != nil {
-			// net's error names the address; the caller says where it
-			// came from (serve's --listen).
-			return nil, err
-		}
-		s.ln = ln
-	}
-	return s.ln.Addr(), nil
-}
+func (s *Server) Listen() (net.Addr, error) { return s.endpoints.Listen() }
 
 // Status returns a copy of the status.
 func (s *Server) Status() Status {
@@ -291,11 +275,10 @@ func (s *Server) NRI() (nriplugin.Counts, bool) {
 // containers keep using them. It returns an error only when the listener
 // cannot be opened.
 func (s *Server) Run(ctx context.Context) error {
-	addr, err := s.Listen()
+	hs, addr, err := s.endpoints.Serve(s.Handler(), s.log)
 	if err != nil {
 		return err
 	}
-	hs := ServeEndpoints(s.ln, s.Handler(), s.log)
 	source := []any{"profile", s.profileName()}
 	if s.opts.Fleet != "" {
 		source = []any{"fleet", s.opts.Fleet, "node", s.opts.NodeName}
@@ -657,58 +640,19 @@ func (s *Server) Healthy() error {
 	return nil
 }
 
-// Handler serves /healthz and /readyz: 200 and "ok", or 503 and the reason
-// in one line.
+// Handler serves /healthz (Healthy), /readyz (Ready) and /metrics: 200
+// and "ok", or 503 and the reason in one line.
 func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET "+HealthzPath, Probe(s.Healthy))
-	mux.Handle("GET "+ReadyzPath, Probe(s.Ready))
-	mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		s.writeMetrics(w)
-	})
-	return mux
-}
-
-// ServeEndpoints serves h (the health endpoints) on ln in the background,
-// logging an end that Close did not ask for; Close the server to stop.
-func ServeEndpoints(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("health endpoints stopped", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	return hs
-}
-
-// Probe answers a health check as serve's endpoints do: 200 and "ok", or
-// 503 and check's error in one line.
-func Probe(check func() error) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "%v\n", err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	}
+	return endpoints.Handler(s.Healthy, s.Ready, s.writeMetrics)
 }
 
 // writeMetrics writes the counters in Prometheus' text format: the syncs,
 // and the NRI plugin's (containers served, and those that run without the
 // tree, which a restart would serve).
 func (s *Server) writeMetrics(w io.Writer) {
-	metric := func(name, kind, help string, values ...string) {
-		fmt.Fprintf(w, "# HELP nvml_mock_sysfs_%s %s\n# TYPE nvml_mock_sysfs_%s %s\n", name, help, name, kind)
-		for _, v := range values {
-			fmt.Fprintf(w, "nvml_mock_sysfs_%s%s\n", name, v)
-		}
-	}
 	st := s.Status()
-	metric("syncs_total", "counter", "Syncs finished.", fmt.Sprintf(" %d", st.Syncs))
-	metric("sync_failures_total", "counter", "Syncs that failed.", fmt.Sprintf(" %d", st.Failures))
+	endpoints.Metric(w, "syncs_total", "counter", "Syncs finished.", fmt.Sprintf(" %d", st.Syncs))
+	endpoints.Metric(w, "sync_failures_total", "counter", "Syncs that failed.", fmt.Sprintf(" %d", st.Failures))
 	c, ok := s.NRI()
 	if !ok {
 		return
@@ -717,15 +661,15 @@ func (s *Server) writeMetrics(w io.Writer) {
 	if c.Registered {
 		registered = 1
 	}
-	metric("nri_registered", "gauge", "1 while the NRI plugin is registered with the runtime.", fmt.Sprintf(" %d", registered))
-	metric("nri_registrations_total", "counter", "Registrations with the runtime (a runtime restart adds one).", fmt.Sprintf(" %d", c.Registrations))
-	metric("nri_containers_total", "counter", "Containers the NRI plugin judged, by what it did.",
+	endpoints.Metric(w, "nri_registered", "gauge", "1 while the NRI plugin is registered with the runtime.", fmt.Sprintf(" %d", registered))
+	endpoints.Metric(w, "nri_registrations_total", "counter", "Registrations with the runtime (a runtime restart adds one).", fmt.Sprintf(" %d", c.Registrations))
+	endpoints.Metric(w, "nri_containers_total", "counter", "Containers the NRI plugin judged, by what it did.",
 		fmt.Sprintf(`{result="served"} %d`, c.Served), fmt.Sprintf(`{result="unrendered"} %d`, c.Unrendered),
 		fmt.Sprintf(`{result="refused"} %d`, c.Refused), fmt.Sprintf(`{result="conflict"} %d`, c.Conflicts),
 		fmt.Sprintf(`{result="missed"} %d`, c.Missed))
-	metric("nri_writable_containers_total", "counter", "Of the containers served, those given the writable view (serve --writable).",
+	endpoints.Metric(w, "nri_writable_containers_total", "counter", "Of the containers served, those given the writable view (serve --writable).",
 		fmt.Sprintf(" %d", c.ServedWritable))
-	metric("nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
+	endpoints.Metric(w, "nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
 		fmt.Sprintf(" %d", len(c.Unserved)))
 }
 

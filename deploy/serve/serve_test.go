@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/internal/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -107,7 +108,7 @@ func (s *served) probe(path string) (int, string) {
 // waitReady waits for /readyz to answer want and returns how long it took.
 func (s *served) waitReady(want int, within time.Duration) time.Duration {
 	s.t.Helper()
-	return podtest.WaitProbe(s.t, s.url+ReadyzPath, want, within)
+	return podtest.WaitProbe(s.t, s.url+endpoints.ReadyzPath, want, within)
 }
 
 // waitFirstSync waits until the first sync has finished, whether or not
@@ -302,7 +303,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 
 	cm.Swap(bad)
 	notReadyIn := s.waitReady(http.StatusServiceUnavailable, 5*time.Second)
-	_, body := s.probe(ReadyzPath)
+	_, body := s.probe(endpoints.ReadyzPath)
 	for _, want := range []string{cm.File(), badField, badValue} {
 		require.Contains(t, body, want)
 	}
@@ -311,7 +312,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	require.Equal(t, good, st.Digest, "the last good render")
 	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the bad profile")
 	require.Equal(t, spec, specIdentity(t, s.opts.Output))
-	code, _ := s.probe(HealthzPath)
+	code, _ := s.probe(endpoints.HealthzPath)
 	require.Equal(t, http.StatusOK, code, "a bad profile is not-ready, not unhealthy")
 	select {
 	case err := <-s.done:
@@ -345,7 +346,7 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 	cm := newConfigMap(t, bad)
 	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitSyncs(3)
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, badField)
 	_, err = os.Stat(s.opts.Output)
@@ -366,7 +367,7 @@ func TestReadyFollowsTheMarker(t *testing.T) {
 	o.Profile = "hgx-h100"
 	_, _, err := overlay.Render(o)
 	require.NoError(t, err)
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "not the current profile's")
 	s.srv.Sync(context.Background(), "test")
@@ -391,7 +392,7 @@ func TestStopLeavesTheTree(t *testing.T) {
 	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after the stop")
 	_, err := os.Stat(s.opts.Output)
 	require.NoError(t, err)
-	_, err = http.Get(s.url + HealthzPath)
+	_, err = http.Get(s.url + endpoints.HealthzPath)
 	require.Error(t, err, "the endpoints are closed")
 }
 
@@ -411,7 +412,7 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	}
 	s, err := New(Options{Output: "/tmp/s.yaml"})
 	require.NoError(t, err)
-	require.Equal(t, DefaultListen, s.opts.Listen)
+	require.Equal(t, endpoints.DefaultListen, s.opts.Listen)
 	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
 	require.Equal(t, DefaultResync, s.opts.Resync)
 }
@@ -502,7 +503,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 			o.Resync = time.Hour
 		})
 		s.waitFirstSync()
-		code, body := s.probe(ReadyzPath)
+		code, body := s.probe(endpoints.ReadyzPath)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "merge into "+s.opts.MergeInto)
 		rewrite(t, s.opts.MergeInto, original)
@@ -532,11 +533,11 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 
 	unlock := lock()
 	cm.Swap(builtinText(t, "hgx-h100"))
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
-	_, body := s.probe(HealthzPath)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	_, body := s.probe(endpoints.HealthzPath)
 	require.Contains(t, body, "one sync has run for")
 	unlock()
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusOK, 30*time.Second)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusOK, 30*time.Second)
 	s.waitReady(http.StatusOK, 30*time.Second)
 	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
 
@@ -545,7 +546,7 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	cm.Swap(builtinText(t, "t4-vm"))
 	// The render is under way and waits for the lock once /healthz says
 	// one sync has run for StuckAfter.
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
 	began := time.Now()
 	s.stop()
 	require.NoError(t, <-s.done)
@@ -599,7 +600,7 @@ func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
 		o.Render.Strict = true
 	})
 	strict.waitSyncs(2)
-	code, body := strict.probe(ReadyzPath)
+	code, body := strict.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "subsytem_id: unknown key")
 	require.Contains(t, body, "--strict refuses keys nvml-mock does not know")
@@ -829,7 +830,7 @@ func TestFleetNoMatchIsNotReady(t *testing.T) {
 	st := s.waitSyncs(5)
 	require.Equal(t, st.Syncs, st.Failures)
 	want := "fleet map " + fm.File() + ": node worker-c matches no rule and the map has no default"
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, want, strings.TrimSpace(body))
 	errs := s.logs.Records(t, "ERROR")
@@ -838,7 +839,7 @@ func TestFleetNoMatchIsNotReady(t *testing.T) {
 	require.Equal(t, "worker-c", errs[0]["node"])
 	_, err := os.Stat(s.opts.Output)
 	require.ErrorIs(t, err, os.ErrNotExist, "no spec for a node the map does not serve")
-	code, _ = s.probe(HealthzPath)
+	code, _ = s.probe(endpoints.HealthzPath)
 	require.Equal(t, http.StatusOK, code, "not served is not-ready, not unhealthy")
 
 	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\ndefault: t4-vm\n"))
@@ -854,7 +855,7 @@ func TestFleetBadMapKeepsTheLastGoodTree(t *testing.T) {
 	fm := newFleetMap(t, "nodes:\n  worker-a:\n")
 	s := startFleet(t, fm, "worker-a", nil, func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitSyncs(2)
-	_, body := s.probe(ReadyzPath)
+	_, body := s.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, "fleet map "+fm.File()+": nodes.worker-a: empty profile")
 
 	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\n"))
@@ -864,7 +865,7 @@ func TestFleetBadMapKeepsTheLastGoodTree(t *testing.T) {
 
 	fm.Swap([]byte("nodez:\n  worker-a: hgx-h100\n"))
 	s.waitReady(http.StatusServiceUnavailable, 10*time.Second)
-	_, body = s.probe(ReadyzPath)
+	_, body = s.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, `unknown field "nodez"`)
 	require.Contains(t, body, fm.File())
 	st := s.waitSyncs(2)
@@ -927,7 +928,7 @@ func TestFleetReadsLabelsOnlyForLabelRules(t *testing.T) {
 	denied.err = fmt.Errorf(`labels of node worker-a: nodes is forbidden`)
 	d := startFleet(t, newFleetMap(t, "labels:\n  - match: {a: b}\n    profile: t4-vm\ndefault: t4-vm\n"), "worker-a", denied, func(o *Options) { o.Resync = time.Hour })
 	d.waitFirstSync()
-	_, body := d.probe(ReadyzPath)
+	_, body := d.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, "has label rules: labels of node worker-a: nodes is forbidden")
 	denied.set(nil, nil)
 	d.waitReady(http.StatusOK, 30*time.Second)
