@@ -2,17 +2,14 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
@@ -78,7 +75,7 @@ func runPublish(e *env, args []string) int {
 	case o.Nodes.Empty():
 		return usageError(e, "publish", "--node-selector %q: selects every node, real ones too", selector)
 	}
-	if o.Fleet, err = namespacedName(fleetConfigMap); err != nil {
+	if o.Fleet, err = apiwatch.ParseName(fleetConfigMap); err != nil {
 		return usageError(e, "publish", "--fleet-configmap %q: %v", fleetConfigMap, err)
 	}
 	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
@@ -100,18 +97,4 @@ func runPublish(e *env, args []string) int {
 		return fail(e, "publish: %v", err)
 	}
 	return exitOK
-}
-
-// namespacedName parses NAMESPACE/NAME, each as the API takes it.
-func namespacedName(s string) (types.NamespacedName, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	switch {
-	case !ok || ns == "" || name == "":
-		return types.NamespacedName{}, fmt.Errorf("want NAMESPACE/NAME")
-	case len(validation.IsDNS1123Label(ns)) > 0:
-		return types.NamespacedName{}, fmt.Errorf("namespace %q: %s", ns, strings.Join(validation.IsDNS1123Label(ns), "; "))
-	case len(validation.IsDNS1123Subdomain(name)) > 0:
-		return types.NamespacedName{}, fmt.Errorf("name %q: %s", name, strings.Join(validation.IsDNS1123Subdomain(name), "; "))
-	}
-	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }

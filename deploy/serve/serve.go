@@ -36,11 +36,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -83,10 +88,20 @@ type Options struct {
 	// NodeName is this node's name, the pod's spec.nodeName; required
 	// with Fleet.
 	NodeName string
-	// NodeLabels reads the node's labels for a map with label rules (nil
-	// will do for a map without any: such a sync fails if the map gains
-	// one). Its Changed triggers a sync as a file change does.
+	// NodeLabels reads the node's labels for a map with label rules; its
+	// Changed triggers a sync as a file change does. Nil with Fleet is
+	// the Node's own labels through Kubeconfig (NodeLabelWatch, which Run
+	// starts and which connects only when a map with label rules asks).
 	NodeLabels NodeLabels
+	// Kubeconfig is how NodeLabelWatch and the fleet mirror reach the API
+	// server (default: the pod's service account; kubeclient.Config).
+	// Only with Fleet.
+	Kubeconfig string
+	// FleetConfigMap, NAMESPACE/NAME, keeps Fleet's directory holding
+	// that ConfigMap's keys, read and watched through the API
+	// (FleetMirror, which Run starts), so Fleet must name
+	// DIR/fleet.ConfigMapKey.
+	FleetConfigMap string
 	// AlsoAt are extra targets of the links directory (cdi --also-at).
 	AlsoAt []string
 	// Writable serves the tree through a FUSE view at Render.Root that
@@ -179,22 +194,53 @@ type Server struct {
 	writable *writableView
 	// nri is the NRI plugin, with Options.NRI.
 	nri *nriplugin.Plugin
+	// labelWatch is the NodeLabelWatch New made, for Run to start; nil
+	// when the caller gave NodeLabels or there is no fleet map.
+	labelWatch *NodeLabelWatch
+	// fleetConfigMap is Options.FleetConfigMap parsed.
+	fleetConfigMap types.NamespacedName
 }
 
-// New checks the options and fills in the defaults.
+// Validate refuses options that contradict each other, in one line that
+// names serve's flags, as the command reports it: these are the checks
+// that combine options; each option's own value is checked where it is
+// used (New, the render).
+func (o Options) Validate() error {
+	switch {
+	case o.Fleet != "" && o.Render.Profile != "":
+		return errors.New("--fleet and --profile: give one; the fleet map chooses each node's profile")
+	case o.Fleet != "" && o.NodeName == "":
+		return errors.New("--fleet needs --node-name NAME, the pod's spec.nodeName (from the downward API)")
+	case o.Fleet == "" && o.NodeName != "":
+		return errors.New("--node-name applies to --fleet")
+	case o.Fleet == "" && o.Kubeconfig != "":
+		return errors.New("--kubeconfig applies to --fleet")
+	case o.FleetConfigMap != "" && o.Fleet == "":
+		return fmt.Errorf("--fleet-configmap needs --fleet DIR/%s, the map's file it keeps", fleet.ConfigMapKey)
+	case o.FleetConfigMap != "" && filepath.Base(o.Fleet) != fleet.ConfigMapKey:
+		return fmt.Errorf("--fleet %q: with --fleet-configmap, name DIR/%s, the ConfigMap's key", o.Fleet, fleet.ConfigMapKey)
+	}
+	if o.FleetConfigMap != "" {
+		if _, err := apiwatch.ParseName(o.FleetConfigMap); err != nil {
+			return fmt.Errorf("--fleet-configmap %q: %v", o.FleetConfigMap, err)
+		}
+	}
+	switch {
+	case o.Output == "" && o.MergeInto == "":
+		return errors.New("give --output FILE, --merge-into FILE, or both")
+	case o.WritableTree != "" && !o.Writable:
+		return errors.New("--writable-tree applies to --writable")
+	}
+	return nil
+}
+
+// New checks the options (Validate, and each one's value) and fills in
+// the defaults. Nothing connects to the API server before Run.
 func New(o Options) (*Server, error) {
 	o.Render.Root = cmp.Or(o.Render.Root, overlay.DefaultRoot)
 	o.Render.ContainerRoot = cmp.Or(o.Render.ContainerRoot, plan.DefaultContainerRoot)
-	if o.Output == "" && o.MergeInto == "" {
-		return nil, errors.New("no CDI spec to write: give Output, MergeInto, or both")
-	}
-	if o.Fleet != "" {
-		switch {
-		case o.Render.Profile != "":
-			return nil, fmt.Errorf("fleet map %s and profile %s: give one; the map chooses the profile", o.Fleet, o.Render.Profile)
-		case o.NodeName == "":
-			return nil, fmt.Errorf("fleet map %s: no node name: the map chooses by it", o.Fleet)
-		}
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
 	o.Kind = cmp.Or(o.Kind, cdispec.DefaultKind)
 	if err := cdispec.CheckKind(o.Kind); err != nil {
@@ -229,6 +275,13 @@ func New(o Options) (*Server, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}}
+	if o.Fleet != "" && o.NodeLabels == nil {
+		s.labelWatch = NewNodeLabelWatch(o.NodeName, o.Kubeconfig, o.Logger)
+		s.opts.NodeLabels = s.labelWatch
+	}
+	if o.FleetConfigMap != "" {
+		s.fleetConfigMap, _ = apiwatch.ParseName(o.FleetConfigMap) // Validate parsed it
+	}
 	if o.NRI != nil {
 		no := *o.NRI
 		// The writable view goes only to the containers the policy
@@ -264,8 +317,14 @@ func (s *Server) NRI() (nriplugin.Counts, bool) {
 // Run serves until ctx ends, then waits up to StopTimeout for the sync in
 // flight and returns nil, leaving the tree and the specs in place: served
 // containers keep using them. It returns an error only when the listener
-// cannot be opened.
+// cannot be opened or the fleet mirror cannot be made.
 func (s *Server) Run(ctx context.Context) error {
+	if _, err := s.Listen(); err != nil {
+		return err
+	}
+	if err := s.startAPIWatches(ctx); err != nil {
+		return err
+	}
 	hs, addr, err := s.endpoints.Serve(s.Handler(), s.log)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -880,12 +881,16 @@ func TestFleetSyncRereadsTheMap(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, fleetKey)
 	require.NoError(t, os.WriteFile(file, []byte("nodes:\n  worker-a: t4-vm\n"), 0o644))
+	// Labels that cannot be read: Sync without Run starts no real watch.
+	labels := newFakeLabels(nil)
+	labels.err = errors.New("no labels here")
 	srv, err := New(Options{
-		Render:   overlay.Options{Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
-		Fleet:    file,
-		NodeName: "worker-a",
-		Output:   filepath.Join(dir, "spec.yaml"),
-		Logger:   slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+		Render:     overlay.Options{Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
+		Fleet:      file,
+		NodeName:   "worker-a",
+		NodeLabels: labels,
+		Output:     filepath.Join(dir, "spec.yaml"),
+		Logger:     slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
 	})
 	require.NoError(t, err)
 	srv.Sync(context.Background(), "test")
@@ -898,10 +903,11 @@ func TestFleetSyncRereadsTheMap(t *testing.T) {
 	require.Equal(t, "built-in hgx-h100", srv.Status().Profile)
 	require.Equal(t, "nodes[worker-a]", srv.Status().Rule)
 
-	// Label rules without a source of labels: a failed sync that says so.
+	// Label rules whose labels cannot be read: a failed sync that says so.
+	require.Zero(t, labels.called(), "a map without label rules reads no labels")
 	require.NoError(t, os.WriteFile(file, []byte("labels:\n  - match: {a: b}\n    profile: t4-vm\n"), 0o644))
 	srv.Sync(context.Background(), "test")
-	require.ErrorContains(t, srv.Ready(), "the map has label rules, but serve has no source of node labels")
+	require.ErrorContains(t, srv.Ready(), "has label rules: no labels here")
 }
 
 // A map without label rules never asks for the labels: serve with it needs

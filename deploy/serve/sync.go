@@ -106,9 +106,6 @@ func (s *Server) choose(ctx context.Context) (fleet.Choice, error) {
 	}
 	var labels map[string]string
 	if _, named := m.Nodes[s.opts.NodeName]; !named && m.NeedsLabels() {
-		if s.opts.NodeLabels == nil {
-			return fleet.Choice{}, fmt.Errorf("fleet map %s: the map has label rules, but serve has no source of node labels", s.opts.Fleet)
-		}
 		if labels, err = s.opts.NodeLabels.Labels(ctx); err != nil {
 			return fleet.Choice{}, fmt.Errorf("fleet map %s has label rules: %w", s.opts.Fleet, err)
 		}
