@@ -11,7 +11,6 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
 )
 
@@ -54,12 +53,12 @@ labelled, on KWOK's nodes: docs/user/publisher.md).
 
 func runPublish(e *env, args []string) int {
 	flags := newFlags(e, "publish", "--node-selector SELECTOR --fleet-configmap NAMESPACE/NAME [--kubeconfig FILE] [--listen ADDR] [--log-format text|json] [--log-level debug|info|warn|error]", publishHelp)
-	var selector, fleetConfigMap, kubeconfig, logFormat string
+	var selector, fleetConfigMap, logFormat string
 	var o publisher.Options
 	var logLevel slog.Level
 	flags.StringVar(&selector, "node-selector", "", "a label selector of the Nodes to publish for, as kubectl -l takes it, such as type=kwok (required)")
 	flags.StringVar(&fleetConfigMap, "fleet-configmap", "", "the fleet map's ConfigMap, NAMESPACE/NAME (required)")
-	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: the pod's service account)")
+	flags.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: the pod's service account)")
 	flags.StringVar(&o.Listen, "listen", endpoints.DefaultListen, "address of "+endpoints.HealthzPath+" and "+endpoints.ReadyzPath)
 	flags.StringVar(&logFormat, "log-format", "text", "text or json")
 	flags.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
@@ -80,9 +79,6 @@ func runPublish(e *env, args []string) int {
 	}
 	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
 		return usageError(e, "publish", "%v", err)
-	}
-	if o.Client, err = kubeclient.Fleet(kubeconfig); err != nil {
-		return fail(e, "publish: %v", err)
 	}
 	p, err := publisher.New(o)
 	if err != nil {

@@ -53,14 +53,18 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/resourceslices"
 )
 
-// Options configure a Publisher. Client, Nodes and Fleet are required.
+// Options configure a Publisher. Nodes and Fleet are required.
 type Options struct {
-	// Client reaches the API server (kubeclient.Fleet makes one, with
-	// rate limits for a fleet).
+	// Client reaches the API server; nil is Kubeconfig's, with rate
+	// limits for a fleet (kubeclient.Fleet).
 	Client kubernetes.Interface
+	// Kubeconfig is the API server's kubeconfig when Client is nil
+	// (default: the pod's service account).
+	Kubeconfig string
 	// Nodes selects the Nodes to publish for, such as type=kwok. Never
 	// labels.Everything() by mistake: real nodes run their drivers.
 	Nodes labels.Selector
@@ -117,12 +121,17 @@ type nodeRecord struct {
 // New checks the options and makes a publisher; Run starts it.
 func New(o Options) (*Publisher, error) {
 	switch {
-	case o.Client == nil:
-		return nil, errors.New("publisher: no API client")
 	case o.Nodes == nil || o.Nodes.Empty():
 		return nil, errors.New("publisher: no node selector: every node would carry slices, real ones too")
 	case o.Fleet.Namespace == "" || o.Fleet.Name == "":
 		return nil, fmt.Errorf("publisher: fleet ConfigMap %q: want a namespace and a name", o.Fleet.String())
+	}
+	if o.Client == nil {
+		var err error
+		if o.Client, err = kubeclient.Fleet(o.Kubeconfig); err != nil {
+			// As publish said it when it made the client itself.
+			return nil, fmt.Errorf("publish: %w", err)
+		}
 	}
 	if o.Listen == "" {
 		o.Listen = endpoints.DefaultListen
