@@ -407,12 +407,23 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"container root /":  {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
 		"fleet and profile": {Render: overlay.Options{Root: "/tmp/x", Profile: "t4-vm"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml", NodeName: "n"},
 		"fleet, no node":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml"},
+		"node, no fleet":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", NodeName: "n"},
+		"kubeconfig alone":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kubeconfig: "/k"},
+		"mirror, no fleet":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", FleetConfigMap: "ns/f"},
+		"mirror elsewhere":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/map.yaml", NodeName: "n", FleetConfigMap: "ns/f"},
+		"mirror unnamed":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/fleet.yaml", NodeName: "n", FleetConfigMap: "f"},
+		"tree, no view":     {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", WritableTree: "/tmp/t"},
 	} {
 		_, err := New(o)
 		require.Error(t, err, name)
 	}
 	s, err := New(Options{Output: "/tmp/s.yaml"})
 	require.NoError(t, err)
+	require.Nil(t, s.opts.NodeLabels, "no fleet map, no label watch")
+	f, err := New(Options{Output: "/tmp/s.yaml", Fleet: "/tmp/fleet.yaml", NodeName: "n", FleetConfigMap: "ns/f"})
+	require.NoError(t, err)
+	require.Same(t, f.labelWatch, f.opts.NodeLabels, "a fleet map without a source of labels: the Node's, through the API")
+	require.Equal(t, "ns/f", f.fleetConfigMap.String())
 	require.Equal(t, endpoints.DefaultListen, s.opts.Listen)
 	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
 	require.Equal(t, DefaultResync, s.opts.Resync)
