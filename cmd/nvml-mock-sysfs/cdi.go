@@ -5,7 +5,7 @@ import (
 	"flag"
 	"fmt"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // specArgs are the spec files that cdi and serve write: a standalone spec,
@@ -17,7 +17,7 @@ type specArgs struct {
 func (a *specArgs) register(flags *flag.FlagSet) {
 	flags.StringVar(&a.output, "output", "", "write a standalone CDI spec to this file")
 	flags.StringVar(&a.mergeInto, "merge-into", "", "edit this existing CDI spec in place: add the mounts, drop any /sys/devices mount")
-	flags.StringVar(&a.kind, "kind", "", "the standalone spec's kind (default "+deploy.DefaultKind+")")
+	flags.StringVar(&a.kind, "kind", "", "the standalone spec's kind (default "+cdispec.DefaultKind+")")
 }
 
 // check refuses a kind without --output and a bad kind, and defaults it.
@@ -25,8 +25,8 @@ func (a *specArgs) check(e *env, cmd string) (int, bool) {
 	if a.kind != "" && a.output == "" {
 		return usageError(e, cmd, "--kind applies to --output; --merge-into keeps the spec's own kind"), false
 	}
-	a.kind = cmp.Or(a.kind, deploy.DefaultKind)
-	if err := deploy.CheckKind(a.kind); err != nil {
+	a.kind = cmp.Or(a.kind, cdispec.DefaultKind)
+	if err := cdispec.CheckKind(a.kind); err != nil {
 		return usageError(e, cmd, "--kind: %v", err), false
 	}
 	return 0, true
@@ -58,12 +58,12 @@ func runCDI(e *env, args []string) int {
 }
 
 func writeStandalone(e *env, output, kind string, sv served) int {
-	s, wrote, err := deploy.WriteStandalone(output, kind, sv.mounts, sv.env, sv.rendered)
+	s, wrote, err := cdispec.WriteStandalone(output, kind, sv.mounts, sv.env, sv.rendered)
 	if err != nil {
 		return fail(e, "cdi: %v", err)
 	}
 	served := s.Devices[0].ContainerEdits.Mounts
-	fmt.Fprintf(e.stdout, "%s %s: cdiVersion %s, device %s=%s, %d mounts\n", verb(wrote), output, s.Version, kind, deploy.DeviceName, len(served))
+	fmt.Fprintf(e.stdout, "%s %s: cdiVersion %s, device %s=%s, %d mounts\n", verb(wrote), output, s.Version, kind, cdispec.DeviceName, len(served))
 	for _, m := range served {
 		fmt.Fprintf(e.stdout, "  %s -> %s\n", m.HostPath, m.ContainerPath)
 	}
@@ -79,7 +79,7 @@ func printEnv(e *env, vars []string) {
 }
 
 func mergeSpec(e *env, file string, sv served) int {
-	s, r, wrote, err := deploy.MergeInto(file, sv.mounts, sv.env, sv.rendered)
+	s, r, wrote, err := cdispec.MergeInto(file, sv.mounts, sv.env, sv.rendered)
 	if err != nil {
 		return fail(e, "cdi: --merge-into %s: %v; left as it was", file, err)
 	}

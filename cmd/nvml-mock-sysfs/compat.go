@@ -7,7 +7,7 @@ import (
 	"path"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -42,7 +42,7 @@ func runCompat(e *env, args []string) int {
 	overlayDir, sysfs := whereToCheck(root, sysfs, containerRoot)
 	if hostSide {
 		// The links must resolve where the render said containers mount it.
-		served, err := deploy.ServedContainerRoot(os.DirFS(overlayDir), overlayDir, containerRoot)
+		served, err := cdispec.ServedContainerRoot(os.DirFS(overlayDir), overlayDir, containerRoot)
 		if err != nil {
 			return containerRootError(e, "compat", containerRoot, err)
 		}

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/sysfs"
@@ -15,7 +15,7 @@ import (
 )
 
 // mountArgs are the flags that cdi and mounts share: both hand out the one
-// mount set of deploy.Mounts, behind the same gate.
+// mount set of cdispec.Mounts, behind the same gate.
 type mountArgs struct {
 	root, containerRoot string
 	alsoAt              []string
@@ -30,9 +30,9 @@ func (a *mountArgs) register(flags *flag.FlagSet) {
 }
 
 // served is what cdi and mounts hand out: the mount set, the variables
-// (deploy.Env), and whether the gate let them through.
+// (cdispec.Env), and whether the gate let them through.
 type served struct {
-	mounts   []deploy.Mount
+	mounts   []cdispec.Mount
 	env      []string
 	rendered bool
 }
@@ -44,22 +44,22 @@ func (a *mountArgs) resolve(e *env, cmd string) (served, int, bool) {
 		return served{}, usageError(e, cmd, "--root: %v", err), false
 	}
 	rootFS := os.DirFS(a.root)
-	containerRoot, err := deploy.ServedContainerRoot(rootFS, a.root, a.containerRoot)
+	containerRoot, err := cdispec.ServedContainerRoot(rootFS, a.root, a.containerRoot)
 	if err != nil {
 		return served{}, containerRootError(e, cmd, a.containerRoot, err), false
 	}
-	mounts, err := deploy.Mounts(a.root, containerRoot, a.alsoAt)
+	mounts, err := cdispec.Mounts(a.root, containerRoot, a.alsoAt)
 	if err != nil {
 		return served{}, usageError(e, cmd, "%s", alsoAtError(err)), false
 	}
-	if err := deploy.CheckRendered(rootFS, a.root); err != nil {
+	if err := cdispec.CheckRendered(rootFS, a.root); err != nil {
 		if !a.failOpen {
 			return served{}, fail(e, "%s: %v; run render first, or pass --fail-open to leave the sysfs mounts out", cmd, err), false
 		}
 		fmt.Fprintf(e.stderr, "nvml-mock-sysfs: %s: warning: %s; --fail-open: leaving the sysfs mounts out\n", cmd, oneLine(err.Error()))
 		return served{mounts: mounts}, 0, true
 	}
-	return served{mounts: mounts, env: deploy.Env(rootFS, containerRoot), rendered: true}, 0, true
+	return served{mounts: mounts, env: cdispec.Env(rootFS, containerRoot), rendered: true}, 0, true
 }
 
 // registerAlsoAt registers --also-at, which cdi, mounts and serve share.
@@ -72,7 +72,7 @@ func registerAlsoAt(flags *flag.FlagSet, alsoAt *[]string) {
 
 // alsoAtError names --also-at in a refused links target's error.
 func alsoAtError(err error) string {
-	var t *deploy.TargetError
+	var t *cdispec.TargetError
 	if errors.As(err, &t) {
 		return fmt.Sprintf("--also-at %q: %v", t.Target, t.Err)
 	}
@@ -80,7 +80,7 @@ func alsoAtError(err error) string {
 }
 
 // containerRootError reports a --container-root that disagrees with the
-// render's (deploy.ServedContainerRoot), and the two ways out.
+// render's (cdispec.ServedContainerRoot), and the two ways out.
 func containerRootError(e *env, cmd, flagValue string, err error) int {
 	return usageError(e, cmd, "--container-root %v; drop the flag, or render again with --container-root %s", err, flagValue)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
@@ -104,7 +104,7 @@ func TestCDIAndMountsShareTheMountSet(t *testing.T) {
 
 	code, stdout, stderr := runCLI(t, append([]string{"mounts", "--format", "json"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
-	var listed []deploy.Mount
+	var listed []cdispec.Mount
 	require.NoError(t, json.Unmarshal([]byte(stdout), &listed))
 	require.Len(t, listed, 3)
 
@@ -113,9 +113,9 @@ func TestCDIAndMountsShareTheMountSet(t *testing.T) {
 	require.Contains(t, stdout, "cdiVersion 0.3.0")
 	s, err := cdi.ReadSpec(out, 0)
 	require.NoError(t, err)
-	var inSpec []deploy.Mount
+	var inSpec []cdispec.Mount
 	for _, m := range s.Devices[0].ContainerEdits.Mounts {
-		inSpec = append(inSpec, deploy.Mount{Source: m.HostPath, Destination: m.ContainerPath, Options: m.Options})
+		inSpec = append(inSpec, cdispec.Mount{Source: m.HostPath, Destination: m.ContainerPath, Options: m.Options})
 	}
 	require.Equal(t, listed, inSpec)
 	require.Equal(t, filepath.Join(root, plan.LinksDir), listed[2].Source)
@@ -126,7 +126,7 @@ func TestCDIMergeInto(t *testing.T) {
 	t.Parallel()
 	root := renderedRoot(t)
 	file := filepath.Join(t.TempDir(), "nvidia.yaml")
-	orig, err := os.ReadFile("../../deploy/testdata/nvidia.yaml")
+	orig, err := os.ReadFile("../../deploy/cdispec/testdata/nvidia.yaml")
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(file, orig, 0o644))
 

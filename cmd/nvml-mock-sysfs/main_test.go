@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -220,7 +220,7 @@ func TestRenderNewestShapes(t *testing.T) {
 	spec := filepath.Join(dir, "spec.yaml")
 	code, out, stderr = runCLI(t, "cdi", "--root", root, "--output", spec)
 	require.Equal(t, exitOK, code, stderr)
-	require.Contains(t, out, "  env "+deploy.MachineTypeFileEnv+"=/opt/nvml-mock/dmi/product_name")
+	require.Contains(t, out, "  env "+cdispec.MachineTypeFileEnv+"=/opt/nvml-mock/dmi/product_name")
 
 	before := overlaytest.Snapshot(t, root, overlaytest.SnapshotOptions{Identity: true})
 	bad := filepath.Join(dir, "bad.yaml")

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // runMounts prints the mount set for an NRI plugin (or a person) to apply:
@@ -27,7 +27,7 @@ func runMounts(e *env, args []string) int {
 	}
 	mounts := sv.mounts
 	if !sv.rendered {
-		mounts = []deploy.Mount{}
+		mounts = []cdispec.Mount{}
 	}
 	err := format.write(e.stdout, mounts, func() error {
 		var rows [][]string

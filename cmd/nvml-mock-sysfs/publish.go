@@ -2,19 +2,16 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 )
 
 const publishHelp = `publish keeps, for every Node --node-selector names (KWOK's fake nodes, say),
@@ -56,13 +53,13 @@ labelled, on KWOK's nodes: docs/user/publisher.md).
 
 func runPublish(e *env, args []string) int {
 	flags := newFlags(e, "publish", "--node-selector SELECTOR --fleet-configmap NAMESPACE/NAME [--kubeconfig FILE] [--listen ADDR] [--log-format text|json] [--log-level debug|info|warn|error]", publishHelp)
-	var selector, fleetConfigMap, kubeconfig, logFormat string
+	var selector, fleetConfigMap, logFormat string
 	var o publisher.Options
 	var logLevel slog.Level
 	flags.StringVar(&selector, "node-selector", "", "a label selector of the Nodes to publish for, as kubectl -l takes it, such as type=kwok (required)")
 	flags.StringVar(&fleetConfigMap, "fleet-configmap", "", "the fleet map's ConfigMap, NAMESPACE/NAME (required)")
-	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: the pod's service account)")
-	flags.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	flags.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig of the API server (default: the pod's service account)")
+	flags.StringVar(&o.Listen, "listen", endpoints.DefaultListen, "address of "+endpoints.HealthzPath+" and "+endpoints.ReadyzPath)
 	flags.StringVar(&logFormat, "log-format", "text", "text or json")
 	flags.TextVar(&logLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	if code, ok := parse(e, flags, args); !ok {
@@ -77,18 +74,11 @@ func runPublish(e *env, args []string) int {
 	case o.Nodes.Empty():
 		return usageError(e, "publish", "--node-selector %q: selects every node, real ones too", selector)
 	}
-	if o.Fleet, err = namespacedName(fleetConfigMap); err != nil {
+	if o.Fleet, err = apiwatch.ParseName(fleetConfigMap); err != nil {
 		return usageError(e, "publish", "--fleet-configmap %q: %v", fleetConfigMap, err)
 	}
 	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
 		return usageError(e, "publish", "%v", err)
-	}
-	cfg, err := serve.RESTConfig(kubeconfig)
-	if err != nil {
-		return fail(e, "publish: %v", err)
-	}
-	if o.Client, err = publisher.NewClient(cfg); err != nil {
-		return fail(e, "publish: %v", err)
 	}
 	p, err := publisher.New(o)
 	if err != nil {
@@ -103,18 +93,4 @@ func runPublish(e *env, args []string) int {
 		return fail(e, "publish: %v", err)
 	}
 	return exitOK
-}
-
-// namespacedName parses NAMESPACE/NAME, each as the API takes it.
-func namespacedName(s string) (types.NamespacedName, error) {
-	ns, name, ok := strings.Cut(s, "/")
-	switch {
-	case !ok || ns == "" || name == "":
-		return types.NamespacedName{}, fmt.Errorf("want NAMESPACE/NAME")
-	case len(validation.IsDNS1123Label(ns)) > 0:
-		return types.NamespacedName{}, fmt.Errorf("namespace %q: %s", ns, strings.Join(validation.IsDNS1123Label(ns), "; "))
-	case len(validation.IsDNS1123Subdomain(name)) > 0:
-		return types.NamespacedName{}, fmt.Errorf("name %q: %s", name, strings.Join(validation.IsDNS1123Subdomain(name), "; "))
-	}
-	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -184,7 +184,7 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	}
 	if m.ProductName != "" {
 		fmt.Fprintf(e.stdout, "  machine     %q from %s, in %s (GFD: the CDI spec's %s, or --machine-type-file=%s)\n",
-			m.ProductName, machineSource(m), plan.ProductNameFile, deploy.MachineTypeFileEnv, path.Join(p.ContainerRoot, plan.ProductNameFile))
+			m.ProductName, machineSource(m), plan.ProductNameFile, cdispec.MachineTypeFileEnv, path.Join(p.ContainerRoot, plan.ProductNameFile))
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
 	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)

@@ -8,15 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
@@ -85,17 +82,16 @@ func runServe(e *env, args []string) int {
 	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR] [--nri-writable-pods [NAMESPACE:]SELECTOR]...] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", shipped.Default, "a built-in profile name or a profile file, rendered at every sync")
-	var fleetFile, fleetConfigMap, nodeName, kubeconfig string
-	flags.StringVar(&fleetFile, "fleet", "", "a fleet map: render the profile it gives --node-name, in place of --profile")
-	flags.StringVar(&fleetConfigMap, "fleet-configmap", "", "keep --fleet's directory holding this ConfigMap's keys, read and watched through the API, NAMESPACE/NAME")
-	flags.StringVar(&nodeName, "node-name", "", "this node's name, the pod's spec.nodeName (required with --fleet)")
-	flags.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig to read the node's labels (the fleet map's label rules) and --fleet-configmap with (default: the pod's service account)")
+	var o serve.Options
+	flags.StringVar(&o.Fleet, "fleet", "", "a fleet map: render the profile it gives --node-name, in place of --profile")
+	flags.StringVar(&o.FleetConfigMap, "fleet-configmap", "", "keep --fleet's directory holding this ConfigMap's keys, read and watched through the API, NAMESPACE/NAME")
+	flags.StringVar(&o.NodeName, "node-name", "", "this node's name, the pod's spec.nodeName (required with --fleet)")
+	flags.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig to read the node's labels (the fleet map's label rules) and --fleet-configmap with (default: the pod's service account)")
 	ra.register(flags)
 	var sa specArgs
 	sa.register(flags)
-	var o serve.Options
 	registerAlsoAt(flags, &o.AlsoAt)
-	flags.StringVar(&o.Listen, "listen", serve.DefaultListen, "address of "+serve.HealthzPath+" and "+serve.ReadyzPath)
+	flags.StringVar(&o.Listen, "listen", endpoints.DefaultListen, "address of "+endpoints.HealthzPath+" and "+endpoints.ReadyzPath)
 	flags.DurationVar(&o.Resync, "resync", serve.DefaultResync, "sync this often even without a change event, as a safety net")
 	flags.DurationVar(&o.StopTimeout, "stop-timeout", serve.DefaultStopTimeout, "on SIGTERM, wait this long for the render in flight")
 	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
@@ -110,38 +106,28 @@ func runServe(e *env, args []string) int {
 	if code, ok := parse(e, flags, args); !ok {
 		return code
 	}
-	// Explicit, not merely set: --profile has a default that --fleet
-	// replaces, while --profile given beside --fleet is a contradiction.
+	// Explicit, not merely set: --profile and --writable-tree have
+	// defaults that the options leave at zero unless given (--fleet
+	// replaces the profile), while either given where it does not apply
+	// is a contradiction.
 	given := map[string]bool{}
 	flags.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	switch {
-	case given["fleet"] && fleetFile == "":
+	if given["fleet"] && o.Fleet == "" {
 		return usageError(e, "serve", "--fleet: empty; want a fleet map file")
-	case fleetFile != "" && given["profile"]:
-		return usageError(e, "serve", "--fleet and --profile: give one; the fleet map chooses each node's profile")
-	case fleetFile != "" && nodeName == "":
-		return usageError(e, "serve", "--fleet needs --node-name NAME, the pod's spec.nodeName (from the downward API)")
-	case fleetFile == "" && given["node-name"]:
-		return usageError(e, "serve", "--node-name applies to --fleet")
-	case fleetFile == "" && given["kubeconfig"]:
-		return usageError(e, "serve", "--kubeconfig applies to --fleet")
-	case given["fleet-configmap"] && fleetFile == "":
-		return usageError(e, "serve", "--fleet-configmap needs --fleet DIR/%s, the map's file it keeps", fleet.ConfigMapKey)
-	case given["fleet-configmap"] && filepath.Base(fleetFile) != fleet.ConfigMapKey:
-		return usageError(e, "serve", "--fleet %q: with --fleet-configmap, name DIR/%s, the ConfigMap's key", fleetFile, fleet.ConfigMapKey)
 	}
-	var fleetName types.NamespacedName
-	if given["fleet-configmap"] {
-		var err error
-		if fleetName, err = namespacedName(fleetConfigMap); err != nil {
-			return usageError(e, "serve", "--fleet-configmap %q: %v", fleetConfigMap, err)
-		}
+	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
+	if given["profile"] || o.Fleet == "" {
+		o.Render.Profile = ra.o.Profile
 	}
-	if sa.output == "" && sa.mergeInto == "" {
-		return usageError(e, "serve", "give --output FILE, --merge-into FILE, or both")
+	if !given["writable-tree"] {
+		o.WritableTree = ""
 	}
-	if given["writable-tree"] && !o.Writable {
-		return usageError(e, "serve", "--writable-tree applies to --writable")
+	if err := o.Validate(); err != nil {
+		return usageError(e, "serve", "%v", err)
+	}
+	if given["fleet-configmap"] && o.FleetConfigMap == "" {
+		// Empty is no mirror to Options; given, it is a name missing.
+		return usageError(e, "serve", "--fleet-configmap \"\": want NAMESPACE/NAME")
 	}
 	var err error
 	if o.NRI, err = na.options(given, o.Writable); err != nil {
@@ -153,32 +139,8 @@ func runServe(e *env, args []string) int {
 	if o.Logger, err = newLogger(e, logFormat, logLevel); err != nil {
 		return usageError(e, "serve", "%v", err)
 	}
-	var code int
-	var ok bool
-	if o.Render, code, ok = ra.options(e, "serve"); !ok {
+	if code, ok := serveRender(e, &ra, &o); !ok {
 		return code
-	}
-	// A name that is neither a built-in nor a file is a typo that no
-	// resync mends: a usage error, as for render. Any other bad profile
-	// is the loop's to report, and to recover from; so is a bad fleet
-	// map, which its ConfigMap's next update may mend.
-	if fleetFile != "" {
-		o.Render.Profile = ""
-		o.Fleet, o.NodeName = fleetFile, nodeName
-	} else if _, _, err := shipped.Load(o.Render.Profile); err != nil {
-		var unknown *shipped.UnknownError
-		if errors.As(err, &unknown) {
-			return usageError(e, "serve", "%v", err)
-		}
-	}
-	if code, ok := ra.withBinary(e, "serve", &o.Render); !ok {
-		return code
-	}
-	o.Output, o.Kind, o.MergeInto = sa.output, sa.kind, sa.mergeInto
-	var labels *serve.NodeLabelWatch
-	if o.Fleet != "" {
-		labels = serve.NewNodeLabelWatch(nodeName, kubeconfig, o.Logger)
-		o.NodeLabels = labels
 	}
 	s, err := serve.New(o)
 	if err != nil {
@@ -192,26 +154,34 @@ func runServe(e *env, args []string) int {
 	// SIGTERM is how the kubelet stops the pod; SIGINT is a terminal's ^C.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if labels != nil {
-		// It connects only when a map with label rules asks for labels.
-		go labels.Run(ctx)
-	}
-	if fleetConfigMap != "" {
-		m, err := fleetMirror(kubeconfig, fleetName, filepath.Dir(fleetFile), o.Logger)
-		if err != nil {
-			return fail(e, "serve: --fleet-configmap %s: %v", fleetConfigMap, err)
-		}
-		go m.Run(ctx)
-		// The first sync reads the map; one that does not come in time
-		// leaves serve not ready, and its write a change event.
-		if err := m.Wait(ctx, serve.DefaultNodeListTimeout); err != nil {
-			o.Logger.Error("no fleet map from the API server yet", "err", err)
-		}
-	}
 	if err := s.Run(ctx); err != nil {
 		return fail(e, "serve: %v", err)
 	}
 	return exitOK
+}
+
+// serveRender fills o.Render from the render flags. A profile name that is
+// neither a built-in nor a file is a typo that no resync mends: a usage
+// error, as for render. Any other bad profile is the loop's to report,
+// and to recover from; so is a bad fleet map, which its ConfigMap's next
+// update may mend.
+func serveRender(e *env, ra *renderArgs, o *serve.Options) (int, bool) {
+	profile := o.Render.Profile
+	var code int
+	var ok bool
+	if o.Render, code, ok = ra.options(e, "serve"); !ok {
+		return code, false
+	}
+	o.Render.Profile = profile
+	if o.Fleet == "" {
+		if _, _, err := shipped.Load(o.Render.Profile); err != nil {
+			var unknown *shipped.UnknownError
+			if errors.As(err, &unknown) {
+				return usageError(e, "serve", "%v", err), false
+			}
+		}
+	}
+	return ra.withBinary(e, "serve", &o.Render)
 }
 
 // nriArgs are serve's --nri flags.
@@ -313,18 +283,4 @@ func newLogger(e *env, format string, level slog.Level) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(e.stderr, ho)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
-}
-
-// fleetMirror is serve's mirror of the fleet ConfigMap, through
-// kubeconfig's API server or the pod's service account.
-func fleetMirror(kubeconfig string, name types.NamespacedName, dir string, log *slog.Logger) (*serve.FleetMirror, error) {
-	cfg, err := serve.RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return serve.NewFleetMirror(client, name, dir, log)
 }

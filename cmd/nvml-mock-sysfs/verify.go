@@ -6,7 +6,7 @@ import (
 	"path"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/verify"
 )
@@ -34,7 +34,7 @@ func runVerify(e *env, args []string) int {
 	if err != nil {
 		if prof == "" && errors.Is(err, os.ErrNotExist) {
 			return fail(e, "verify: no effective profile at %s: verify checks the container it runs in, which must have been given the %s=%s device (the overlay mounted at %s); to check a render on the host, run 'nvml-mock-sysfs compat --root DIR'",
-				path.Join(containerRoot, plan.ProfileFile), deploy.DefaultKind, deploy.DeviceName, containerRoot)
+				path.Join(containerRoot, plan.ProfileFile), cdispec.DefaultKind, cdispec.DeviceName, containerRoot)
 		}
 		return failLoad(e, "verify", err)
 	}

@@ -5,12 +5,15 @@ package apiwatch
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -45,4 +48,19 @@ func ConfigMap(client kubernetes.Interface, name types.NamespacedName) cache.Sha
 	return Informer(client, client.CoreV1().ConfigMaps(name.Namespace), &corev1.ConfigMap{}, func(lo *metav1.ListOptions) {
 		lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", name.Name).String()
 	})
+}
+
+// ParseName parses NAMESPACE/NAME, each part as the API takes it: the
+// form the commands' --fleet-configmap flags give a ConfigMap's name in.
+func ParseName(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	switch {
+	case !ok || ns == "" || name == "":
+		return types.NamespacedName{}, fmt.Errorf("want NAMESPACE/NAME")
+	case len(validation.IsDNS1123Label(ns)) > 0:
+		return types.NamespacedName{}, fmt.Errorf("namespace %q: %s", ns, strings.Join(validation.IsDNS1123Label(ns), "; "))
+	case len(validation.IsDNS1123Subdomain(name)) > 0:
+		return types.NamespacedName{}, fmt.Errorf("name %q: %s", name, strings.Join(validation.IsDNS1123Subdomain(name), "; "))
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // runtime is NRI's own runtime side (the library containerd embeds) on a
@@ -97,9 +97,9 @@ func (tr *tree) set(err error) {
 
 // served is the edits of a node's serve: the default mounts and a machine.
 func served(t *testing.T) *tree {
-	mounts, err := deploy.Mounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil)
+	mounts, err := cdispec.Mounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil)
 	require.NoError(t, err)
-	return &tree{edits: deploy.DeviceEdits(mounts, []string{deploy.MachineTypeFileEnv + "=/opt/nvml-mock-sysfs/product_name"})}
+	return &tree{edits: cdispec.DeviceEdits(mounts, []string{cdispec.MachineTypeFileEnv + "=/opt/nvml-mock-sysfs/product_name"})}
 }
 
 // startPlugin runs a plugin until the test ends, and waits for it to
@@ -157,9 +157,9 @@ func TestWritableOnlyToWriters(t *testing.T) {
 	sock := socket(t)
 	r := startRuntime(t, sock, nil, nil)
 	ro := served(t)
-	wm, err := deploy.WritableMounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil, "/sys", "6.18.0")
+	wm, err := cdispec.WritableMounts("/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs", nil, "/sys", "6.18.0")
 	require.NoError(t, err)
-	rw := &tree{edits: deploy.DeviceEdits(wm, nil)}
+	rw := &tree{edits: cdispec.DeviceEdits(wm, nil)}
 	writer, err := ParseWriter("dra:component=kubelet-plugin")
 	require.NoError(t, err)
 	p, err := New(Options{Socket: sock, Policy: Policy{Writers: []Writer{writer}}, Edits: ro.Edits, WritableEdits: rw.Edits,

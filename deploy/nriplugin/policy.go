@@ -1,6 +1,6 @@
 // Package nriplugin is serve's NRI plugin: registered with the container
 // runtime's NRI socket, it gives the containers it serves, as they are
-// created, the very edits of serve's CDI device (deploy.DeviceEdits): the
+// created, the very edits of serve's CDI device (cdispec.DeviceEdits): the
 // overlay, the links directory at /sys/bus/pci/devices and the variables.
 // A pod needs no device plugin, no annotation and no hostPath of ours, so
 // GPU Feature Discovery's or the DRA driver's own chart runs unedited.
@@ -23,7 +23,7 @@ import (
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // Inject says which containers are served without asking.
@@ -347,7 +347,7 @@ func (p Policy) annotations(pod *api.PodSandbox, container string) (asks, error)
 }
 
 func (p Policy) device() string {
-	return cmp.Or(p.Device, deploy.DefaultKind+"="+deploy.DeviceName)
+	return cmp.Or(p.Device, cdispec.DefaultKind+"="+cdispec.DeviceName)
 }
 
 // podName is namespace/name, as kubectl names a pod.

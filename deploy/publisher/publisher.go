@@ -47,53 +47,43 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/resourceslices"
 )
 
-// The client's rate limits. client-go's defaults (5 per second, bursts of
-// 10) would take minutes for a thousand nodes, whose controllers each list,
-// watch and create at the start; a kubelet allows 50 and 100.
-const (
-	clientQPS   = 50
-	clientBurst = 100
-)
-
-// Options configure a Publisher. Client, Nodes and Fleet are required.
+// Options configure a Publisher. Nodes and Fleet are required.
 type Options struct {
-	// Client reaches the API server (NewClient makes one).
+	// Client reaches the API server; nil is Kubeconfig's, with rate
+	// limits for a fleet (kubeclient.Fleet).
 	Client kubernetes.Interface
+	// Kubeconfig is the API server's kubeconfig when Client is nil
+	// (default: the pod's service account).
+	Kubeconfig string
 	// Nodes selects the Nodes to publish for, such as type=kwok. Never
 	// labels.Everything() by mistake: real nodes run their drivers.
 	Nodes labels.Selector
 	// Fleet is the fleet ConfigMap's namespace and name.
 	Fleet types.NamespacedName
 	// Listen is the address of /healthz and /readyz (default
-	// serve.DefaultListen, serve's); "127.0.0.1:0" picks a free port.
+	// endpoints.DefaultListen, serve's too); "127.0.0.1:0" picks a free
+	// port.
 	Listen string
 	// Logger receives the structured log (default slog.Default()).
 	Logger *slog.Logger
-}
-
-// NewClient is the typed client the controllers need, with rate limits
-// for a fleet.
-func NewClient(cfg *rest.Config) (kubernetes.Interface, error) {
-	cfg = rest.CopyConfig(cfg)
-	cfg.QPS, cfg.Burst = clientQPS, clientBurst
-	return kubernetes.NewForConfig(cfg)
 }
 
 // Publisher keeps the slices published; Run runs it.
 type Publisher struct {
 	o   Options
 	log *slog.Logger
-	ln  net.Listener
+	// endpoints is the listener of /healthz and /readyz.
+	endpoints endpoints.Listener
 	// kick wakes the planner; dirty and all say what to plan again.
 	kick chan struct{}
 
@@ -131,20 +121,25 @@ type nodeRecord struct {
 // New checks the options and makes a publisher; Run starts it.
 func New(o Options) (*Publisher, error) {
 	switch {
-	case o.Client == nil:
-		return nil, errors.New("publisher: no API client")
 	case o.Nodes == nil || o.Nodes.Empty():
 		return nil, errors.New("publisher: no node selector: every node would carry slices, real ones too")
 	case o.Fleet.Namespace == "" || o.Fleet.Name == "":
 		return nil, fmt.Errorf("publisher: fleet ConfigMap %q: want a namespace and a name", o.Fleet.String())
 	}
+	if o.Client == nil {
+		var err error
+		if o.Client, err = kubeclient.Fleet(o.Kubeconfig); err != nil {
+			// As publish said it when it made the client itself.
+			return nil, fmt.Errorf("publish: %w", err)
+		}
+	}
 	if o.Listen == "" {
-		o.Listen = serve.DefaultListen
+		o.Listen = endpoints.DefaultListen
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	p := &Publisher{o: o, log: o.Logger, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}}
+	p := &Publisher{o: o, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}}
 	p.nodeInformer = apiwatch.Informer(o.Client, o.Client.CoreV1().Nodes(), &corev1.Node{}, func(lo *metav1.ListOptions) {
 		lo.LabelSelector = o.Nodes.String()
 	})
@@ -188,25 +183,16 @@ func (p *Publisher) mark(node string, all bool) {
 
 // Listen opens the health endpoints' listener, which Run serves; Run opens
 // it itself when not called.
-func (p *Publisher) Listen() (net.Addr, error) {
-	if p.ln == nil {
-		ln, err := net.Listen("tcp", p.o.Listen)
-		if err != nil {
-			return nil, err
-		}
-		p.ln = ln
-	}
-	return p.ln.Addr(), nil
-}
+func (p *Publisher) Listen() (net.Addr, error) { return p.endpoints.Listen() }
 
 // Run publishes until ctx ends. The slices stay published when it returns:
 // a restart or an upgrade must not take them from the scheduler.
 func (p *Publisher) Run(ctx context.Context) error {
-	addr, err := p.Listen()
+	hs, addr, err := p.endpoints.Serve(p.Handler(), p.log)
 	if err != nil {
 		return err
 	}
-	defer serve.ServeEndpoints(p.ln, p.Handler(), p.log).Close()
+	defer hs.Close()
 	p.log.Info("publishing", "nodes", p.o.Nodes.String(), "fleet_configmap", p.o.Fleet.String(), "addr", addr.String())
 	go p.nodeInformer.RunWithContext(ctx)
 	go p.fleetInformer.RunWithContext(ctx)
@@ -482,9 +468,4 @@ func (p *Publisher) Ready() error {
 
 // Handler serves /healthz (always ok: a refused map is not ready, not
 // unhealthy) and /readyz: 200 and "ok", or 503 and the reason in one line.
-func (p *Publisher) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET "+serve.HealthzPath, serve.Probe(func() error { return nil }))
-	mux.Handle("GET "+serve.ReadyzPath, serve.Probe(p.Ready))
-	return mux
-}
+func (p *Publisher) Handler() http.Handler { return endpoints.Handler(nil, p.Ready, nil) }

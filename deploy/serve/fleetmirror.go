@@ -23,6 +23,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 )
 
 // FleetMirror keeps a directory holding the keys of the fleet ConfigMap
@@ -68,6 +69,37 @@ func NewFleetMirror(client kubernetes.Interface, name types.NamespacedName, dir 
 		return nil, err
 	}
 	return &FleetMirror{client: client, name: name, dir: dir, log: log, synced: make(chan struct{})}, nil
+}
+
+// startAPIWatches starts what Options.Fleet reads through the API, until
+// ctx ends: the label watch New made, and the mirror of
+// Options.FleetConfigMap, whose first write it waits for (at most
+// DefaultNodeListTimeout) so that the first sync reads the map. A mirror
+// that does not come in time leaves serve not ready, and its write a
+// change event. The error, a mirror that cannot be made, names the flag.
+func (s *Server) startAPIWatches(ctx context.Context) error {
+	if s.labelWatch != nil {
+		// It connects only when a map with label rules asks for labels.
+		go s.labelWatch.Run(ctx)
+	}
+	if s.opts.FleetConfigMap == "" {
+		return nil
+	}
+	m, err := func() (*FleetMirror, error) {
+		client, err := kubeclient.Typed(s.opts.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		return NewFleetMirror(client, s.fleetConfigMap, filepath.Dir(s.opts.Fleet), s.log)
+	}()
+	if err != nil {
+		return fmt.Errorf("--fleet-configmap %s: %w", s.opts.FleetConfigMap, err)
+	}
+	go m.Run(ctx)
+	if err := m.Wait(ctx, DefaultNodeListTimeout); err != nil {
+		s.log.Error("no fleet map from the API server yet", "err", err)
+	}
+	return nil
 }
 
 // Run mirrors until ctx ends.

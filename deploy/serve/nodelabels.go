@@ -13,12 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/kubeclient"
 )
 
 // NodeLabels is where a fleet map's label rules read the node's labels.
@@ -71,8 +70,8 @@ type NodeLabelWatch struct {
 }
 
 // NewNodeLabelWatch watches node's labels through kubeconfig's API
-// server, or the pod's own (rest.InClusterConfig) when kubeconfig is
-// empty. Nothing connects before Run runs and Labels is first called.
+// server, or the pod's own when kubeconfig is empty (kubeclient.Config).
+// Nothing connects before Run runs and Labels is first called.
 func NewNodeLabelWatch(node, kubeconfig string, log *slog.Logger) *NodeLabelWatch {
 	if log == nil {
 		log = slog.Default()
@@ -81,36 +80,6 @@ func NewNodeLabelWatch(node, kubeconfig string, log *slog.Logger) *NodeLabelWatc
 		node: node, kubeconfig: kubeconfig, log: log, listTimeout: DefaultNodeListTimeout,
 		wanted: make(chan struct{}), answered: make(chan struct{}), changed: make(chan struct{}, 1),
 	}
-}
-
-// RESTConfig is how this binary reaches the API server: kubeconfig names
-// the file when given; otherwise the pod's service account is used.
-func RESTConfig(kubeconfig string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if kubeconfig != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-		}
-	} else if cfg, err = rest.InClusterConfig(); err != nil {
-		return nil, fmt.Errorf("in-cluster API config (give a kubeconfig outside a pod): %w", err)
-	}
-	cfg.UserAgent = "nvml-mock-sysfs"
-	return cfg, nil
-}
-
-// nodeClient is the metadata client of nodes (RESTConfig's).
-func nodeClient(kubeconfig string) (metadata.ResourceInterface, error) {
-	cfg, err := RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	c, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("API client: %w", err)
-	}
-	return c.Resource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}), nil
 }
 
 // Changed receives, at most one pending at a time, when the labels or
@@ -145,7 +114,7 @@ func (w *NodeLabelWatch) Run(ctx context.Context) {
 		return
 	case <-w.wanted:
 	}
-	nodes, err := nodeClient(w.kubeconfig)
+	nodes, err := kubeclient.NodeMetadata(w.kubeconfig)
 	if err != nil {
 		// A wrong flag or a pod without its service account: trying again
 		// mends neither, and every sync reports the error.

@@ -9,7 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 )
@@ -27,7 +28,7 @@ func TestNRIEditsAreTheSpecs(t *testing.T) {
 	s.waitFirstSync()
 	edits, err := s.srv.Edits()
 	require.NoError(t, err)
-	spec, err := deploy.ReadSpec(o.Output)
+	spec, err := cdispec.ReadSpec(o.Output)
 	require.NoError(t, err)
 	require.Equal(t, spec.Devices[0].ContainerEdits, edits)
 	require.Contains(t, edits.Env, "GFD_MACHINE_TYPE_FILE=/opt/nvml-mock/dmi/product_name", "a DGX names its machine")
@@ -47,10 +48,10 @@ func TestNRINotRegistered(t *testing.T) {
 		o.NRI = &nriplugin.Options{Socket: sock, Retry: 10 * time.Millisecond}
 	})
 	s.waitFirstSync()
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "NRI plugin not registered with "+sock+": failed to connect to NRI service")
-	code, body = s.probe(MetricsPath)
+	code, body = s.probe(endpoints.MetricsPath)
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, body, "nvml_mock_sysfs_nri_registered 0\n")
 	require.Contains(t, body, `nvml_mock_sysfs_nri_containers_total{result="served"} 0`)
@@ -65,9 +66,9 @@ func TestNRINotRegistered(t *testing.T) {
 func TestNRIReadOnlyEditsBesideTheWritable(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "root")
 	spec := filepath.Join(t.TempDir(), "spec.yaml")
-	ro, err := deploy.Mounts(root, "", nil)
+	ro, err := cdispec.Mounts(root, "", nil)
 	require.NoError(t, err)
-	rw, err := deploy.WritableMounts(root, "", nil, "", kernelRelease())
+	rw, err := cdispec.WritableMounts(root, "", nil, "", kernelRelease())
 	require.NoError(t, err)
 	mountsOf := func(edits func() (specs.ContainerEdits, error)) []*specs.Mount {
 		e, _ := edits() // nothing rendered: the mounts it would serve
@@ -77,7 +78,7 @@ func TestNRIReadOnlyEditsBesideTheWritable(t *testing.T) {
 		s, err := New(Options{Render: overlay.Options{Root: root}, Output: spec, Writable: writable,
 			NRI: &nriplugin.Options{Socket: filepath.Join(t.TempDir(), "nri.sock")}})
 		require.NoError(t, err)
-		require.Equal(t, deploy.DeviceEdits(ro, nil).Mounts, mountsOf(s.ReadOnlyEdits), "writable %v", writable)
+		require.Equal(t, cdispec.DeviceEdits(ro, nil).Mounts, mountsOf(s.ReadOnlyEdits), "writable %v", writable)
 		for _, m := range mountsOf(s.ReadOnlyEdits) {
 			require.Contains(t, m.Options, "ro", m.ContainerPath)
 		}
@@ -85,6 +86,6 @@ func TestNRIReadOnlyEditsBesideTheWritable(t *testing.T) {
 		if writable {
 			want = rw
 		}
-		require.Equal(t, deploy.DeviceEdits(want, nil).Mounts, mountsOf(s.Edits), "writable %v", writable)
+		require.Equal(t, cdispec.DeviceEdits(want, nil).Mounts, mountsOf(s.Edits), "writable %v", writable)
 	}
 }

@@ -3,7 +3,7 @@
 //
 // It renders through overlay.Render, exactly as the render command does, so
 // every guarantee of docs/design/reliability.md holds; it writes the spec through
-// deploy.WriteStandalone and deploy.MergeInto, exactly as the cdi command
+// cdispec.WriteStandalone and cdispec.MergeInto, exactly as the cdi command
 // does. What it adds is when to do it: at start, when the profile's
 // directory changes (a ConfigMap volume swaps its ..data symlink
 // atomically, so the directory, not the file, is watched), when a spec file
@@ -22,6 +22,12 @@
 // directory and the node's labels (Options.NodeLabels) are watched as a
 // single profile's directory is. A node the map gives no profile is a
 // failed sync like a bad profile: not ready, the reason on one line.
+//
+// One topic a file: serve.go the options and Run; loop.go when to sync;
+// sync.go one sync (render, log, status); specs.go the CDI specs and the
+// NRI plugin's edits; health.go and metrics.go the endpoints' answers;
+// watcher.go the directories watched; fleetmirror.go and nodelabels.go
+// what a fleet map reads through the API; writable*.go the writable mode.
 package serve
 
 import (
@@ -29,21 +35,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"maps"
-	"net"
-	"net/http"
-	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
-	specs "tags.cncf.io/container-device-interface/specs-go"
+	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/apiwatch"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
@@ -54,7 +55,6 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultListen = ":8080"
 	// DefaultResync is the safety net's period. The kubelet itself swaps a
 	// changed ConfigMap in after its sync period (a minute, jittered) plus
 	// its ConfigMap cache's delay: 44 to 90 s on a real node.
@@ -69,13 +69,6 @@ const (
 	// DefaultStuckAfter fails /healthz when one sync has run this long: far
 	// past the writer's default lock timeout (1m) and any real render.
 	DefaultStuckAfter = 5 * time.Minute
-)
-
-// Health endpoint paths, and the metrics'.
-const (
-	HealthzPath = "/healthz"
-	ReadyzPath  = "/readyz"
-	MetricsPath = "/metrics"
 )
 
 // Options configure a server. The zero value of every field but Render's
@@ -95,31 +88,42 @@ type Options struct {
 	// NodeName is this node's name, the pod's spec.nodeName; required
 	// with Fleet.
 	NodeName string
-	// NodeLabels reads the node's labels for a map with label rules (nil
-	// will do for a map without any: such a sync fails if the map gains
-	// one). Its Changed triggers a sync as a file change does.
+	// NodeLabels reads the node's labels for a map with label rules; its
+	// Changed triggers a sync as a file change does. Nil with Fleet is
+	// the Node's own labels through Kubeconfig (NodeLabelWatch, which Run
+	// starts and which connects only when a map with label rules asks).
 	NodeLabels NodeLabels
+	// Kubeconfig is how NodeLabelWatch and the fleet mirror reach the API
+	// server (default: the pod's service account; kubeclient.Config).
+	// Only with Fleet.
+	Kubeconfig string
+	// FleetConfigMap, NAMESPACE/NAME, keeps Fleet's directory holding
+	// that ConfigMap's keys, read and watched through the API
+	// (FleetMirror, which Run starts), so Fleet must name
+	// DIR/fleet.ConfigMapKey.
+	FleetConfigMap string
 	// AlsoAt are extra targets of the links directory (cdi --also-at).
 	AlsoAt []string
 	// Writable serves the tree through a FUSE view at Render.Root that
 	// answers writes as the kernel does (package writable): the tree is
 	// rendered at WritableTree (default DefaultWritableTree), the state
 	// writes leave is kept in Render.Root, and the spec carries
-	// deploy.WritableMounts. Stopping the server unmounts the view. The
+	// cdispec.WritableMounts. Stopping the server unmounts the view. The
 	// NRI plugin gives the writable view only to the containers its
 	// policy names (nriplugin.Verdict.Writable), the read-only tree to
 	// the rest.
 	Writable     bool
 	WritableTree string
 	// Output is the standalone spec to write, of Kind (default
-	// deploy.DefaultKind); MergeInto an existing spec to merge into. At
+	// cdispec.DefaultKind); MergeInto an existing spec to merge into. At
 	// least one of them; both is fine.
 	Output    string
 	Kind      string
 	MergeInto string
 
-	// Listen is the address of /healthz and /readyz (default
-	// DefaultListen); "127.0.0.1:0" picks a free port, see Addr.
+	// Listen is the address of /healthz, /readyz and /metrics (default
+	// endpoints.DefaultListen); "127.0.0.1:0" picks a free port, see
+	// Server.Listen.
 	Listen string
 	// Resync is the period of the safety-net sync (default DefaultResync).
 	Resync time.Duration
@@ -170,13 +174,14 @@ type Status struct {
 // Server runs the loop and serves the health endpoints.
 type Server struct {
 	opts   Options
-	mounts []deploy.Mount
+	mounts []cdispec.Mount
 	// readOnly is the read-only tree's mount set, of the same root: with
 	// Writable, what the NRI plugin gives every container its policy does
 	// not give the writable view; else mounts itself.
-	readOnly []deploy.Mount
+	readOnly []cdispec.Mount
 	log      *slog.Logger
-	ln       net.Listener
+	// endpoints is the listener of /healthz, /readyz and /metrics.
+	endpoints endpoints.Listener
 
 	mu      sync.Mutex
 	status  Status
@@ -189,40 +194,71 @@ type Server struct {
 	writable *writableView
 	// nri is the NRI plugin, with Options.NRI.
 	nri *nriplugin.Plugin
+	// labelWatch is the NodeLabelWatch New made, for Run to start; nil
+	// when the caller gave NodeLabels or there is no fleet map.
+	labelWatch *NodeLabelWatch
+	// fleetConfigMap is Options.FleetConfigMap parsed.
+	fleetConfigMap types.NamespacedName
 }
 
-// New checks the options and fills in the defaults.
+// Validate refuses options that contradict each other, in one line that
+// names serve's flags, as the command reports it: these are the checks
+// that combine options; each option's own value is checked where it is
+// used (New, the render).
+func (o Options) Validate() error {
+	switch {
+	case o.Fleet != "" && o.Render.Profile != "":
+		return errors.New("--fleet and --profile: give one; the fleet map chooses each node's profile")
+	case o.Fleet != "" && o.NodeName == "":
+		return errors.New("--fleet needs --node-name NAME, the pod's spec.nodeName (from the downward API)")
+	case o.Fleet == "" && o.NodeName != "":
+		return errors.New("--node-name applies to --fleet")
+	case o.Fleet == "" && o.Kubeconfig != "":
+		return errors.New("--kubeconfig applies to --fleet")
+	case o.FleetConfigMap != "" && o.Fleet == "":
+		return fmt.Errorf("--fleet-configmap needs --fleet DIR/%s, the map's file it keeps", fleet.ConfigMapKey)
+	case o.FleetConfigMap != "" && filepath.Base(o.Fleet) != fleet.ConfigMapKey:
+		return fmt.Errorf("--fleet %q: with --fleet-configmap, name DIR/%s, the ConfigMap's key", o.Fleet, fleet.ConfigMapKey)
+	}
+	if o.FleetConfigMap != "" {
+		if _, err := apiwatch.ParseName(o.FleetConfigMap); err != nil {
+			return fmt.Errorf("--fleet-configmap %q: %v", o.FleetConfigMap, err)
+		}
+	}
+	switch {
+	case o.Output == "" && o.MergeInto == "":
+		return errors.New("give --output FILE, --merge-into FILE, or both")
+	case o.WritableTree != "" && !o.Writable:
+		return errors.New("--writable-tree applies to --writable")
+	}
+	return nil
+}
+
+// New checks the options (Validate, and each one's value) and fills in
+// the defaults. Nothing connects to the API server before Run.
 func New(o Options) (*Server, error) {
 	o.Render.Root = cmp.Or(o.Render.Root, overlay.DefaultRoot)
 	o.Render.ContainerRoot = cmp.Or(o.Render.ContainerRoot, plan.DefaultContainerRoot)
-	if o.Output == "" && o.MergeInto == "" {
-		return nil, errors.New("no CDI spec to write: give Output, MergeInto, or both")
+	if err := o.Validate(); err != nil {
+		return nil, err
 	}
-	if o.Fleet != "" {
-		switch {
-		case o.Render.Profile != "":
-			return nil, fmt.Errorf("fleet map %s and profile %s: give one; the map chooses the profile", o.Fleet, o.Render.Profile)
-		case o.NodeName == "":
-			return nil, fmt.Errorf("fleet map %s: no node name: the map chooses by it", o.Fleet)
-		}
-	}
-	o.Kind = cmp.Or(o.Kind, deploy.DefaultKind)
-	if err := deploy.CheckKind(o.Kind); err != nil {
+	o.Kind = cmp.Or(o.Kind, cdispec.DefaultKind)
+	if err := cdispec.CheckKind(o.Kind); err != nil {
 		return nil, err
 	}
 	// The mount set depends on the flags alone: work it out, and refuse
 	// bad flags, once.
-	readOnly, err := deploy.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
+	readOnly, err := cdispec.Mounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt)
 	if err != nil {
 		return nil, err
 	}
 	mounts := readOnly
 	if o.Writable {
-		if mounts, err = deploy.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease()); err != nil {
+		if mounts, err = cdispec.WritableMounts(o.Render.Root, o.Render.ContainerRoot, o.AlsoAt, o.Render.HostSysfs, kernelRelease()); err != nil {
 			return nil, err
 		}
 	}
-	o.Listen = cmp.Or(o.Listen, DefaultListen)
+	o.Listen = cmp.Or(o.Listen, endpoints.DefaultListen)
 	if o.Resync <= 0 {
 		o.Resync = DefaultResync
 	}
@@ -238,7 +274,14 @@ func New(o Options) (*Server, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger}
+	s := &Server{opts: o, mounts: mounts, readOnly: readOnly, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}}
+	if o.Fleet != "" && o.NodeLabels == nil {
+		s.labelWatch = NewNodeLabelWatch(o.NodeName, o.Kubeconfig, o.Logger)
+		s.opts.NodeLabels = s.labelWatch
+	}
+	if o.FleetConfigMap != "" {
+		s.fleetConfigMap, _ = apiwatch.ParseName(o.FleetConfigMap) // Validate parsed it
+	}
 	if o.NRI != nil {
 		no := *o.NRI
 		// The writable view goes only to the containers the policy
@@ -248,27 +291,12 @@ func New(o Options) (*Server, error) {
 		if o.Writable {
 			no.Edits, no.WritableEdits = s.ReadOnlyEdits, s.Edits
 		}
-		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+deploy.DeviceName)
+		no.Policy.Device = cmp.Or(no.Policy.Device, o.Kind+"="+cdispec.DeviceName)
 		if s.nri, err = nriplugin.New(no); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
-}
-
-// Listen opens the health endpoints' listener, if Run has not, and returns
-// its address: the port a probe, or a test that asked for port 0, uses.
-func (s *Server) Listen() (net.Addr, error) {
-	if s.ln == nil {
-		ln, err := net.Listen("tcp", s.opts.Listen)
-		if err != nil {
-			// net's error names the address; the caller says where it
-			// came from (serve's --listen).
-			return nil, err
-		}
-		s.ln = ln
-	}
-	return s.ln.Addr(), nil
 }
 
 // Status returns a copy of the status.
@@ -289,13 +317,18 @@ func (s *Server) NRI() (nriplugin.Counts, bool) {
 // Run serves until ctx ends, then waits up to StopTimeout for the sync in
 // flight and returns nil, leaving the tree and the specs in place: served
 // containers keep using them. It returns an error only when the listener
-// cannot be opened.
+// cannot be opened or the fleet mirror cannot be made.
 func (s *Server) Run(ctx context.Context) error {
-	addr, err := s.Listen()
+	if _, err := s.Listen(); err != nil {
+		return err
+	}
+	if err := s.startAPIWatches(ctx); err != nil {
+		return err
+	}
+	hs, addr, err := s.endpoints.Serve(s.Handler(), s.log)
 	if err != nil {
 		return err
 	}
-	hs := ServeEndpoints(s.ln, s.Handler(), s.log)
 	source := []any{"profile", s.profileName()}
 	if s.opts.Fleet != "" {
 		source = []any{"fleet", s.opts.Fleet, "node", s.opts.NodeName}
@@ -338,519 +371,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop syncs at start, on change events and every Resync, until ctx ends.
-// Syncs run one at a time, here, so none ever overlaps another.
-func (s *Server) loop(ctx context.Context) {
-	w := s.watch()
-	var events <-chan fsnotify.Event
-	var watchErrs <-chan error
-	if w != nil {
-		defer w.close()
-		events, watchErrs = w.fs.Events, w.fs.Errors
-	}
-	var labelsChanged <-chan struct{}
-	if s.opts.NodeLabels != nil && !s.opts.NoWatch {
-		labelsChanged = s.opts.NodeLabels.Changed()
-	}
-	syncNow := func(reason string) {
-		s.Sync(ctx, reason)
-		if w != nil {
-			w.follow(s.chosenProfileDir())
-		}
-	}
-	syncNow("start")
-	resync := time.NewTicker(s.opts.Resync)
-	defer resync.Stop()
-	var debounce *time.Timer
-	var fire <-chan time.Time
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-events:
-			if !ok {
-				events = nil
-				continue
-			}
-			if !w.relevant(ev) {
-				continue
-			}
-			s.log.Debug("change event", "name", ev.Name, "op", ev.Op.String())
-			if debounce == nil {
-				debounce = time.NewTimer(s.opts.Debounce)
-				fire = debounce.C
-			}
-		case _, ok := <-labelsChanged:
-			if !ok {
-				labelsChanged = nil
-				continue
-			}
-			s.log.Debug("node labels changed", "node", s.opts.NodeName)
-			if debounce == nil {
-				debounce = time.NewTimer(s.opts.Debounce)
-				fire = debounce.C
-			}
-		case err, ok := <-watchErrs:
-			if !ok {
-				watchErrs = nil
-				continue
-			}
-			// An overflow loses events; the resync still comes.
-			s.log.Warn("watch error; the resync still runs", "err", err)
-		case <-fire:
-			debounce, fire = nil, nil
-			syncNow("change")
-		case <-resync.C:
-			if w != nil {
-				w.add() // a directory that was missing may be there now
-			}
-			syncNow("resync")
-		}
-	}
-}
-
-// Sync renders and writes the specs once, unless ctx has ended. The loop
-// calls it; a test may call it directly instead of Run.
-func (s *Server) Sync(ctx context.Context, reason string) {
-	if ctx.Err() != nil {
-		return
-	}
-	start := time.Now()
-	s.mu.Lock()
-	s.syncing = start
-	s.mu.Unlock()
-
-	s.mu.Lock()
-	prev := s.status
-	s.mu.Unlock()
-	ro := s.opts.Render
-	var choice fleet.Choice
-	var chose []any // the choice's log attributes
-	var err error
-	if s.opts.Fleet != "" {
-		chose = []any{"node", s.opts.NodeName}
-		if choice, err = s.choose(ctx); err == nil {
-			ro.Profile = choice.Profile
-			chose = append(chose, "rule", choice.Rule)
-		}
-	}
-	ro.Profile = cmp.Or(ro.Profile, shipped.Default)
-	var unknown []error
-	ro.Warn = func(err error) { unknown = append(unknown, err) }
-	var p *plan.Plan
-	var st writer.Stats
-	switch {
-	case err == nil && s.opts.Writable:
-		p, st, err = s.renderWritable(ro)
-	case err == nil:
-		p, st, err = overlay.Render(ro)
-	}
-	specWrites := 0
-	if err == nil {
-		s.logRender(ctx, reason, p, st, unknown, prev.Syncs == 0, time.Since(start), chose)
-		specWrites, err = s.writeSpecs()
-	}
-	took := time.Since(start)
-
-	// Logged before the status says so, so whoever sees /readyz change
-	// finds the line that explains it already written.
-	switch {
-	case err != nil && err.Error() != prev.Err:
-		// One line per distinct failure: a resync of the same bad profile
-		// says nothing new.
-		s.log.Error("render failed; still serving the last good tree and spec", slices.Concat([]any{"reason", reason, "err", err, "last_good", prev.Digest}, chose)...)
-	case err == nil && prev.Err != "":
-		s.log.Info("recovered", slices.Concat([]any{"reason", reason, "profile", p.Machine.Source, "digest", p.Digest()}, chose)...)
-	}
-
-	s.mu.Lock()
-	s.syncing = time.Time{}
-	if choice.Profile != "" {
-		s.chosenDir = ""
-		if !choice.Builtin {
-			// Watched even when the file fails to render: fixing it
-			// must re-render at once.
-			s.chosenDir = dirOf(choice.Profile)
-		}
-	}
-	s.status.Syncs++
-	s.status.Duration = took
-	s.status.SpecWrites += specWrites
-	if err != nil {
-		s.status.Failures++
-		s.status.Err = err.Error()
-	} else {
-		s.status.Err = ""
-		s.status.Profile = p.Machine.Source
-		s.status.Digest = p.Digest()
-		s.status.Rule = choice.Rule
-		s.status.Stats = st
-	}
-	s.mu.Unlock()
-}
-
-// choose reads the fleet map and resolves this node's profile. It reads
-// the node's labels only when the map has label rules and does not name
-// the node: a node named in the map is served without the API server.
-func (s *Server) choose(ctx context.Context) (fleet.Choice, error) {
-	m, err := fleet.Load(s.opts.Fleet)
-	if err != nil {
-		return fleet.Choice{}, err
-	}
-	var labels map[string]string
-	if _, named := m.Nodes[s.opts.NodeName]; !named && m.NeedsLabels() {
-		if s.opts.NodeLabels == nil {
-			return fleet.Choice{}, fmt.Errorf("fleet map %s: the map has label rules, but serve has no source of node labels", s.opts.Fleet)
-		}
-		if labels, err = s.opts.NodeLabels.Labels(ctx); err != nil {
-			return fleet.Choice{}, fmt.Errorf("fleet map %s has label rules: %w", s.opts.Fleet, err)
-		}
-	}
-	return m.Resolve(s.opts.NodeName, labels)
-}
-
-// chosenProfileDir is the directory of the profile file the fleet map
-// chose last: the watch follows it.
-func (s *Server) chosenProfileDir() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.chosenDir
-}
-
-// logRender logs a render that succeeded: at info when it changed the
-// tree (or is the first), at debug when it wrote nothing, so a quiet
-// resync stays quiet. chose are the fleet map's choice (node, rule).
-func (s *Server) logRender(ctx context.Context, reason string, p *plan.Plan, st writer.Stats, unknown []error, first bool, took time.Duration, chose []any) {
-	level, msg := slog.LevelDebug, "unchanged"
-	if st.Written() > 0 || st.DirsCreated > 0 || st.Removed > 0 || first {
-		level, msg = slog.LevelInfo, "rendered"
-	}
-	s.log.Log(ctx, level, msg, slices.Concat([]any{"reason", reason, "profile", p.Machine.Source}, chose, []any{"gpus", len(p.Machine.GPUs()),
-		"digest", p.Digest(), "files_written", st.FilesWritten, "links_written", st.LinksWritten,
-		"dirs_created", st.DirsCreated, "removed", st.Removed, "files_unchanged", st.FilesUnchanged,
-		"links_unchanged", st.LinksUnchanged, "took", took.String()})...)
-	warn := slog.LevelDebug
-	if level == slog.LevelInfo {
-		warn = slog.LevelWarn
-	}
-	for _, u := range unknown {
-		s.log.Log(ctx, warn, "profile key nvml-mock does not know; --strict refuses it", "err", u)
-	}
-	for _, f := range st.Foreign {
-		s.log.Log(ctx, warn, "links directory holds an entry no render made; go-nvlib aborts its scan on an unreadable one", "entry", f)
-	}
-	for _, k := range st.Kept {
-		s.log.Log(ctx, warn, "kept a stale directory: it holds files no render made", "path", filepath.Join(s.opts.Render.Root, k))
-	}
-}
-
-// writeSpecs writes the standalone spec and merges into the other, as
-// configured, behind the same gate as the cdi command and the NRI plugin
-// (served). It returns how many files it changed.
-func (s *Server) writeSpecs() (int, error) {
-	env, err := s.served()
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	if s.opts.Output != "" {
-		_, wrote, err := deploy.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
-		if err != nil {
-			return n, err
-		}
-		if wrote {
-			n++
-			s.log.Info("wrote CDI spec", "file", s.opts.Output, "device", s.opts.Kind+"="+deploy.DeviceName, "mounts", len(s.mounts), "env", env)
-		}
-	}
-	if s.opts.MergeInto != "" {
-		_, r, wrote, err := deploy.MergeInto(s.opts.MergeInto, s.mounts, env, true)
-		if err != nil {
-			return n, fmt.Errorf("merge into %s: %w; left as it was", s.opts.MergeInto, err)
-		}
-		if wrote {
-			n++
-			s.log.Info("merged into CDI spec", "file", s.opts.MergeInto, "removed", len(r.Removed), "added", len(r.Added), "env", r.Env)
-		}
-	}
-	return n, nil
-}
-
-// served is the gate of every channel: the root holds a complete render
-// (its completion marker, not a directory existing). It returns the
-// variables that go with the mounts, which follow the render (a profile
-// may gain or lose its machine type), unlike the mounts.
-func (s *Server) served() ([]string, error) {
-	root := s.opts.Render.Root
-	rootFS := os.DirFS(root)
-	if err := deploy.CheckRendered(rootFS, root); err != nil {
-		return nil, err
-	}
-	return deploy.Env(rootFS, s.opts.Render.ContainerRoot), nil
-}
-
-// Edits are the edits of the spec's device (deploy.DeviceEdits) as the
-// root is now: the NRI plugin's source, read at each container's creation.
-// When the root cannot be served now, the error says why, and the edits
-// hold the mounts it would serve, without their variables.
-func (s *Server) Edits() (specs.ContainerEdits, error) { return s.edits(s.mounts) }
-
-// ReadOnlyEdits are Edits with the read-only tree's mounts (deploy.Mounts)
-// of the same root: with Writable, the view mounted read-only, which shows
-// what writers did but takes no write; else Edits.
-func (s *Server) ReadOnlyEdits() (specs.ContainerEdits, error) { return s.edits(s.readOnly) }
-
-func (s *Server) edits(mounts []deploy.Mount) (specs.ContainerEdits, error) {
-	env, err := s.served()
-	edits := deploy.DeviceEdits(mounts, env)
-	if err != nil {
-		edits.Env = nil
-	}
-	return edits, err
-}
-
-// Ready says why the node is not served right, or nil when it is: the
-// last sync succeeded, so the tree is the current profile's and the specs
-// were written, the completion marker still vouches for that very plan,
-// and the spec files are there.
-func (s *Server) Ready() error {
-	st := s.Status()
-	switch {
-	case st.Syncs == 0:
-		return errors.New("no render yet")
-	case st.Err != "":
-		return errors.New(st.Err)
-	}
-	m, err := writer.ReadMarker(os.DirFS(s.opts.Render.Root))
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.opts.Render.Root, err)
-	}
-	if m.Digest != st.Digest {
-		return fmt.Errorf("%s holds plan %s, not the current profile's %s", s.opts.Render.Root, m.Digest, st.Digest)
-	}
-	for _, f := range []string{s.opts.Output, s.opts.MergeInto} {
-		if f == "" {
-			continue
-		}
-		if _, err := os.Stat(f); err != nil {
-			return fmt.Errorf("CDI spec: %w", err)
-		}
-	}
-	if s.nri != nil {
-		return s.nri.Ready()
-	}
-	return nil
-}
-
-// Healthy fails only when one sync has run longer than StuckAfter: a
-// restart is then the better bet. A failing render is not unhealthy; it
-// is not ready.
-func (s *Server) Healthy() error {
-	s.mu.Lock()
-	started := s.syncing
-	s.mu.Unlock()
-	if !started.IsZero() {
-		if d := time.Since(started); d > s.opts.StuckAfter {
-			return fmt.Errorf("one sync has run for %s", d.Round(time.Second))
-		}
-	}
-	return nil
-}
-
-// Handler serves /healthz and /readyz: 200 and "ok", or 503 and the reason
-// in one line.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET "+HealthzPath, Probe(s.Healthy))
-	mux.Handle("GET "+ReadyzPath, Probe(s.Ready))
-	mux.HandleFunc("GET "+MetricsPath, func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		s.writeMetrics(w)
-	})
-	return mux
-}
-
-// ServeEndpoints serves h (the health endpoints) on ln in the background,
-// logging an end that Close did not ask for; Close the server to stop.
-func ServeEndpoints(ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("health endpoints stopped", "addr", ln.Addr().String(), "err", err)
-		}
-	}()
-	return hs
-}
-
-// Probe answers a health check as serve's endpoints do: 200 and "ok", or
-// 503 and check's error in one line.
-func Probe(check func() error) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := check(); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "%v\n", err)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	}
-}
-
-// writeMetrics writes the counters in Prometheus' text format: the syncs,
-// and the NRI plugin's (containers served, and those that run without the
-// tree, which a restart would serve).
-func (s *Server) writeMetrics(w io.Writer) {
-	metric := func(name, kind, help string, values ...string) {
-		fmt.Fprintf(w, "# HELP nvml_mock_sysfs_%s %s\n# TYPE nvml_mock_sysfs_%s %s\n", name, help, name, kind)
-		for _, v := range values {
-			fmt.Fprintf(w, "nvml_mock_sysfs_%s%s\n", name, v)
-		}
-	}
-	st := s.Status()
-	metric("syncs_total", "counter", "Syncs finished.", fmt.Sprintf(" %d", st.Syncs))
-	metric("sync_failures_total", "counter", "Syncs that failed.", fmt.Sprintf(" %d", st.Failures))
-	c, ok := s.NRI()
-	if !ok {
-		return
-	}
-	registered := 0
-	if c.Registered {
-		registered = 1
-	}
-	metric("nri_registered", "gauge", "1 while the NRI plugin is registered with the runtime.", fmt.Sprintf(" %d", registered))
-	metric("nri_registrations_total", "counter", "Registrations with the runtime (a runtime restart adds one).", fmt.Sprintf(" %d", c.Registrations))
-	metric("nri_containers_total", "counter", "Containers the NRI plugin judged, by what it did.",
-		fmt.Sprintf(`{result="served"} %d`, c.Served), fmt.Sprintf(`{result="unrendered"} %d`, c.Unrendered),
-		fmt.Sprintf(`{result="refused"} %d`, c.Refused), fmt.Sprintf(`{result="conflict"} %d`, c.Conflicts),
-		fmt.Sprintf(`{result="missed"} %d`, c.Missed))
-	metric("nri_writable_containers_total", "counter", "Of the containers served, those given the writable view (serve --writable).",
-		fmt.Sprintf(" %d", c.ServedWritable))
-	metric("nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
-		fmt.Sprintf(" %d", len(c.Unserved)))
-}
-
 func (s *Server) profileName() string {
 	if s.opts.Render.Profile == "" {
 		return "built-in " + shipped.Default
 	}
 	return s.opts.Render.Profile
 }
-
-// watcher watches the directories whose changes call for a sync: the
-// profile's, or the fleet map's and its chosen profile's (any change: a
-// ConfigMap swaps ..data, an editor renames) and the spec files' (a change
-// of those very files: another writer rewrote the spec we merge into, or
-// someone removed ours).
-type watcher struct {
-	fs  *fsnotify.Watcher
-	log *slog.Logger
-	// fixed are the directories the options name: each maps to the names
-	// in it that matter; nil means any name.
-	fixed map[string]map[string]bool
-	// chosen is the directory of the profile file the fleet map chose
-	// last, watched for any name; empty for none.
-	chosen string
-	// dirs is fixed and chosen together: what is watched.
-	dirs   map[string]map[string]bool
-	warned map[string]bool
-}
-
-func (s *Server) watch() *watcher {
-	if s.opts.NoWatch {
-		return nil
-	}
-	dirs := map[string]map[string]bool{}
-	switch _, builtinName := shipped.Get(s.profileName()); {
-	case s.opts.Fleet != "":
-		// The map's profile files may lie beside it (keys of the same
-		// ConfigMap); the chosen one's directory is followed after each
-		// sync.
-		dirs[dirOf(s.opts.Fleet)] = nil
-	case !builtinName && s.opts.Render.Profile != "":
-		// A built-in profile has no file to watch.
-		dirs[dirOf(s.opts.Render.Profile)] = nil
-	}
-	for _, f := range []string{s.opts.Output, s.opts.MergeInto} {
-		if f == "" {
-			continue
-		}
-		dir := dirOf(f)
-		names, ok := dirs[dir]
-		switch {
-		case ok && names == nil:
-			continue // already any name
-		case !ok:
-			names = map[string]bool{}
-			dirs[dir] = names
-		}
-		names[filepath.Base(f)] = true
-	}
-	if len(dirs) == 0 {
-		return nil
-	}
-	fw, err := fsnotify.NewWatcher()
-	if err != nil {
-		s.log.Warn("cannot watch for changes; only the resync runs", "err", err)
-		return nil
-	}
-	w := &watcher{fs: fw, log: s.log, fixed: dirs, dirs: dirs, warned: map[string]bool{}}
-	w.add()
-	return w
-}
-
-// follow watches dir, the chosen profile's directory, in place of the one
-// chosen before; "" watches none.
-func (w *watcher) follow(dir string) {
-	if dir == w.chosen {
-		return
-	}
-	w.chosen = dir
-	w.dirs = maps.Clone(w.fixed)
-	if dir != "" {
-		w.dirs[dir] = nil
-	}
-	for _, d := range w.fs.WatchList() {
-		if _, ok := w.dirs[d]; !ok {
-			_ = w.fs.Remove(d) // gone already, when the directory went away
-			w.log.Debug("no longer watching", "dir", d)
-		}
-	}
-	w.add()
-}
-
-// add watches every directory not yet watched. fsnotify drops the watch of
-// a directory that goes away, so a missing one is tried again each resync.
-func (w *watcher) add() {
-	watched := map[string]bool{}
-	for _, d := range w.fs.WatchList() {
-		watched[d] = true
-	}
-	for dir := range w.dirs {
-		if watched[dir] {
-			continue
-		}
-		if err := w.fs.Add(dir); err != nil {
-			if !w.warned[dir] {
-				w.warned[dir] = true
-				w.log.Warn("cannot watch a directory yet; the resync covers it", "dir", dir, "err", err)
-			}
-			continue
-		}
-		w.log.Debug("watching", "dir", dir)
-	}
-}
-
-// dirOf is a file's directory, absolute, as fsnotify names its events.
-func dirOf(file string) string {
-	if abs, err := filepath.Abs(file); err == nil {
-		file = abs
-	}
-	return filepath.Dir(file)
-}
-
-func (w *watcher) relevant(ev fsnotify.Event) bool {
-	names, ok := w.dirs[filepath.Dir(ev.Name)]
-	return ok && (names == nil || names[filepath.Base(ev.Name)])
-}
-
-func (w *watcher) close() { _ = w.fs.Close() }

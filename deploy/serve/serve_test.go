@@ -3,6 +3,7 @@ package serve
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -17,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -107,7 +109,7 @@ func (s *served) probe(path string) (int, string) {
 // waitReady waits for /readyz to answer want and returns how long it took.
 func (s *served) waitReady(want int, within time.Duration) time.Duration {
 	s.t.Helper()
-	return podtest.WaitProbe(s.t, s.url+ReadyzPath, want, within)
+	return podtest.WaitProbe(s.t, s.url+endpoints.ReadyzPath, want, within)
 }
 
 // waitFirstSync waits until the first sync has finished, whether or not
@@ -302,7 +304,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 
 	cm.Swap(bad)
 	notReadyIn := s.waitReady(http.StatusServiceUnavailable, 5*time.Second)
-	_, body := s.probe(ReadyzPath)
+	_, body := s.probe(endpoints.ReadyzPath)
 	for _, want := range []string{cm.File(), badField, badValue} {
 		require.Contains(t, body, want)
 	}
@@ -311,7 +313,7 @@ func TestBadProfileKeepsTheLastGoodTree(t *testing.T) {
 	require.Equal(t, good, st.Digest, "the last good render")
 	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "the bad profile")
 	require.Equal(t, spec, specIdentity(t, s.opts.Output))
-	code, _ := s.probe(HealthzPath)
+	code, _ := s.probe(endpoints.HealthzPath)
 	require.Equal(t, http.StatusOK, code, "a bad profile is not-ready, not unhealthy")
 	select {
 	case err := <-s.done:
@@ -345,7 +347,7 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 	cm := newConfigMap(t, bad)
 	s := start(t, cm, func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitSyncs(3)
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, badField)
 	_, err = os.Stat(s.opts.Output)
@@ -358,7 +360,10 @@ func TestBadProfileAtStartIsNotReady(t *testing.T) {
 
 func TestReadyFollowsTheMarker(t *testing.T) {
 	t.Parallel()
-	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync = time.Hour })
+	// No watch: the first sync's own spec write is a change event, whose
+	// sync, a beat later, would re-render the root under the render below
+	// (seen, under load, as "no completion marker" at the probe).
+	s := start(t, newConfigMap(t, builtinText(t, "t4-vm")), func(o *Options) { o.Resync, o.NoWatch = time.Hour, true })
 	s.waitReady(http.StatusOK, 10*time.Second)
 	// Another render of the same root, of another profile: the tree is no
 	// longer the current profile's, and readyz says so.
@@ -366,7 +371,7 @@ func TestReadyFollowsTheMarker(t *testing.T) {
 	o.Profile = "hgx-h100"
 	_, _, err := overlay.Render(o)
 	require.NoError(t, err)
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "not the current profile's")
 	s.srv.Sync(context.Background(), "test")
@@ -391,7 +396,7 @@ func TestStopLeavesTheTree(t *testing.T) {
 	overlaytest.RequireSameTree(t, tree, overlaytest.Snapshot(t, s.opts.Render.Root, overlaytest.SnapshotOptions{Identity: true}), "after the stop")
 	_, err := os.Stat(s.opts.Output)
 	require.NoError(t, err)
-	_, err = http.Get(s.url + HealthzPath)
+	_, err = http.Get(s.url + endpoints.HealthzPath)
 	require.Error(t, err, "the endpoints are closed")
 }
 
@@ -405,13 +410,24 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		"container root /":  {Render: overlay.Options{Root: "/tmp/x", ContainerRoot: "/"}, Output: "/tmp/s.yaml"},
 		"fleet and profile": {Render: overlay.Options{Root: "/tmp/x", Profile: "t4-vm"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml", NodeName: "n"},
 		"fleet, no node":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/f.yaml"},
+		"node, no fleet":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", NodeName: "n"},
+		"kubeconfig alone":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Kubeconfig: "/k"},
+		"mirror, no fleet":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", FleetConfigMap: "ns/f"},
+		"mirror elsewhere":  {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/map.yaml", NodeName: "n", FleetConfigMap: "ns/f"},
+		"mirror unnamed":    {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", Fleet: "/tmp/fleet.yaml", NodeName: "n", FleetConfigMap: "f"},
+		"tree, no view":     {Render: overlay.Options{Root: "/tmp/x"}, Output: "/tmp/s.yaml", WritableTree: "/tmp/t"},
 	} {
 		_, err := New(o)
 		require.Error(t, err, name)
 	}
 	s, err := New(Options{Output: "/tmp/s.yaml"})
 	require.NoError(t, err)
-	require.Equal(t, DefaultListen, s.opts.Listen)
+	require.Nil(t, s.opts.NodeLabels, "no fleet map, no label watch")
+	f, err := New(Options{Output: "/tmp/s.yaml", Fleet: "/tmp/fleet.yaml", NodeName: "n", FleetConfigMap: "ns/f"})
+	require.NoError(t, err)
+	require.Same(t, f.labelWatch, f.opts.NodeLabels, "a fleet map without a source of labels: the Node's, through the API")
+	require.Equal(t, "ns/f", f.fleetConfigMap.String())
+	require.Equal(t, endpoints.DefaultListen, s.opts.Listen)
 	require.Equal(t, overlay.DefaultRoot, s.opts.Render.Root)
 	require.Equal(t, DefaultResync, s.opts.Resync)
 }
@@ -420,12 +436,12 @@ func TestNewRefusesBadOptions(t *testing.T) {
 // at the container root, and no whole-/sys/devices mount left.
 func merged(t *testing.T, file, root string) bool {
 	t.Helper()
-	s, err := deploy.ReadSpec(file)
+	s, err := cdispec.ReadSpec(file)
 	require.NoError(t, err)
 	ours, whole := false, false
 	for _, m := range s.ContainerEdits.Mounts {
 		ours = ours || (m.HostPath == root && m.ContainerPath == plan.DefaultContainerRoot)
-		whole = whole || m.ContainerPath == deploy.WholeDevicesDir
+		whole = whole || m.ContainerPath == cdispec.WholeDevicesDir
 	}
 	return ours && !whole
 }
@@ -449,7 +465,7 @@ func rewrite(t *testing.T, file string, data []byte) {
 
 func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 	t.Parallel()
-	original, err := os.ReadFile("../testdata/nvidia.yaml")
+	original, err := os.ReadFile("../cdispec/testdata/nvidia.yaml")
 	require.NoError(t, err)
 	setup := func(t *testing.T, o *Options) {
 		o.MergeInto = filepath.Join(filepath.Dir(o.Output), "nvidia.yaml")
@@ -502,7 +518,7 @@ func TestMergeIntoFollowsTheOtherWriter(t *testing.T) {
 			o.Resync = time.Hour
 		})
 		s.waitFirstSync()
-		code, body := s.probe(ReadyzPath)
+		code, body := s.probe(endpoints.ReadyzPath)
 		require.Equal(t, http.StatusServiceUnavailable, code)
 		require.Contains(t, body, "merge into "+s.opts.MergeInto)
 		rewrite(t, s.opts.MergeInto, original)
@@ -532,11 +548,11 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 
 	unlock := lock()
 	cm.Swap(builtinText(t, "hgx-h100"))
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
-	_, body := s.probe(HealthzPath)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	_, body := s.probe(endpoints.HealthzPath)
 	require.Contains(t, body, "one sync has run for")
 	unlock()
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusOK, 30*time.Second)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusOK, 30*time.Second)
 	s.waitReady(http.StatusOK, 30*time.Second)
 	require.Equal(t, s.digestOf("hgx-h100"), s.srv.Status().Digest)
 
@@ -545,7 +561,7 @@ func TestStuckRenderAndStopTimeout(t *testing.T) {
 	cm.Swap(builtinText(t, "t4-vm"))
 	// The render is under way and waits for the lock once /healthz says
 	// one sync has run for StuckAfter.
-	podtest.WaitProbe(t, s.url+HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
+	podtest.WaitProbe(t, s.url+endpoints.HealthzPath, http.StatusServiceUnavailable, 10*time.Second)
 	began := time.Now()
 	s.stop()
 	require.NoError(t, <-s.done)
@@ -599,7 +615,7 @@ func TestUnknownKeysAreLoggedAndStrictRefusesThem(t *testing.T) {
 		o.Render.Strict = true
 	})
 	strict.waitSyncs(2)
-	code, body := strict.probe(ReadyzPath)
+	code, body := strict.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "subsytem_id: unknown key")
 	require.Contains(t, body, "--strict refuses keys nvml-mock does not know")
@@ -829,7 +845,7 @@ func TestFleetNoMatchIsNotReady(t *testing.T) {
 	st := s.waitSyncs(5)
 	require.Equal(t, st.Syncs, st.Failures)
 	want := "fleet map " + fm.File() + ": node worker-c matches no rule and the map has no default"
-	code, body := s.probe(ReadyzPath)
+	code, body := s.probe(endpoints.ReadyzPath)
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Equal(t, want, strings.TrimSpace(body))
 	errs := s.logs.Records(t, "ERROR")
@@ -838,7 +854,7 @@ func TestFleetNoMatchIsNotReady(t *testing.T) {
 	require.Equal(t, "worker-c", errs[0]["node"])
 	_, err := os.Stat(s.opts.Output)
 	require.ErrorIs(t, err, os.ErrNotExist, "no spec for a node the map does not serve")
-	code, _ = s.probe(HealthzPath)
+	code, _ = s.probe(endpoints.HealthzPath)
 	require.Equal(t, http.StatusOK, code, "not served is not-ready, not unhealthy")
 
 	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\ndefault: t4-vm\n"))
@@ -854,7 +870,7 @@ func TestFleetBadMapKeepsTheLastGoodTree(t *testing.T) {
 	fm := newFleetMap(t, "nodes:\n  worker-a:\n")
 	s := startFleet(t, fm, "worker-a", nil, func(o *Options) { o.Resync = 50 * time.Millisecond })
 	s.waitSyncs(2)
-	_, body := s.probe(ReadyzPath)
+	_, body := s.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, "fleet map "+fm.File()+": nodes.worker-a: empty profile")
 
 	fm.Swap([]byte("nodes:\n  worker-a: t4-vm\n"))
@@ -864,7 +880,7 @@ func TestFleetBadMapKeepsTheLastGoodTree(t *testing.T) {
 
 	fm.Swap([]byte("nodez:\n  worker-a: hgx-h100\n"))
 	s.waitReady(http.StatusServiceUnavailable, 10*time.Second)
-	_, body = s.probe(ReadyzPath)
+	_, body = s.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, `unknown field "nodez"`)
 	require.Contains(t, body, fm.File())
 	st := s.waitSyncs(2)
@@ -879,12 +895,16 @@ func TestFleetSyncRereadsTheMap(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, fleetKey)
 	require.NoError(t, os.WriteFile(file, []byte("nodes:\n  worker-a: t4-vm\n"), 0o644))
+	// Labels that cannot be read: Sync without Run starts no real watch.
+	labels := newFakeLabels(nil)
+	labels.err = errors.New("no labels here")
 	srv, err := New(Options{
-		Render:   overlay.Options{Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
-		Fleet:    file,
-		NodeName: "worker-a",
-		Output:   filepath.Join(dir, "spec.yaml"),
-		Logger:   slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
+		Render:     overlay.Options{Root: filepath.Join(dir, "overlay"), Writer: writer.Options{SkipSync: true}},
+		Fleet:      file,
+		NodeName:   "worker-a",
+		NodeLabels: labels,
+		Output:     filepath.Join(dir, "spec.yaml"),
+		Logger:     slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil)),
 	})
 	require.NoError(t, err)
 	srv.Sync(context.Background(), "test")
@@ -897,10 +917,11 @@ func TestFleetSyncRereadsTheMap(t *testing.T) {
 	require.Equal(t, "built-in hgx-h100", srv.Status().Profile)
 	require.Equal(t, "nodes[worker-a]", srv.Status().Rule)
 
-	// Label rules without a source of labels: a failed sync that says so.
+	// Label rules whose labels cannot be read: a failed sync that says so.
+	require.Zero(t, labels.called(), "a map without label rules reads no labels")
 	require.NoError(t, os.WriteFile(file, []byte("labels:\n  - match: {a: b}\n    profile: t4-vm\n"), 0o644))
 	srv.Sync(context.Background(), "test")
-	require.ErrorContains(t, srv.Ready(), "the map has label rules, but serve has no source of node labels")
+	require.ErrorContains(t, srv.Ready(), "has label rules: no labels here")
 }
 
 // A map without label rules never asks for the labels: serve with it needs
@@ -927,7 +948,7 @@ func TestFleetReadsLabelsOnlyForLabelRules(t *testing.T) {
 	denied.err = fmt.Errorf(`labels of node worker-a: nodes is forbidden`)
 	d := startFleet(t, newFleetMap(t, "labels:\n  - match: {a: b}\n    profile: t4-vm\ndefault: t4-vm\n"), "worker-a", denied, func(o *Options) { o.Resync = time.Hour })
 	d.waitFirstSync()
-	_, body := d.probe(ReadyzPath)
+	_, body := d.probe(endpoints.ReadyzPath)
 	require.Contains(t, body, "has label rules: labels of node worker-a: nodes is forbidden")
 	denied.set(nil, nil)
 	d.waitReady(http.StatusOK, 30*time.Second)

@@ -23,11 +23,11 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fleet"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/publisher"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -513,8 +513,8 @@ func TestHelmPublisher(t *testing.T) {
 	require.Equal(t, cm.Namespace, d.Namespace)
 
 	// Probed at publish's endpoints, on the port it listens on.
-	require.Equal(t, serve.ReadyzPath, c.ReadinessProbe.HTTPGet.Path)
-	require.Equal(t, serve.HealthzPath, c.LivenessProbe.HTTPGet.Path)
+	require.Equal(t, endpoints.ReadyzPath, c.ReadinessProbe.HTTPGet.Path)
+	require.Equal(t, endpoints.HealthzPath, c.LivenessProbe.HTTPGet.Path)
 	require.Len(t, c.Ports, 1)
 	require.Equal(t, []string{fmt.Sprintf(":%d", c.Ports[0].ContainerPort)}, flags["listen"])
 	require.Equal(t, c.Ports[0].Name, c.ReadinessProbe.HTTPGet.Port.StrVal)

@@ -14,10 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/serve"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/profile"
@@ -151,7 +151,7 @@ func TestDaemonSetRunsServeWithoutAShell(t *testing.T) {
 	require.Len(t, c.Ports, 1)
 	port := c.Ports[0]
 	require.Equal(t, []string{fmt.Sprintf(":%d", port.ContainerPort)}, argFlags(t, c.Args)["listen"])
-	for path, probe := range map[string]*corev1.Probe{serve.HealthzPath: c.LivenessProbe, serve.ReadyzPath: c.ReadinessProbe} {
+	for path, probe := range map[string]*corev1.Probe{endpoints.HealthzPath: c.LivenessProbe, endpoints.ReadyzPath: c.ReadinessProbe} {
 		require.NotNil(t, probe, path)
 		require.Nil(t, probe.Exec, "%s: no exec probe", path)
 		require.NotNil(t, probe.HTTPGet, path)
@@ -228,7 +228,7 @@ func TestVerifyPodAsksForTheDevice(t *testing.T) {
 	key := "cdi-devices.noderesource.dev/container." + pod.Spec.Containers[0].Name
 	var devices []string
 	require.NoError(t, yaml.UnmarshalStrict([]byte(pod.Annotations[key]), &devices), key)
-	require.Equal(t, []string{deploy.DefaultKind + "=" + deploy.DeviceName}, devices)
+	require.Equal(t, []string{cdispec.DefaultKind + "=" + cdispec.DeviceName}, devices)
 
 	// verify finds NVML's profile where nvml-mock's containers have it.
 	c := pod.Spec.Containers[0]

@@ -19,7 +19,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -182,7 +182,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 	root := x.render(unseenProfile)
 	spec, kind := x.specFile("pcisysfs")
 	x.cli("cdi", "--root", root, "--output", spec, "--kind", kind, "--also-at", "/host-sys/bus/pci/devices")
-	device := kind + "=" + deploy.DeviceName
+	device := kind + "=" + cdispec.DeviceName
 
 	t.Run("verify passes in the container", func(t *testing.T) {
 		code, r := x.verify(device)
@@ -240,7 +240,7 @@ func TestPodmanServesTheSpec(t *testing.T) {
 		plain := hosttest.PlainLinksCopy(t, root)
 		plainSpec, plainKind := x.specFile("pcisysfs")
 		x.cli("cdi", "--root", plain, "--output", plainSpec, "--kind", plainKind)
-		code, r := x.verify(plainKind + "=" + deploy.DeviceName)
+		code, r := x.verify(plainKind + "=" + cdispec.DeviceName)
 		require.Equal(t, 1, code)
 		require.Equal(t, []string{"deviceattribute.pcieRoot"}, r.FailedChecks(), "everything else reads through the links and passes")
 		for _, c := range r.Failures() {
@@ -271,11 +271,11 @@ func TestPodmanMergedSpec(t *testing.T) {
 			Hooks: []*specs.Hook{{HookName: "createRuntime", Path: "/bin/true", Args: []string{"true"}, Timeout: &hookTimeout}},
 			Mounts: []*specs.Mount{
 				{HostPath: unseenAbs(t), ContainerPath: "/etc/nvml-mock/config.yaml", Options: []string{"ro", "nosuid", "nodev", "bind"}},
-				{HostPath: wholeDevices, ContainerPath: deploy.WholeDevicesDir, Options: []string{"ro", "nosuid", "nodev", "bind"}},
+				{HostPath: wholeDevices, ContainerPath: cdispec.WholeDevicesDir, Options: []string{"ro", "nosuid", "nodev", "bind"}},
 			},
 		},
 	}
-	_, err := deploy.WriteSpec(file, orig)
+	_, err := cdispec.WriteSpec(file, orig)
 	require.NoError(t, err)
 	device := kind + "=all"
 
@@ -285,11 +285,11 @@ func TestPodmanMergedSpec(t *testing.T) {
 
 	out := x.cli("cdi", "--root", root, "--merge-into", file)
 	require.Contains(t, out, "removed 1 mounts, added 2")
-	merged, err := deploy.ReadSpec(file)
+	merged, err := cdispec.ReadSpec(file)
 	require.NoError(t, err)
 	require.Equal(t, orig.Version, merged.Version)
 	require.Equal(t, orig.Devices, merged.Devices)
-	machineEnv := deploy.MachineTypeFileEnv + "=" + path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)
+	machineEnv := cdispec.MachineTypeFileEnv + "=" + path.Join(plan.DefaultContainerRoot, plan.ProductNameFile)
 	require.Equal(t, append(slices.Clone(orig.ContainerEdits.Env), machineEnv), merged.ContainerEdits.Env, "the spec's own variables stay; GFD's machine-type file joins them")
 	require.Equal(t, orig.ContainerEdits.Hooks, merged.ContainerEdits.Hooks)
 	require.Equal(t, []string{"/etc/nvml-mock/config.yaml", plan.DefaultContainerRoot, sysfs.KernelLinksDir}, containerPathsIn(merged.ContainerEdits.Mounts))
@@ -308,7 +308,7 @@ func TestPodmanMergedSpec(t *testing.T) {
 	// (its cdiVersion unchanged) and sets the variable, which names the
 	// profile's machine type as the container sees it.
 	dir, extra := x.lspciRootfs()
-	code, stdout, stderr := x.podman(device, dir, extra, "/usr/bin/sh", "-c", `cat "$`+deploy.MachineTypeFileEnv+`"`)
+	code, stdout, stderr := x.podman(device, dir, extra, "/usr/bin/sh", "-c", `cat "$`+cdispec.MachineTypeFileEnv+`"`)
 	require.Equal(t, 0, code, "%s", stderr)
 	require.Equal(t, loadUnseen(t).ProductName+"\n", stdout)
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/fusetree"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -78,7 +78,7 @@ func TestPodmanWritable(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "serve --writable wrote no spec in 20 s: %s", log())
 		time.Sleep(50 * time.Millisecond)
 	}
-	device := kind + "=" + deploy.DeviceName
+	device := kind + "=" + cdispec.DeviceName
 	const gpu = "0000:18:00.0"
 	bind := "set -e\n" + hosttest.VFIOBindScript(gpu)
 	dir, extra := x.shellRootfs()
@@ -98,7 +98,7 @@ func TestPodmanWritable(t *testing.T) {
 	plain := x.render(sriovProfile)
 	plainSpec, plainKind := x.specFile("pcisysfs")
 	x.cli("cdi", "--root", plain, "--output", plainSpec, "--kind", plainKind)
-	code, stdout, stderr = x.podman(plainKind+"="+deploy.DeviceName, dir, extra, "/bin/sh", "-c", bind)
+	code, stdout, stderr = x.podman(plainKind+"="+cdispec.DeviceName, dir, extra, "/bin/sh", "-c", bind)
 	require.NotEqual(t, 0, code, "the read-only tree took a write: %s", stdout)
 	require.Contains(t, stderr, "Read-only file system")
 }

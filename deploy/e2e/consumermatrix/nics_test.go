@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/boards"
@@ -50,7 +50,7 @@ func gfdMachine(t *testing.T, x *subject, gfd map[string]map[string]string, row 
 	if x.facts.MachineFrom == profilefacts.FromLiteral {
 		got += " (" + profilefacts.FromLiteral + ")"
 	}
-	row(servedTree).check(t, colGFDMachine, got+" (spec's "+deploy.MachineTypeFileEnv+", no flag)", gfd[servedTree][gfdMachineLabel] == want,
+	row(servedTree).check(t, colGFDMachine, got+" (spec's "+cdispec.MachineTypeFileEnv+", no flag)", gfd[servedTree][gfdMachineLabel] == want,
 		fmt.Sprintf("want %q, %s as GFD labels it", want, from))
 	row(servedEscaped).check(t, colGFDMachine, node+" (tree served, no variable: the node's)", node != "" && (x.facts.Machine == "" || node != want),
 		fmt.Sprintf("want the node's own machine without the variable, got %q, the profile's %q: the check cannot fail", node, want))

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
@@ -831,9 +831,9 @@ func (s *suite) run(t *testing.T, what string, cmd *exec.Cmd) (stdout, stderr []
 // them.
 func specEnv(t *testing.T, root string) []string {
 	t.Helper()
-	mounts, err := deploy.Mounts(root, plan.DefaultContainerRoot, nil)
+	mounts, err := cdispec.Mounts(root, plan.DefaultContainerRoot, nil)
 	require.NoError(t, err)
-	spec, err := deploy.NewSpec(deploy.DefaultKind, mounts, deploy.Env(os.DirFS(root), plan.DefaultContainerRoot))
+	spec, err := cdispec.NewSpec(cdispec.DefaultKind, mounts, cdispec.Env(os.DirFS(root), plan.DefaultContainerRoot))
 	require.NoError(t, err)
 	return spec.Devices[0].ContainerEdits.Env
 }

@@ -14,7 +14,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
@@ -35,7 +35,7 @@ const (
 	unseenProfile = "../../../testdata/suite-profiles/two-domains.yaml"
 	profileEnv    = "NVML_MOCK_SYSFS_RUNTIME_PROFILE"
 	// device is our CDI device, as `cdi` writes it by default.
-	device = deploy.DefaultKind + "=" + deploy.DeviceName
+	device = cdispec.DefaultKind + "=" + cdispec.DeviceName
 	// verifyImage holds the static binary alone.
 	verifyImage = "localhost/nvml-mock-sysfs/verify:test"
 	// profileInImage is where containers without the overlay find the
@@ -286,7 +286,7 @@ func testMergedSpec(t *testing.T, s *served) {
 	file := filepath.Join(s.h.CDIDir, "nvidia.yaml")
 	t.Cleanup(func() { _ = os.Remove(file) })
 	ro := []string{"ro", "nosuid", "nodev", "bind"}
-	_, err := deploy.WriteSpec(file, &specs.Spec{
+	_, err := cdispec.WriteSpec(file, &specs.Spec{
 		Version: "0.5.0",
 		Kind:    kind,
 		Devices: []specs.Device{{Name: "all", ContainerEdits: specs.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}}},
@@ -294,7 +294,7 @@ func testMergedSpec(t *testing.T, s *served) {
 			Env: []string{"NVIDIA_CTK_LIBCUDA_DIR=/usr/lib64"},
 			Mounts: []*specs.Mount{
 				{HostPath: s.profile, ContainerPath: "/etc/nvml-mock/config.yaml", Options: ro},
-				{HostPath: wholeDevices, ContainerPath: deploy.WholeDevicesDir, Options: ro},
+				{HostPath: wholeDevices, ContainerPath: cdispec.WholeDevicesDir, Options: ro},
 			},
 		},
 	})

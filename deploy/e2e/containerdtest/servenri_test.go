@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
@@ -72,15 +72,15 @@ func testServeNRI(t *testing.T, s *served) {
 			other := filepath.Join(t.TempDir(), "sys-devices")
 			require.NoError(t, os.MkdirAll(filepath.Join(other, "system/cpu"), 0o755))
 			c := s.unservedContainer("other")
-			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: other, ContainerPath: deploy.WholeDevicesDir, ReadOnly: true})
+			c.Mounts = append(c.Mounts, containerdtest.Mount{HostPath: other, ContainerPath: cdispec.WholeDevicesDir, ReadOnly: true})
 			code, r := s.verifyIn(t, containerdtest.Pod{Name: "nri-serve-other"}, c)
 			requireUnserved(t, code, r)
 			require.True(t, n.Logged("container already mounts another view of the PCI sysfs; not stacking ours on it", "default/nri-serve-other"), "serve says so:\n%s", n.Plugin.Log())
 		})
 		t.Run("bad input", func(t *testing.T) {
-			s.routes.expect(t, node, "`cdi-devices.noderesource.dev/container.<name>` naming `"+deploy.DefaultKind+"=gpu0`", "creation refused, one line")
+			s.routes.expect(t, node, "`cdi-devices.noderesource.dev/container.<name>` naming `"+cdispec.DefaultKind+"=gpu0`", "creation refused, one line")
 			pod := s.h.RunPod(t, containerdtest.Pod{Name: "nri-serve-bad", Annotations: map[string]string{
-				nriplugin.CDIContainerAnnotation + "gfd": "- " + deploy.DefaultKind + "=gpu0",
+				nriplugin.CDIContainerAnnotation + "gfd": "- " + cdispec.DefaultKind + "=gpu0",
 			}})
 			_, err := pod.Create(t, s.verifyContainer("gfd"))
 			// crictl quotes the plugin's line again.

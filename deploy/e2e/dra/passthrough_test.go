@@ -23,7 +23,7 @@ import (
 	"k8s.io/utils/ptr"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
@@ -350,7 +350,7 @@ func (p *passthrough) serveWritable(t *testing.T, dir string) {
 		_, err := os.Stat(specFile)
 		return err
 	})
-	spec, err := deploy.ReadSpec(specFile)
+	spec, err := cdispec.ReadSpec(specFile)
 	require.NoError(t, err, "%s", specFile)
 	require.Len(t, spec.Devices, 1, "%s: devices", specFile)
 	p.writable = spec.Devices[0].ContainerEdits.Mounts
@@ -407,11 +407,11 @@ func (p *passthrough) readOnlyMounts() ([]*specs.Mount, error) {
 // specMounts is the default mode's spec of the render at root, with the
 // writable spec's modules.alias stand-in.
 func (p *passthrough) specMounts(root string) ([]*specs.Mount, error) {
-	ms, err := deploy.Mounts(root, "", nil)
+	ms, err := cdispec.Mounts(root, "", nil)
 	if err != nil {
 		return nil, err
 	}
-	spec, err := deploy.NewSpec(deploy.DefaultKind, ms, nil)
+	spec, err := cdispec.NewSpec(cdispec.DefaultKind, ms, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -655,7 +655,7 @@ func (p *passthrough) judgePrepared(t *testing.T, name string) (bdf, group, spec
 
 	spec, err = p.claimSpec(name)
 	require.NoError(t, err)
-	s, err := deploy.ReadSpec(spec)
+	s, err := cdispec.ReadSpec(spec)
 	require.NoError(t, err, "the driver's CDI spec of claim %s", name)
 	var nodes []string
 	for _, d := range s.Devices {

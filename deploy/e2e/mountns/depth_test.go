@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -49,12 +49,12 @@ done`, "sh", targets[0], targets[1])
 			}
 		}
 		require.Equal(t, len(entries), total, "%s: %s", target, out)
-		if deploy.CheckLinksTarget(target) == nil {
+		if cdispec.CheckLinksTarget(target) == nil {
 			require.Equal(t, total, resolved, "%s is accepted, so every link must resolve there", target)
 		} else {
 			require.Less(t, resolved, total, "%s is refused, so links must break there", target)
 		}
 	}
-	require.NoError(t, deploy.CheckLinksTarget(targets[0]))
-	require.Error(t, deploy.CheckLinksTarget(targets[1]))
+	require.NoError(t, cdispec.CheckLinksTarget(targets[0]))
+	require.Error(t, cdispec.CheckLinksTarget(targets[1]))
 }

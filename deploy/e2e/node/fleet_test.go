@@ -21,7 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
@@ -525,7 +525,7 @@ func (s *suite) verifyPod(t *testing.T, name string, p fleetProfile) *corev1.Pod
 	t.Helper()
 	// The container root the render recorded (the chart's
 	// --container-root), where the served pod finds the overlay.
-	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(s.nodePath(s.root)), s.root, "")
+	containerRoot, err := cdispec.ServedContainerRoot(os.DirFS(s.nodePath(s.root)), s.root, "")
 	require.NoError(t, err)
 	bin := filepath.Join(containerRoot, "bin", "nvml-mock-sysfs")
 	inv := programs.Invocation{Args: []string{bin, "verify", "--container-root", containerRoot, "--format", "json"},

@@ -32,7 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
@@ -418,7 +418,7 @@ func optOut(pod *corev1.Pod) {
 
 // serveRoot gives the pod's container a tree other than the DaemonSet's
 // (which serve --nri serves), by hostPath volumes of the mounts and the
-// variables the CDI spec would hold for it (deploy.Mounts and deploy.Env,
+// variables the CDI spec would hold for it (cdispec.Mounts and cdispec.Env,
 // their one home), the DaemonSet's --also-at included; the pod opts out of
 // serve --nri.
 func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string) {
@@ -426,9 +426,9 @@ func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string)
 	optOut(pod)
 	// The container root the render recorded (the DaemonSet's
 	// --container-root), where its links point.
-	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(s.nodePath(root)), root, "")
+	containerRoot, err := cdispec.ServedContainerRoot(os.DirFS(s.nodePath(root)), root, "")
 	require.NoError(t, err)
-	mounts, err := deploy.Mounts(root, containerRoot, []string{programs.NFDHostPCIDevices})
+	mounts, err := cdispec.Mounts(root, containerRoot, []string{programs.NFDHostPCIDevices})
 	require.NoError(t, err, "the mounts of %s", root)
 	var cm []containerdtest.Mount
 	for _, m := range mounts {
@@ -442,7 +442,7 @@ func (s *suite) serveRoot(t *testing.T, pod *corev1.Pod, container, root string)
 			continue
 		}
 		c.VolumeMounts = append(c.VolumeMounts, volumeMounts...)
-		for _, e := range deploy.Env(os.DirFS(s.nodePath(root)), containerRoot) {
+		for _, e := range cdispec.Env(os.DirFS(s.nodePath(root)), containerRoot) {
 			k, v, _ := strings.Cut(e, "=")
 			c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: v})
 		}
@@ -459,7 +459,7 @@ func (s *suite) servedGPUs(t *testing.T) int {
 	root := filepath.Join(t.TempDir(), "tree")
 	out, err := exec.Command("cp", "-a", s.nodePath(s.root), root).CombinedOutput()
 	require.NoError(t, err, "copy the node's tree: %s", out)
-	containerRoot, err := deploy.ServedContainerRoot(os.DirFS(root), root, "")
+	containerRoot, err := cdispec.ServedContainerRoot(os.DirFS(root), root, "")
 	require.NoError(t, err)
 	cmd := programs.GHWListRun{Binary: programs.NeedBinary(t, programs.GHWList())}.Invocation().In(hosttest.Served{Root: root, ContainerRoot: containerRoot})
 	out, err = cmd.Output()
@@ -480,7 +480,7 @@ const servedBy = "serve --nri, the pod asking nothing"
 
 // gfdPod runs GFD once, publishing a NodeFeature object. A served pod
 // reads the render's machine type: our CDI device sets GFD's
-// GFD_MACHINE_TYPE_FILE (deploy.MachineTypeFileEnv) to it.
+// GFD_MACHINE_TYPE_FILE (cdispec.MachineTypeFileEnv) to it.
 func (s *suite) gfdPod(t *testing.T, name string, served bool) *corev1.Pod {
 	run := programs.GFDRun{
 		Binary:         containerdtest.InConsumerBuild + "/gpu-feature-discovery",

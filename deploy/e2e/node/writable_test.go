@@ -25,7 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
@@ -281,7 +281,7 @@ func isFUSE(m *mountinfo.Info) bool {
 // specMounts are the mounts of the spec on the node, our one device's.
 func (w *helmWritable) specMounts(t *testing.T) []*specs.Mount {
 	t.Helper()
-	spec, err := deploy.ReadSpec(w.nodePath(w.spec))
+	spec, err := cdispec.ReadSpec(w.nodePath(w.spec))
 	require.NoError(t, err, "the CDI spec at the node's %s", w.spec)
 	require.Len(t, spec.Devices, 1)
 	return spec.Devices[0].ContainerEdits.Mounts

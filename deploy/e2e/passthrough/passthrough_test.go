@@ -35,7 +35,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
@@ -313,7 +313,7 @@ func (s *suite) runPlugin(t *testing.T, name string, started func(log string) bo
 	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: metav1.NamespaceDefault,
-			Annotations: map[string]string{"cdi-devices.noderesource.dev/container.plugin": "- " + deploy.DefaultKind + "=" + deploy.DeviceName}},
+			Annotations: map[string]string{"cdi-devices.noderesource.dev/container.plugin": "- " + cdispec.DefaultKind + "=" + cdispec.DeviceName}},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
 			Containers:    []corev1.Container{{Name: "plugin", Image: pluginImage, ImagePullPolicy: corev1.PullNever, VolumeMounts: mounts}},

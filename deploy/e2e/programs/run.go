@@ -51,7 +51,7 @@ type GFDRun struct {
 	// OutputFile is where GFD writes its labels, one key=value a line.
 	// Its machine type file is the default (the node's own) unless the
 	// run's environment names one, as a served spec does
-	// (deploy.MachineTypeFileEnv).
+	// (cdispec.MachineTypeFileEnv).
 	OutputFile string
 	// Strategy is GFD's --device-discovery-strategy; empty keeps its
 	// default (auto: NVML). "vfio" labels the GPUs go-nvlib finds bound to

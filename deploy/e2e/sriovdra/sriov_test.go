@@ -39,7 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
@@ -287,7 +287,7 @@ func (s *suite) shell(mounts []*specs.Mount, script string) (string, error) {
 // readMounts are the mounts of a spec of our one device.
 func readMounts(t *testing.T, file string) []*specs.Mount {
 	t.Helper()
-	sp, err := deploy.ReadSpec(file)
+	sp, err := cdispec.ReadSpec(file)
 	require.NoError(t, err)
 	require.Len(t, sp.Devices, 1)
 	return sp.Devices[0].ContainerEdits.Mounts

@@ -32,7 +32,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/compat"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
@@ -166,7 +166,7 @@ func startIn(t testing.TB, ns int, prof, root, tree string) *server {
 // server's namespace.
 func (s *server) served(t testing.TB) hosttest.Served {
 	t.Helper()
-	spec, err := deploy.ReadSpec(s.spec)
+	spec, err := cdispec.ReadSpec(s.spec)
 	require.NoError(t, err)
 	require.Len(t, spec.Devices, 1)
 	return hosttest.Served{Spec: spec.Devices[0].ContainerEdits.Mounts, Enter: cmp.Or(s.ns, s.cmd.Process.Pid)}
@@ -345,9 +345,9 @@ func TestReadersSeeTheSame(t *testing.T) {
 // has), so that nvpassthrough gets as far as it can.
 func readOnly(t *testing.T, writable hosttest.Served) hosttest.Served {
 	t.Helper()
-	ms, err := deploy.Mounts(renderReadOnly(t, repoProfile(t)), "", nil)
+	ms, err := cdispec.Mounts(renderReadOnly(t, repoProfile(t)), "", nil)
 	require.NoError(t, err)
-	spec, err := deploy.NewSpec(deploy.DefaultKind, ms, nil)
+	spec, err := cdispec.NewSpec(cdispec.DefaultKind, ms, nil)
 	require.NoError(t, err)
 	mounts := spec.Devices[0].ContainerEdits.Mounts
 	alias := filepath.Join(t.TempDir(), "modules.alias")

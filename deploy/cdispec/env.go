@@ -1,4 +1,4 @@
-package deploy
+package cdispec
 
 import (
 	"io/fs"

@@ -1,4 +1,4 @@
-package deploy_test
+package cdispec_test
 
 import (
 	"os"

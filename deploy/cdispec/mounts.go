@@ -1,8 +1,9 @@
-// Package deploy delivers a rendered overlay to containers: the set of bind
-// mounts that serve it, as a standalone CDI spec, merged into an existing
-// CDI spec, or as a plain list for an NRI plugin. Every channel takes its
-// mounts from Mounts, so they cannot drift apart.
-package deploy
+// Package cdispec holds what both delivery paths (CDI and NRI) share: the
+// set of bind mounts that serve a rendered overlay and the CDI device edits
+// built from it, written as a standalone CDI spec, merged into an existing
+// CDI spec, or handed as a plain list to an NRI plugin. Every channel takes
+// its mounts from Mounts, so they cannot drift apart.
+package cdispec
 
 import (
 	"cmp"
