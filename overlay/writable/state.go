@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/pciaddr"
@@ -74,6 +75,10 @@ func Prune(base *plan.Plan, ws plan.WrittenState) plan.WrittenState {
 		}
 		out[a] = st
 	}
+	// Kept virtual functions go to a map of their own: added to out while
+	// out is ranged over, one could be taken for a physical function, which
+	// base does not have.
+	vfs := plan.WrittenState{}
 	for a, st := range ws {
 		if _, ok := base.Functions[a]; ok {
 			continue
@@ -81,10 +86,11 @@ func Prune(base *plan.Plan, ws plan.WrittenState) plan.WrittenState {
 		// A virtual function: kept while its physical function enables it.
 		for pa, pst := range out {
 			if i := slices.Index(base.Functions[pa].VFs, a); i >= 0 && i < pst.NumVFs {
-				out[a] = st
+				vfs[a] = st
 			}
 		}
 	}
+	maps.Copy(out, vfs)
 	return out
 }
 

@@ -36,3 +36,31 @@ func TestStateRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, empty)
 }
+
+// TestPruneKeepsEnabledVFs: a re-render keeps the state of the virtual
+// functions their physical function still enables, and drops the rest;
+// the map's order, which Go varies from run to run, changes nothing (a
+// kept VF once taken for a physical function panicked: found by FuzzWrite).
+func TestPruneKeepsEnabledVFs(t *testing.T) {
+	addr := func(s string) pciaddr.Address {
+		a, err := pciaddr.Parse(s)
+		require.NoError(t, err)
+		return a
+	}
+	pf, vf0, vf1, vf2 := addr("0000:18:00.0"), addr("0000:18:00.4"), addr("0000:18:00.5"), addr("0000:18:00.6")
+	base := &plan.Plan{Functions: map[pciaddr.Address]*plan.Function{
+		pf: {ID: "10de:2330", TotalVFs: 4, VFs: []pciaddr.Address{vf0, vf1, vf2}},
+	}}
+	want := plan.WrittenState{
+		pf:  {NumVFs: 2, ID: "10de:2330"},
+		vf0: {Override: "vfio-pci"},
+		vf1: {Driver: "vfio-pci"},
+	}
+	for range 200 {
+		ws := plan.WrittenState{vf2: {Override: "x"}}
+		for a, st := range want {
+			ws[a] = st
+		}
+		require.Equal(t, want, Prune(base, ws))
+	}
+}
