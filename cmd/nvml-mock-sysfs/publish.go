@@ -29,7 +29,7 @@ watched: a change reaches the slices in about the time an event takes.
 The NVIDIA driver's slices are those of the driver 'slices --help' names
 (its August 2026 head: numaNode on each GPU with a NUMA node). A profile
 that leaves an NVML fact to nvml-mock's A100 defaults is logged at warn
-level, naming the field and the default.
+level once, naming the field, the default and the first node given it.
 Publishing is the drivers' own ResourceSlice controller, owned by the Node:
 deleting the Node withdraws its slices even while publish is down; a node
 that leaves the selector, or that the map gives no profile, has them

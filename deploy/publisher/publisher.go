@@ -30,6 +30,7 @@ package publisher
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,7 +103,12 @@ type Publisher struct {
 	// leaving are the publishers of nodes withdrawn, until their slices
 	// are deleted: a node's next publisher waits for its last one.
 	leaving map[string]*nodePublisher
-	actors  sync.WaitGroup
+	// warned are the profiles (by source and digest) whose NVML facts
+	// left to nvml-mock's defaults were logged: once a profile, not once
+	// a node and a plan, which a fleet of KWOK nodes would repeat by the
+	// thousand.
+	warned map[string]bool
+	actors sync.WaitGroup
 }
 
 // nodeRecord is what the publisher last made of a selected node.
@@ -139,7 +145,7 @@ func New(o Options) (*Publisher, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	p := &Publisher{o: o, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}}
+	p := &Publisher{o: o, log: o.Logger, endpoints: endpoints.Listener{Addr: o.Listen}, kick: make(chan struct{}, 1), dirty: map[string]bool{}, nodes: map[string]*nodeRecord{}, leaving: map[string]*nodePublisher{}, warned: map[string]bool{}}
 	p.nodeInformer = apiwatch.Informer(o.Client, o.Client.CoreV1().Nodes(), &corev1.Node{}, func(lo *metav1.ListOptions) {
 		lo.LabelSelector = o.Nodes.String()
 	})
@@ -386,8 +392,11 @@ func (p *Publisher) driverResources(choice fleet.Choice, node string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range prof.MockDefaults() {
-		p.log.Warn("the slices carry nvml-mock's A100 defaults as the board's", "node", node, "warning", w)
+	if key := fmt.Sprintf("%s\x00%x", source, sha256.Sum256(data)); !p.warned[key] {
+		p.warned[key] = true
+		for _, w := range prof.MockDefaults() {
+			p.log.Warn("the slices carry nvml-mock's A100 defaults as the board's", "node", node, "warning", w)
+		}
 	}
 	planned, err := resourceslices.Planner{}.ForNode(prof, node)
 	if err != nil {

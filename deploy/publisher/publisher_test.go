@@ -598,23 +598,27 @@ func TestOwnClientMarks(t *testing.T) {
 // TestPublisherWarnsOfMockDefaults: a profile that leaves an NVML fact to
 // nvml-mock's A100 defaults is published, with a warning naming the field
 // and the default, since the drivers would publish the A100's value as the
-// board's; a built-in, whose facts are its board's, warns of nothing.
+// board's; a built-in, whose facts are its board's, warns of nothing; and
+// a profile warns once, not once for each node it is given.
 func TestPublisherWarnsOfMockDefaults(t *testing.T) {
 	bare := strings.Replace(builtinText(t, "t4-vm"), "\n  architecture: turing\n", "\n", 1)
 	require.NotEqual(t, builtinText(t, "t4-vm"), bare, "t4-vm states its architecture")
-	fleetYAML := "nodes: {kwok-a: bare.yaml}\ndefault: t4-vm\n"
+	fleetYAML := "nodes: {kwok-a: bare.yaml, kwok-c: bare.yaml}\ndefault: t4-vm\n"
 	r := start(t,
 		fleetConfigMap(map[string]string{fleet.ConfigMapKey: fleetYAML, "bare.yaml": bare}),
 		kwokNode("kwok-a", map[string]string{kwokLabel: "kwok"}),
 		kwokNode("kwok-b", map[string]string{kwokLabel: "kwok"}),
+		kwokNode("kwok-c", map[string]string{kwokLabel: "kwok"}),
 	)
 	r.eventually(t, "kwok-b published", func() string { return r.samePublished(t, "kwok-b", planned(t, "t4-vm", "kwok-b")) })
-	r.eventually(t, "kwok-a published", func() string {
-		if len(r.slicesOf(t, "kwok-a")) == 0 {
-			return "no slices"
-		}
-		return ""
-	})
+	for _, node := range []string{"kwok-a", "kwok-c"} {
+		r.eventually(t, node+" published", func() string {
+			if len(r.slicesOf(t, node)) == 0 {
+				return "no slices"
+			}
+			return ""
+		})
+	}
 	var warnings []string
 	for line := range strings.Lines(r.log.String()) {
 		if strings.Contains(line, "level=WARN") {
@@ -622,8 +626,11 @@ func TestPublisherWarnsOfMockDefaults(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, warnings, "no warning:\n%s", r.log)
+	prof, err := resourceslices.Parse("bare.yaml", []byte(bare))
+	require.NoError(t, err)
+	require.Len(t, warnings, len(prof.MockDefaults()), "one warning a field, once for the profile, however many nodes it is given:\n%s", r.log)
 	for _, w := range warnings {
-		require.Contains(t, w, "node=kwok-a", "a built-in leaves nothing to the defaults")
+		require.Contains(t, w, "bare.yaml", "a built-in leaves nothing to the defaults")
 	}
 	require.Contains(t, warnings[0], "device_defaults.architecture not set")
 	require.Contains(t, warnings[0], "ampere")
