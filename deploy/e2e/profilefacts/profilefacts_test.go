@@ -19,12 +19,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
-// TestLiterals reads profiles against facts written out by hand from
-// their files: nvml-mock's T4 (its bus ids in upper case, one root), a
-// profile with no pcie_topology (no root, no NUMA node, no name), the
-// consumer suite's two domains (a named machine, NUMA -1 and 1, domain
-// 000a written upper case), a passthrough node (drivers) and the t4-vm
-// built-in as `profiles --show` prints it.
 // binaries holds the product binary, built once for the tests that run it.
 var binaries hosttest.Binaries
 
@@ -32,6 +26,12 @@ func TestMain(m *testing.M) {
 	os.Exit(binaries.Removed(overlaytest.Main(m)))
 }
 
+// TestLiterals reads profiles against facts written out by hand from
+// their files: nvml-mock's T4 (its bus ids in upper case, one root), a
+// profile with no pcie_topology (no root, no NUMA node, no name), the
+// consumer suite's two domains (a named machine, NUMA -1 and 1, domain
+// 000a written upper case), a passthrough node (drivers) and the t4-vm
+// built-in as `profiles --show` prints it.
 func TestLiterals(t *testing.T) {
 	repo := overlaytest.Repo(t)
 	type gpu struct {
