@@ -208,11 +208,12 @@ func (p Policy) Decide(pod *api.PodSandbox, ctr *api.Container) (Verdict, error)
 		}
 		return Verdict{}, err
 	}
-	v := p.serves(pod, a)
+	w := p.writer(pod)
+	v := p.serves(pod, a, w != nil)
 	if !v.Serve {
 		return v, nil
 	}
-	switch w := p.writer(pod); {
+	switch {
 	case a.writable == a.asked && a.asked != "":
 		v.Writable = true
 	case a.writable != "":
@@ -225,15 +226,16 @@ func (p Policy) Decide(pod *api.PodSandbox, ctr *api.Container) (Verdict, error)
 	return v, nil
 }
 
-// serves is the verdict on serving the pod at all, its annotations read.
-func (p Policy) serves(pod *api.PodSandbox, a asks) Verdict {
+// serves is the verdict on serving the pod at all, its annotations read;
+// writer is whether --nri-writable-pods names it.
+func (p Policy) serves(pod *api.PodSandbox, a asks, writer bool) Verdict {
 	switch {
 	case a.asked != "":
 		return Verdict{Serve: true, Asked: true, Why: "asked by " + a.asked}
 	case a.optOut != "":
 		return Verdict{Why: "opted out by " + a.optOut}
 	}
-	if v := p.byMode(pod); v.Serve || p.writer(pod) == nil {
+	if v := p.byMode(pod); v.Serve || !writer {
 		return v
 	}
 	return Verdict{Serve: true, Why: "a writer"}
