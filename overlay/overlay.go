@@ -47,6 +47,9 @@ type Options struct {
 	Hierarchy     boards.Hierarchy
 	HostDevices   HostDevices
 	HostSysfs     string // default /sys
+	// HostProcfs is where the node's /proc/modules is read from, whose
+	// lines the rendered proc/modules keeps; default /proc.
+	HostProcfs string
 	// Binary, if set, is a file to install at <root>/bin/nvml-mock-sysfs:
 	// render's own executable.
 	Binary string
@@ -144,6 +147,9 @@ func NewPlanner(opts Options) (*Planner, error) {
 	// The node's own modules stay listed beside the module view's, as
 	// its devices are beside the mock ones with --host-devices merge.
 	if po.HostModules, err = plan.ReadHostModules(sysfs); err != nil {
+		return nil, err
+	}
+	if po.HostProcModules, err = plan.ReadHostProcModules(os.DirFS(cmp.Or(opts.HostProcfs, "/proc"))); err != nil {
 		return nil, err
 	}
 	switch opts.HostDevices {

@@ -76,7 +76,7 @@ func withoutModuleView(p *plan.Plan) *plan.Plan {
 	out := *p
 	out.Entries = nil
 	for _, e := range p.Entries {
-		if under(e.Path, plan.ModulesDir) || under(e.Path, plan.HostSysDir) {
+		if under(e.Path, plan.ModulesDir) || under(e.Path, plan.HostSysDir) || under(e.Path, plan.ProcDir) {
 			continue
 		}
 		out.Entries = append(out.Entries, e)

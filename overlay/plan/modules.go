@@ -60,6 +60,9 @@ type KernelModule struct {
 	// NVIDIAVersioned modules declare the driver's version
 	// (MODULE_VERSION(NV_VERSION_STRING)), which their version file holds.
 	NVIDIAVersioned bool
+	// Size is the second column of its /proc/modules line, which lsmod
+	// prints: a fixed plausible size, since nothing is loaded to measure.
+	Size int
 }
 
 // KernelModules lists every module the view can render, in the order it
@@ -76,20 +79,24 @@ type KernelModule struct {
 // nvidia-nvswitch as well as nvidia (kernel-open/nvidia/linux_nvswitch.c).
 func KernelModules() []KernelModule {
 	nvidia := []string{"nvidia"}
+	// Sizes: nvidia's is lsmod's on a GPU Operator node with RDMA
+	// (shared/WRITABLE.md, from NVIDIA/cloud-native-docs' gpu-operator-rdma),
+	// nvidia_uvm's /proc/modules' in nvidia-container-toolkit #115; the
+	// others are stand-in sizes of the right order, which no consumer reads.
 	return []KernelModule{
-		{Name: "nvidia", Drivers: []string{profile.DriverNVIDIA, profile.DriverNVSwitch}, Taint: taintNVIDIA, NVIDIAVersioned: true},
-		{Name: "nvidia_uvm", Uses: nvidia, With: nvidia, Taint: taintNVIDIA, NVIDIAVersioned: true},
-		{Name: "nvidia_modeset", Uses: nvidia, With: nvidia, Taint: taintNVIDIA, NVIDIAVersioned: true},
+		{Name: "nvidia", Drivers: []string{profile.DriverNVIDIA, profile.DriverNVSwitch}, Taint: taintNVIDIA, NVIDIAVersioned: true, Size: 39059456},
+		{Name: "nvidia_uvm", Uses: nvidia, With: nvidia, Taint: taintNVIDIA, NVIDIAVersioned: true, Size: 1507328},
+		{Name: "nvidia_modeset", Uses: nvidia, With: nvidia, Taint: taintNVIDIA, NVIDIAVersioned: true, Size: 1314816},
 		// GPUDirect RDMA: loaded where the node drives both GPUs and HCAs.
-		{Name: "nvidia_peermem", Uses: []string{"nvidia", "ib_core"}, With: []string{"nvidia", "mlx5_core"}, Taint: taintNVIDIA, NVIDIAVersioned: true},
-		{Name: "vfio_pci", Drivers: []string{profile.DriverVFIO}, Uses: []string{"vfio_pci_core", "vfio"}},
-		{Name: "vfio_pci_core", Uses: []string{"vfio"}},
+		{Name: "nvidia_peermem", Uses: []string{"nvidia", "ib_core"}, With: []string{"nvidia", "mlx5_core"}, Taint: taintNVIDIA, NVIDIAVersioned: true, Size: 16384},
+		{Name: "vfio_pci", Drivers: []string{profile.DriverVFIO}, Uses: []string{"vfio_pci_core", "vfio"}, Size: 16384},
+		{Name: "vfio_pci_core", Uses: []string{"vfio"}, Size: 86016},
 		// The IOMMU backend vfio loads for a container; it holds vfio.
-		{Name: "vfio_iommu_type1", Uses: []string{"vfio"}, With: []string{"vfio"}},
-		{Name: "vfio"},
-		{Name: "mlx5_core", Drivers: []string{profile.DriverMLX5}},
-		{Name: "mlx5_ib", Uses: []string{"mlx5_core", "ib_core"}, With: []string{"mlx5_core"}},
-		{Name: "ib_core"},
+		{Name: "vfio_iommu_type1", Uses: []string{"vfio"}, With: []string{"vfio"}, Size: 45056},
+		{Name: "vfio", Size: 61440},
+		{Name: "mlx5_core", Drivers: []string{profile.DriverMLX5}, Size: 2318336},
+		{Name: "mlx5_ib", Uses: []string{"mlx5_core", "ib_core"}, With: []string{"mlx5_core"}, Size: 475136},
+		{Name: "ib_core", Size: 483328},
 	}
 }
 
@@ -128,6 +135,11 @@ func (m KernelModule) Holders(loaded []KernelModule) []string {
 	return out
 }
 
+// Refcnt is m's reference count on an idle node whose modules are loaded:
+// its holders, nothing holding a device open. Its refcnt file and the third
+// column of its /proc/modules line both print it.
+func (m KernelModule) Refcnt(loaded []KernelModule) int { return len(m.Holders(loaded)) }
+
 // modules plans the module view from the drivers the tree lists, so that a
 // PCI driver is listed exactly where its module is loaded; then links the
 // node's own modules beside them. A node module of one of our names is
@@ -149,7 +161,7 @@ func (b *builder) modules() error {
 		dir := ModulesDir + "/" + m.Name
 		holders := m.Holders(loaded)
 		b.text(dir, "initstate", moduleLive+"\n")
-		b.text(dir, "refcnt", strconv.Itoa(len(holders))+"\n")
+		b.text(dir, "refcnt", strconv.Itoa(m.Refcnt(loaded))+"\n")
 		b.text(dir, "taint", m.Taint+"\n")
 		if m.NVIDIAVersioned {
 			b.text(dir, "version", b.machine.NVIDIAVersion()+"\n")
@@ -168,6 +180,7 @@ func (b *builder) modules() error {
 			b.inTree = append(b.inTree, link(ddir+"/pci:"+d, b.fromContainerRoot(ddir, DriversDir+"/"+d)))
 		}
 		b.loaded = append(b.loaded, m.Name)
+		b.loadedModules = append(b.loadedModules, m)
 	}
 	if len(b.opts.HostModules) == 0 {
 		return nil

@@ -152,6 +152,10 @@ type Options struct {
 	// HostModules are the node's own modules (ReadHostModules), which the
 	// module view links beside the tree's; none without them.
 	HostModules []string
+	// HostProcModules are the lines of the node's own /proc/modules
+	// (ReadHostProcModules), which the rendered proc/modules lists before
+	// ours; none on a kernel without loadable modules.
+	HostProcModules []string
 }
 
 // New plans the overlay for a machine.
@@ -246,9 +250,10 @@ type builder struct {
 	ends    []Entry         // links-directory entries of endpoints
 	vfio    int             // the profile's vfio-pci devices so far: the next vfio-dev/vfioN
 	// functions is what each function shows, for Plan.Functions.
-	functions map[pciaddr.Address]*Function
-	loaded    []string // the module view's modules, for Plan.Modules
-	drivers   []string // the drivers listed, for Plan.Drivers
+	functions     map[pciaddr.Address]*Function
+	loaded        []string       // the module view's modules, for Plan.Modules
+	loadedModules []KernelModule // the same, for proc/modules
+	drivers       []string       // the drivers listed, for Plan.Drivers
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,
@@ -374,6 +379,9 @@ func (b *builder) build(m *profile.Machine) error {
 	}
 	// After every driver directory is planned: the view follows them.
 	if err := b.modules(); err != nil {
+		return err
+	}
+	if err := b.procFiles(); err != nil {
 		return err
 	}
 	return b.hostDevices()
