@@ -153,11 +153,10 @@ func (b *builder) modules() error {
 		}
 	}
 	slices.Sort(b.drivers)
-	loaded := LoadedModules(listed)
+	b.loaded = LoadedModules(listed)
+	loaded := b.loaded
 	b.dir(ModulesDir)
-	ours := map[string]bool{}
 	for _, m := range loaded {
-		ours[m.Name] = true
 		dir := ModulesDir + "/" + m.Name
 		holders := m.Holders(loaded)
 		b.text(dir, "initstate", moduleLive+"\n")
@@ -179,8 +178,6 @@ func (b *builder) modules() error {
 			b.dir(ddir)
 			b.inTree = append(b.inTree, link(ddir+"/pci:"+d, b.fromContainerRoot(ddir, DriversDir+"/"+d)))
 		}
-		b.loaded = append(b.loaded, m.Name)
-		b.loadedModules = append(b.loadedModules, m)
 	}
 	if len(b.opts.HostModules) == 0 {
 		return nil
@@ -191,11 +188,27 @@ func (b *builder) modules() error {
 			return err
 		}
 		b.inTree = append(b.inTree, link(HostModulesDir+"/"+name, path.Join(b.opts.HostSysfs, sysfs.ModulesDir, name)))
-		if !ours[name] {
+		if !b.ours(name) {
 			b.inTree = append(b.inTree, link(ModulesDir+"/"+name, b.fromContainerRoot(ModulesDir, HostModulesDir+"/"+name)))
 		}
 	}
 	return nil
+}
+
+// ours says whether the module view renders a module of this name, which
+// then stands in the node's module of that name, in /sys/module and in
+// /proc/modules alike.
+func (b *builder) ours(name string) bool {
+	return slices.ContainsFunc(b.loaded, func(m KernelModule) bool { return m.Name == name })
+}
+
+// moduleNames are the names of ms, in their order: Plan.Modules.
+func moduleNames(ms []KernelModule) []string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
 }
 
 // fromContainerRoot is the text of a link in dir, a directory of the

@@ -192,7 +192,7 @@ func New(m *profile.Machine, opts Options) (*Plan, error) {
 	if err := b.build(m); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", m.Source, err)
 	}
-	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: b.loaded, HostModules: opts.HostModules, Drivers: b.drivers}, nil
+	return &Plan{Machine: m, Tree: t, ContainerRoot: opts.ContainerRoot, HostDevices: opts.HostDevices, Entries: b.entries(), Functions: b.functions, Modules: moduleNames(b.loaded), HostModules: opts.HostModules, Drivers: b.drivers}, nil
 }
 
 // ValidateContainerRoot refuses a container root the loop link cannot serve.
@@ -250,10 +250,9 @@ type builder struct {
 	ends    []Entry         // links-directory entries of endpoints
 	vfio    int             // the profile's vfio-pci devices so far: the next vfio-dev/vfioN
 	// functions is what each function shows, for Plan.Functions.
-	functions     map[pciaddr.Address]*Function
-	loaded        []string       // the module view's modules, for Plan.Modules
-	loadedModules []KernelModule // the same, for proc/modules
-	drivers       []string       // the drivers listed, for Plan.Drivers
+	functions map[pciaddr.Address]*Function
+	loaded    []KernelModule // the module view's modules: Plan.Modules, proc/modules
+	drivers   []string       // the drivers listed, for Plan.Drivers
 }
 
 // Entries a node brings, at most: its directory and ~25 attribute files,

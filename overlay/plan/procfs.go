@@ -109,10 +109,6 @@ func ReadHostProcModules(proc fs.FS) ([]string, error) {
 // first and then ours, and the NVIDIA driver's version where the view
 // loads nvidia.
 func (b *builder) procFiles() error {
-	ours := map[string]bool{}
-	for _, m := range b.loadedModules {
-		ours[m.Name] = true
-	}
 	var buf strings.Builder
 	for _, line := range b.opts.HostProcModules {
 		name, err := procModulesName(line)
@@ -122,16 +118,16 @@ func (b *builder) procFiles() error {
 		// A node module of one of our names (a real nvidia on a GPU node
 		// that also serves mock GPUs) is ours here, as in the module view:
 		// its refcnt and holders must be the view's.
-		if !ours[name] {
+		if !b.ours(name) {
 			buf.WriteString(line + "\n")
 		}
 	}
-	for _, m := range b.loadedModules {
-		buf.WriteString(ProcModulesLine(m, b.loadedModules) + "\n")
+	for _, m := range b.loaded {
+		buf.WriteString(ProcModulesLine(m, b.loaded) + "\n")
 	}
 	b.dir(ProcDir)
 	b.text(ProcDir, "modules", buf.String())
-	if !ours["nvidia"] {
+	if !b.ours("nvidia") {
 		// A passthrough node with no GPU on nvidia has no driver loaded,
 		// so no /proc/driver/nvidia.
 		return nil
