@@ -188,8 +188,8 @@ func printSummary(e *env, p *plan.Plan, o overlay.Options, st *writer.Stats) {
 	}
 	fmt.Fprintf(e.stdout, "  overlay     %s -> mount at %s\n", o.Root, p.ContainerRoot)
 	fmt.Fprintf(e.stdout, "  links       %s -> mount at %s\n", path.Join(o.Root, plan.LinksDir), sysfs.KernelLinksDir)
-	fmt.Fprintf(e.stdout, "  modules     %s: %s, beside %d of the node's (not yet served at /%s)\n",
-		path.Join(o.Root, plan.ModulesDir), strings.Join(p.Modules, ", "), len(p.HostModules), plan.ModulesDir)
+	fmt.Fprintf(e.stdout, "  modules     %s -> mount at /%s: %s, beside %d of the node's (mounted at %s)\n",
+		path.Join(o.Root, plan.ModulesDir), plan.ModulesDir, strings.Join(p.Modules, ", "), len(p.HostModules), path.Join(p.ContainerRoot, plan.HostModulesDir))
 	if st == nil {
 		return
 	}

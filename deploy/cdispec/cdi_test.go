@@ -164,6 +164,7 @@ func TestMerge(t *testing.T) {
 	require.Equal(t, []string{
 		"/usr/lib64/libnvidia-ml.so.550.163.01",
 		"/opt/nvml-mock", "/sys/bus/pci/devices", "/host-sys/bus/pci/devices",
+		"/sys/module", "/host-sys/module", "/opt/nvml-mock/host-sys/module",
 	}, containerPaths(s.ContainerEdits.Mounts), "the library mount stays, ours are appended")
 	require.ElementsMatch(t, []string{"/sys/devices", "/opt/nvml-mock", "/sys/devices/"}, containerPathsOf(r.Removed),
 		"the whole-devices mounts (top level and device all) and the older copy of ours go")

@@ -31,10 +31,21 @@ type Mount struct {
 func mountOptions() []string { return []string{"ro", "nosuid", "nodev", "bind"} }
 
 // Mounts is the one definition of the mount set: the overlay root at the
-// container root, and its links directory at /sys/bus/pci/devices and at
-// every alsoAt target (each exactly four levels deep, like
-// /host-sys/bus/pci/devices, where node-feature-discovery looks).
+// container root, its links directory at /sys/bus/pci/devices and at every
+// alsoAt target (each exactly four levels deep, like
+// /host-sys/bus/pci/devices, where node-feature-discovery looks), and the
+// module view (docs/design/modules.md) at /sys/module, and at <P>/module
+// for each alsoAt target <P>/bus/pci/devices (a node's /sys seen at <P>),
+// with the node's own /sys/module read-only at the container root's
+// plan.HostModulesDir, where the view's links to the node's modules lead:
+// the view and that mount go together, or those links would lead back to
+// the view itself.
 func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
+	return mounts(root, containerRoot, alsoAt, plan.DefaultHostSysfs)
+}
+
+// mounts is Mounts with the node's sysfs at hostSysfs.
+func mounts(root, containerRoot string, alsoAt []string, hostSysfs string) ([]Mount, error) {
 	if err := writer.CheckRoot(root); err != nil {
 		return nil, err
 	}
@@ -47,6 +58,7 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 		{Source: root, Destination: containerRoot, Options: mountOptions()},
 		{Source: links, Destination: sysfs.KernelLinksDir, Options: mountOptions()},
 	}
+	modules := []string{path.Join(sysfs.Mount, sysfs.ModulesDir)}
 	for _, t := range alsoAt {
 		if err := CheckLinksTarget(t); err != nil {
 			return nil, err
@@ -58,8 +70,14 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 			return nil, &TargetError{Target: t, Err: fmt.Errorf("inside the container root %s", containerRoot)}
 		}
 		out = append(out, Mount{Source: links, Destination: t, Options: mountOptions()})
+		if sys, ok := strings.CutSuffix(t, "/"+sysfs.LinksDir); ok && sys != sysfs.Mount {
+			modules = append(modules, path.Join(sys, sysfs.ModulesDir))
+		}
 	}
-	return out, nil
+	for _, m := range modules {
+		out = append(out, Mount{Source: path.Join(root, plan.ModulesDir), Destination: m, Options: mountOptions()})
+	}
+	return append(out, Mount{Source: path.Join(hostSysfs, sysfs.ModulesDir), Destination: path.Join(containerRoot, plan.HostModulesDir), Options: mountOptions()}), nil
 }
 
 // WritableMounts is the mount set of the writable mode (serve --writable),
@@ -75,12 +93,12 @@ func Mounts(root, containerRoot string, alsoAt []string) ([]Mount, error) {
 // the tree's plan.ModulesAlias stands in for its modules.alias, which
 // go-nvlib reads to bind a GPU to vfio-pci.
 func WritableMounts(root, containerRoot string, alsoAt []string, hostSysfs, release string) ([]Mount, error) {
-	out, err := Mounts(root, containerRoot, alsoAt)
+	hostSysfs = cmp.Or(hostSysfs, plan.DefaultHostSysfs)
+	out, err := mounts(root, containerRoot, alsoAt, hostSysfs)
 	if err != nil {
 		return nil, err
 	}
 	containerRoot = cmp.Or(containerRoot, plan.DefaultContainerRoot)
-	hostSysfs = cmp.Or(hostSysfs, plan.DefaultHostSysfs)
 	rw := []string{"rw", "nosuid", "nodev", "bind"}
 	out[0].Options = rw
 	host := path.Join(containerRoot, plan.HostSysDir)

@@ -27,6 +27,8 @@ func TestMounts(t *testing.T) {
 			want: []Mount{
 				{Source: "/var/lib/nvml-mock", Destination: "/opt/nvml-mock", Options: opts},
 				{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: opts},
+				{Source: "/var/lib/nvml-mock/sys/module", Destination: "/sys/module", Options: opts},
+				{Source: "/sys/module", Destination: "/opt/nvml-mock/host-sys/module", Options: opts},
 			},
 		},
 		{
@@ -36,6 +38,9 @@ func TestMounts(t *testing.T) {
 				{Source: "/srv/mock", Destination: "/usr/local/mock", Options: opts},
 				{Source: "/srv/mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: opts},
 				{Source: "/srv/mock/sys/bus/pci/devices", Destination: "/host-sys/bus/pci/devices", Options: opts},
+				{Source: "/srv/mock/sys/module", Destination: "/sys/module", Options: opts},
+				{Source: "/srv/mock/sys/module", Destination: "/host-sys/module", Options: opts},
+				{Source: "/sys/module", Destination: "/usr/local/mock/host-sys/module", Options: opts},
 			},
 		},
 		{name: "too deep", root: "/r", alsoAt: []string{"/host/sys/bus/pci/devices"}, wantErr: "is 5 levels deep"},
@@ -122,6 +127,9 @@ func TestWritableMounts(t *testing.T) {
 		{Source: "/var/lib/nvml-mock", Destination: "/opt/nvml-mock", Options: rw},
 		{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/sys/bus/pci/devices", Options: ro},
 		{Source: "/var/lib/nvml-mock/sys/bus/pci/devices", Destination: "/host-sys/bus/pci/devices", Options: ro},
+		{Source: "/var/lib/nvml-mock/sys/module", Destination: "/sys/module", Options: ro},
+		{Source: "/var/lib/nvml-mock/sys/module", Destination: "/host-sys/module", Options: ro},
+		{Source: "/sys/module", Destination: "/opt/nvml-mock/host-sys/module", Options: ro},
 		{Source: "/var/lib/nvml-mock/lib/modules.alias", Destination: "/lib/modules/6.18.0/modules.alias", Options: ro},
 		{Source: "/var/lib/nvml-mock/sys/bus/pci/drivers", Destination: "/sys/bus/pci/drivers", Options: rw},
 		{Source: "/var/lib/nvml-mock/sys/bus/pci/drivers_probe", Destination: "/sys/bus/pci/drivers_probe", Options: rw},

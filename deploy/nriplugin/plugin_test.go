@@ -137,6 +137,8 @@ func TestServesTheDeviceEdits(t *testing.T) {
 	require.Equal(t, []*api.Mount{
 		{Destination: "/opt/nvml-mock-sysfs", Source: "/var/lib/nvml-mock-sysfs", Options: opts},
 		{Destination: "/sys/bus/pci/devices", Source: "/var/lib/nvml-mock-sysfs/sys/bus/pci/devices", Options: opts},
+		{Destination: "/sys/module", Source: "/var/lib/nvml-mock-sysfs/sys/module", Options: opts},
+		{Destination: "/opt/nvml-mock-sysfs/host-sys/module", Source: "/sys/module", Options: opts},
 	}, adjust.GetMounts())
 	require.Equal(t, []*api.KeyValue{
 		{Key: "NVML_MOCK_SYSFS", Value: "mounted"},
@@ -178,7 +180,7 @@ func TestWritableOnlyToWriters(t *testing.T) {
 		}
 		return out
 	}
-	readOnly := map[string]bool{"/opt/nvml-mock-sysfs": true, "/sys/bus/pci/devices": true}
+	readOnly := map[string]bool{"/opt/nvml-mock-sysfs": true, "/sys/bus/pci/devices": true, "/sys/module": true, "/opt/nvml-mock-sysfs/host-sys/module": true}
 	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "node-wide", Name: "c"})
 	require.NoError(t, err)
 	require.Equal(t, readOnly, destinations(adjust), "served node-wide: the read-only tree")
@@ -205,7 +207,7 @@ func TestOnTopOfTheHostSys(t *testing.T) {
 	hostSys := &api.Mount{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rprivate", "rw"}}
 	adjust, err := r.create(t, pod("gpu-operator", nil, nil), &api.Container{Id: "c1", Name: "gfd", Mounts: []*api.Mount{hostSys}})
 	require.NoError(t, err)
-	require.Len(t, adjust.GetMounts(), 2, "the node's sysfs is no other mock's view")
+	require.Len(t, adjust.GetMounts(), 4, "the node's sysfs is no other mock's view")
 
 	g := &ociMounts{spec: &rspec.Spec{Mounts: []rspec.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: hostSys.Options}}}}
 	require.NoError(t, generate.SpecGenerator(g).AdjustMounts(adjust.GetMounts()))
@@ -213,7 +215,7 @@ func TestOnTopOfTheHostSys(t *testing.T) {
 	for _, m := range g.spec.Mounts {
 		order = append(order, m.Destination)
 	}
-	require.Equal(t, []string{"/sys", "/opt/nvml-mock-sysfs", "/sys/bus/pci/devices"}, order)
+	require.Equal(t, []string{"/sys", "/opt/nvml-mock-sysfs", "/sys/module", "/opt/nvml-mock-sysfs/host-sys/module", "/sys/bus/pci/devices"}, order, "sorted by depth: the container root before the node's modules mounted inside it")
 }
 
 // ociMounts is the part of an OCI spec generator NRI's AdjustMounts uses:
@@ -241,7 +243,7 @@ func TestSharedOverlay(t *testing.T) {
 	theirs := &api.Mount{Destination: "/opt/nvml-mock-sysfs", Source: "/var/lib/nvml-mock-sysfs", Type: "bind", Options: []string{"rbind", "ro"}}
 	adjust, err := r.create(t, pod("default", nil, nil), &api.Container{Id: "c1", Name: "c", Mounts: []*api.Mount{theirs}})
 	require.NoError(t, err)
-	require.Len(t, adjust.GetMounts(), 1)
+	require.Len(t, adjust.GetMounts(), 3, "all but the container root")
 	require.Equal(t, "/sys/bus/pci/devices", adjust.GetMounts()[0].GetDestination())
 }
 
@@ -289,7 +291,7 @@ func TestNotComplete(t *testing.T) {
 	tr.set(nil)
 	adjust, err = r.create(t, asks, &api.Container{Id: "asked", Name: "c"})
 	require.NoError(t, err, "the kubelet's retry, once the tree is complete")
-	require.Len(t, adjust.GetMounts(), 2)
+	require.Len(t, adjust.GetMounts(), 4)
 }
 
 // runtimeChildEnv makes the test binary a runtime process (runtimeChild):

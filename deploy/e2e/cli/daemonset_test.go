@@ -162,7 +162,7 @@ func TestDaemonSetServeFollowsTheConfigMap(t *testing.T) {
 	require.Contains(t, effectiveProfile(t, root), "H100")
 	s, err := cdi.ReadSpec(filepath.Join(dir, "var/run/cdi/nvml-mock-sysfs.yaml"), 0)
 	require.NoError(t, err)
-	require.Len(t, s.Devices[0].ContainerEdits.Mounts, 3, "overlay, links, and the NFD path")
+	require.Len(t, s.Devices[0].ContainerEdits.Mounts, 6, "overlay, links, the NFD path, the module view at /sys/module and at the NFD path, and the node's modules")
 	bin2, err := os.ReadFile(filepath.Join(root, plan.BinaryFile))
 	require.NoError(t, err)
 	require.NotEmpty(t, bin2, "serve installs its own binary, as render does")
