@@ -19,17 +19,12 @@ import (
 
 func TestFidelityCommand(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "hgx-h100", "--no-binary")
-	require.Equal(t, 0, code, stderr)
-
-	code, out, stderr := runCapture(t, "fidelity", "--root", root)
-	require.Equal(t, 0, code, stderr)
+	root, out := renderPassingFidelity(t, "hgx-h100")
 	require.Regexp(t, `0000:53:00.0\s+driver\s+consumer\s+present\s+-> \.\./\.\./\.\./\.\./\.\./\.\./bus/pci/drivers/nvidia\n`, out)
 	require.Regexp(t, `0000:53:00.0\s+resource0\s+kernel\s+missing\s+real nodes show it for functions with memory BARs \(mmap files\)\n`, out)
 	require.Regexp(t, `420 attributes at .*/sys: \d+ present, \d+ missing, 0 different; 0 failing`, out)
 
-	code, out, _ = runCapture(t, "fidelity", "--root", root, "--device", "0000:53:00.0", "--format", "json", "--gaps")
+	code, out, _ := runCapture(t, "fidelity", "--root", root, "--device", "0000:53:00.0", "--format", "json", "--gaps")
 	require.Equal(t, 0, code)
 	var r fidelity.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &r))
@@ -48,7 +43,7 @@ func TestFidelityCommand(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Regexp(t, `0000:64:00.0\s+class\s+consumer\s+different \(FAIL\)\s+0x030000, profile says 0x030200\n`, out)
 
-	code, _, stderr = runCapture(t, "fidelity", "--root", root, "--device", "0000:01:00.0")
+	code, _, stderr := runCapture(t, "fidelity", "--root", root, "--device", "0000:01:00.0")
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr, "fidelity: 0000:01:00.0 is not a device of")
 
@@ -64,12 +59,7 @@ func TestFidelityCommand(t *testing.T) {
 // ignored pci.driver would, and must fail.
 func TestFidelityPassthrough(t *testing.T) {
 	t.Parallel()
-	root := t.TempDir()
-	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", "../../testdata/profiles/vfio-passthrough.yaml", "--no-binary")
-	require.Equal(t, 0, code, stderr)
-
-	code, out, stderr := runCapture(t, "fidelity", "--root", root)
-	require.Equal(t, 0, code, stderr+out)
+	root, out := renderPassingFidelity(t, "../../testdata/profiles/vfio-passthrough.yaml")
 	require.Regexp(t, `0000:18:00.0\s+driver\s+consumer\s+present\s+-> (\.\./)+bus/pci/drivers/`+regexp.QuoteMeta(profile.DriverVFIO)+`\n`, out)
 	require.Regexp(t, `0000:db:00.0\s+driver\s+consumer\s+present\s+-> (\.\./)+bus/pci/drivers/`+profile.DriverNVIDIA+`\n`, out)
 	require.Regexp(t, ` 0 different; 0 failing`, out)
@@ -79,7 +69,7 @@ func TestFidelityPassthrough(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.Remove(link))
 	require.NoError(t, os.Symlink(path.Join(path.Dir(text), profile.DriverNVIDIA), link))
-	code, out, _ = runCapture(t, "fidelity", "--root", root, "--gaps")
+	code, out, _ := runCapture(t, "fidelity", "--root", root, "--gaps")
 	require.Equal(t, 1, code, out)
 	require.Regexp(t, `0000:18:00.0\s+driver\s+consumer\s+different \(FAIL\)\s+-> (\.\./)+bus/pci/drivers/nvidia, want driver `+regexp.QuoteMeta(profile.DriverVFIO)+`\n`, out)
 }
@@ -107,4 +97,16 @@ func TestFidelityOnThisNode(t *testing.T) {
 	require.Equal(t, 0, code, stderr+out)
 	require.Regexp(t, bound+`\s+vendor\s+consumer\s+present\s+0x[0-9a-f]{4}\n`, out)
 	require.Contains(t, out, " 0 different; 0 failing")
+}
+
+// renderPassingFidelity renders profile and runs fidelity on it, which
+// must pass; it returns the root and fidelity's report.
+func renderPassingFidelity(t *testing.T, profile string) (root, report string) {
+	t.Helper()
+	root = t.TempDir()
+	code, _, stderr := runCapture(t, "render", "--root", root, "--profile", profile, "--no-binary")
+	require.Equal(t, 0, code, stderr)
+	code, report, stderr = runCapture(t, "fidelity", "--root", root)
+	require.Equal(t, 0, code, stderr+report)
+	return root, report
 }

@@ -494,9 +494,7 @@ func TestWriteInvalidates(t *testing.T) {
 
 	checkView(t, "before", look(t, mp), beforeX())
 	look(t, mp) // everything in the kernel's caches, d2's absence too
-	if err := os.WriteFile(filepath.Join(mp, "ctl"), []byte("x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCtl(t, mp)
 	checkView(t, "right after the write", look(t, mp), afterX())
 }
 
@@ -513,9 +511,7 @@ func TestCachesAreReal(t *testing.T) {
 		EntryTimeout: time.Minute, AttrTimeout: time.Minute, NegativeTimeout: time.Minute})
 
 	look(t, mp)
-	if err := os.WriteFile(filepath.Join(mp, "ctl"), []byte("x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCtl(t, mp)
 	got := look(t, mp)
 	stale := afterX()
 	// Content: with FUSE passthrough (Linux 6.9 on) the kernel reads the
@@ -658,9 +654,7 @@ func TestBackingIsMountPoint(t *testing.T) {
 		t.Fatal("walking the mount over its own backing tree did not finish in 10s")
 	}
 
-	if err := os.WriteFile(filepath.Join(dir, "ctl"), []byte("x\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeCtl(t, dir)
 	checkView(t, "after a write, over itself", look(t, dir), afterX())
 	if err := srv.Unmount(); err != nil {
 		t.Fatal(err)
@@ -834,5 +828,14 @@ func TestUnmountHeldElsewhere(t *testing.T) {
 	case <-srv.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the view did not end once its last copy went")
+	}
+}
+
+// writeCtl writes the small tree's control file through the view at dir,
+// the write on which the fake controller changes the tree.
+func writeCtl(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "ctl"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -32,6 +32,14 @@ func (s *Server) loop(ctx context.Context) {
 	defer resync.Stop()
 	var debounce *time.Timer
 	var fire <-chan time.Time
+	// arm starts the debounce on the first change of a burst, so a burst
+	// of events (a ConfigMap update swaps several links) syncs once.
+	arm := func() {
+		if debounce == nil {
+			debounce = time.NewTimer(s.opts.Debounce)
+			fire = debounce.C
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -45,20 +53,14 @@ func (s *Server) loop(ctx context.Context) {
 				continue
 			}
 			s.log.Debug("change event", "name", ev.Name, "op", ev.Op.String())
-			if debounce == nil {
-				debounce = time.NewTimer(s.opts.Debounce)
-				fire = debounce.C
-			}
+			arm()
 		case _, ok := <-labelsChanged:
 			if !ok {
 				labelsChanged = nil
 				continue
 			}
 			s.log.Debug("node labels changed", "node", s.opts.NodeName)
-			if debounce == nil {
-				debounce = time.NewTimer(s.opts.Debounce)
-				fire = debounce.C
-			}
+			arm()
 		case err, ok := <-watchErrs:
 			if !ok {
 				watchErrs = nil
