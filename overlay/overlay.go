@@ -47,8 +47,9 @@ type Options struct {
 	Hierarchy     boards.Hierarchy
 	HostDevices   HostDevices
 	HostSysfs     string // default /sys
-	// HostProcfs is where the node's /proc/modules is read from, whose
-	// lines the rendered proc/modules keeps; default /proc.
+	// HostProcfs is where the node's /proc/modules and /proc/devices are
+	// read from, whose lines the rendered proc/modules and proc/devices
+	// keep; default /proc.
 	HostProcfs string
 	// Binary, if set, is a file to install at <root>/bin/nvml-mock-sysfs:
 	// render's own executable.
@@ -149,7 +150,11 @@ func NewPlanner(opts Options) (*Planner, error) {
 	if po.HostModules, err = plan.ReadHostModules(sysfs); err != nil {
 		return nil, err
 	}
-	if po.HostProcModules, err = plan.ReadHostProcModules(os.DirFS(cmp.Or(opts.HostProcfs, "/proc"))); err != nil {
+	procfs := os.DirFS(cmp.Or(opts.HostProcfs, "/proc"))
+	if po.HostProcModules, err = plan.ReadHostProcModules(procfs); err != nil {
+		return nil, err
+	}
+	if po.HostProcDevices, err = plan.ReadHostProcDevices(procfs); err != nil {
 		return nil, err
 	}
 	switch opts.HostDevices {

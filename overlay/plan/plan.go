@@ -156,6 +156,10 @@ type Options struct {
 	// (ReadHostProcModules), which the rendered proc/modules lists before
 	// ours; none on a kernel without loadable modules.
 	HostProcModules []string
+	// HostProcDevices is the node's own /proc/devices
+	// (ReadHostProcDevices), whose majors the rendered proc/devices lists
+	// beside the NVIDIA modules'; the zero value has none.
+	HostProcDevices ProcDevices
 }
 
 // New plans the overlay for a machine.
@@ -410,12 +414,17 @@ func multiFunctionDevices(t *Tree) map[[3]uint16]bool {
 // ("sys/..."), back to sys/.
 func upToSys(dir string) string { return sysfs.Up(strings.Count(dir, "/")) }
 
+// irq is the function's legacy interrupt line: its irq file, its config
+// space's interrupt line, and the IRQ the NVIDIA driver's information file
+// prints (pci_dev->irq, as the irq file).
+func (n *Node) irq() int { return 24 + n.ordinal%200 }
+
 func (b *builder) node(n *Node, multiFunction bool) {
 	dir := "sys/" + n.SysPath()
 	bdf := n.Address.String()
 	b.dir(dir)
 	id := n.Identity
-	irq := 24 + n.ordinal%200
+	irq := n.irq()
 	st := b.state(n)
 	driver := st.Driver
 	cpus := b.opts.Host.cpusOf(n.NUMANode)

@@ -106,8 +106,9 @@ func ReadHostProcModules(proc fs.FS) ([]string, error) {
 }
 
 // procFiles plans the /proc files: proc/modules with the node's lines
-// first and then ours, and the NVIDIA driver's version where the view
-// loads nvidia.
+// first and then ours, proc/devices with the node's majors and the NVIDIA
+// modules', and the NVIDIA driver's version and its GPUs' information
+// where the view loads nvidia.
 func (b *builder) procFiles() error {
 	var buf strings.Builder
 	for _, line := range b.opts.HostProcModules {
@@ -126,7 +127,12 @@ func (b *builder) procFiles() error {
 		buf.WriteString(ProcModulesLine(m, b.loaded) + "\n")
 	}
 	b.dir(ProcDir)
-	b.text(ProcDir, "modules", buf.String())
+	b.text(ProcDir, path.Base(ProcModulesFile), buf.String())
+	devices, err := b.procDevices()
+	if err != nil {
+		return err
+	}
+	b.text(ProcDir, path.Base(ProcDevicesFile), devices.Text())
 	if !b.ours("nvidia") {
 		// A passthrough node with no GPU on nvidia has no driver loaded,
 		// so no /proc/driver/nvidia.
@@ -135,6 +141,7 @@ func (b *builder) procFiles() error {
 	dir := path.Dir(NVIDIAVersionFile)
 	b.dir(dir)
 	b.text(dir, path.Base(NVIDIAVersionFile), NVIDIAVersionText(b.machine.NVIDIAVersion()))
+	b.gpuInformation()
 	return nil
 }
 

@@ -40,6 +40,16 @@ func (m *Machine) Effective() *Profile {
 			},
 			BAR1Memory: MemoryConfig{TotalBytes: ptr(d.BAR1Bytes)},
 		})
+		written := &p.Devices[len(p.Devices)-1]
+		uuid, minor := gpuNVMLIdentity(index, written)
+		// NVMLFacts' for a reader of the struct, the Effective fields' in
+		// the JSON file, as the driver version is written back.
+		if d.UUID != uuid {
+			written.UUID, written.EffectiveUUID = d.UUID, d.UUID
+		}
+		if d.Minor != minor {
+			written.MinorNumber, written.EffectiveMinorNumber = ptr(d.Minor), ptr(d.Minor)
+		}
 	}
 	offBus := len(switches) // switches[offBus:] are off the bus
 	switches = append(switches, m.OffBusSwitches...)

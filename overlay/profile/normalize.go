@@ -65,6 +65,12 @@ type Device struct {
 	// Driver is the driver the function is bound to: for a GPU DriverNVIDIA
 	// or DriverVFIO; NVSwitches and HCAs keep their own (the planner's).
 	Driver string
+	// UUID and Minor are a GPU's NVML uuid and minor number, the ones
+	// nvml-mock's NVML reports as the suites serve it the profile
+	// (gpuNVMLIdentity), for the driver's /proc files to name the GPU as
+	// NVML does.
+	UUID  string
+	Minor uint32
 }
 
 // Drivers a profile may bind its devices to (pci.driver, nvlink.switches[].driver).
@@ -327,6 +333,11 @@ func (n *normalizer) gpu(sl slot) (Device, string, string, error) {
 		return d, "", "", n.fail(busField, busID, "%s", reason(err))
 	}
 	d.Address = a
+	own := (*DeviceConfig)(nil)
+	if sl.pos >= 0 {
+		own = &n.p.Devices[sl.pos]
+	}
+	d.UUID, d.Minor = gpuNVMLIdentity(sl.index, own)
 	d, err = n.identity(d, dc, def, field)
 	return d, busField, busID, err
 }

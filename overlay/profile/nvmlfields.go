@@ -1,6 +1,7 @@
 package profile
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -275,6 +276,23 @@ func IdentifyDevices(doc map[string]any) bool {
 		}
 	}
 	return had
+}
+
+// gpuNVMLIdentity is the uuid and minor number of the GPU of NVML index
+// index whose devices[] entry is own (nil for none): the entry's, else
+// those IdentifyDevices gives it, by its rule on the Profile's fields (a
+// bus id it lacks spells "<nil>", as fmt.Sprint spells the missing key).
+// TestNormalizeIdentifiesAsDecodeNVMLFields holds the two to one answer.
+func gpuNVMLIdentity(index int, own *DeviceConfig) (uuid string, minor uint32) {
+	busID := "<nil>"
+	minor = uint32(index)
+	if own != nil {
+		uuid, busID = own.UUID, cmp.Or(own.PCI.BusID, busID)
+		if own.MinorNumber != nil {
+			minor = *own.MinorNumber
+		}
+	}
+	return cmp.Or(uuid, DeviceUUID(index, busID)), minor
 }
 
 // DeviceUUID is the uuid IdentifyDevices gives the device of NVML index

@@ -57,15 +57,24 @@ type SystemConfig struct {
 type DeviceConfig struct {
 	Index *int   `yaml:"index,omitempty" json:"index,omitempty,omitzero"`
 	Name  string `yaml:"name,omitempty" json:"name,omitempty,omitzero"`
-	// NVMLFacts is what only NVML reads (uuid, minor number, brand,
-	// architecture, compute capability, memory): the render ignores it,
-	// and the effective profile leaves it out. The built-ins state it,
+	// NVMLFacts is what NVML reads (uuid, minor number, brand,
+	// architecture, compute capability, memory): the render reads only
+	// the uuid and minor number (Device.UUID, Minor), and the effective
+	// profile leaves it out but for those. The built-ins state it,
 	// their boards' facts, so that NVML reports their boards and not
 	// nvml-mock's A100 defaults.
-	NVMLFacts  `yaml:",inline" json:"-"`
-	PCI        PCIConfig    `yaml:"pci,omitempty" json:"pci,omitempty,omitzero"`
-	PCIe       PCIeConfig   `yaml:"pcie,omitempty" json:"pcie,omitempty,omitzero"`
-	BAR1Memory MemoryConfig `yaml:"bar1_memory,omitempty" json:"bar1_memory,omitempty,omitzero"`
+	NVMLFacts `yaml:",inline" json:"-"`
+	// EffectiveUUID and EffectiveMinorNumber write a GPU's uuid and
+	// minor_number into the effective profile (JSON, which Parse reads
+	// back into NVMLFacts as YAML) where IdentifyDevices would not give
+	// the written-back entry the same: the driver's /proc files name the
+	// GPU by them, so a render that re-uses the effective profile keeps
+	// them. Left out where the rule gives them, as for every built-in.
+	EffectiveUUID        string       `yaml:"-" json:"uuid,omitempty"`
+	EffectiveMinorNumber *uint32      `yaml:"-" json:"minor_number,omitempty"`
+	PCI                  PCIConfig    `yaml:"pci,omitempty" json:"pci,omitempty,omitzero"`
+	PCIe                 PCIeConfig   `yaml:"pcie,omitempty" json:"pcie,omitempty,omitzero"`
+	BAR1Memory           MemoryConfig `yaml:"bar1_memory,omitempty" json:"bar1_memory,omitempty,omitzero"`
 }
 
 // PCIConfig holds a device's PCI identity. DeviceID and SubsystemID are the
