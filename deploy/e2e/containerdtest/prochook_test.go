@@ -35,6 +35,11 @@ import (
 // the toolkit's ready file, which no mock sysfs serves.
 const operatorGate = `grep -q '^nvidia ' /proc/modules`
 
+// procHookPage is the docs page that holds TestProcHook's rows.
+func procHookPage() docmatrix.Page {
+	return docmatrix.Page{Path: "../../../docs/design/prochook.md", Suite: "deploy/e2e/containerdtest TestProcHook", Keys: 2}
+}
+
 // procHookScript is what the container prints, a section each: the
 // /proc files its arguments name (relative to /proc), as "file:NAME" (runcRun
 // names /proc/devices and /proc/driver/nvidia/version always), the
@@ -65,7 +70,11 @@ func TestProcHook(t *testing.T) {
 
 	rows := &docmatrix.Rows{}
 	defer func() {
-		t.Logf("proc-hook in runc %s:\n%s", runcVersion(runc), rows.Table("row", "container", "shows"))
+		table := rows.Table("row", "container", "shows")
+		t.Logf("proc-hook in %s:\n%s", runcVersion(runc), table)
+		if !t.Failed() {
+			procHookPage().Sync(t, table, "")
+		}
 	}()
 	files := renderedProc(t, root)
 	served, code, stderr := runcRun(t, runc, hook, files...)
@@ -103,22 +112,19 @@ func TestProcHook(t *testing.T) {
 		}
 		require.NotZero(t, compared, "no rendered file compared")
 	})
-	t.Run("gate", func(t *testing.T) {
-		rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", "with the hook", "passes")
-		if served["gate"] == "no /proc/modules" {
-			rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): the hook had nothing to mount over, and skipped it")
-			return
-		}
-		require.Equal(t, "passes", served["gate"])
-	})
-	t.Run("gate: control", func(t *testing.T) {
-		rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", "without the hook (control)", "waits")
-		if node["gate"] == "no /proc/modules" {
-			rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules)")
-			return
-		}
-		require.Equal(t, "waits", node["gate"])
-	})
+	for _, gate := range []struct{ name, container, want, out string }{
+		{"gate", "with the hook", "passes", served["gate"]},
+		{"gate: control", "without the hook (control)", "waits", node["gate"]},
+	} {
+		t.Run(gate.name, func(t *testing.T) {
+			rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", gate.container, gate.want)
+			if gate.out == "no /proc/modules" {
+				rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
+				return
+			}
+			require.Equal(t, gate.want, gate.out)
+		})
+	}
 	t.Run("mounts", func(t *testing.T) {
 		rows.Expect(t, "the container's mounts below /proc", "with the hook", "a read-only (ro,nosuid,nodev,noexec) bind of each rendered entry the kernel has")
 		for _, e := range []string{"/proc/driver", "/proc/devices"} {
