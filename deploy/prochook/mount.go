@@ -63,8 +63,8 @@ func mountEntry(source, rootfs, name string) (bool, error) {
 	if err := unix.Fstat(src, &srcStat); err != nil {
 		return false, fmt.Errorf("stat the rendered %s/%s: %w", source, name, err)
 	}
-	if (srcStat.Mode&unix.S_IFMT == unix.S_IFDIR) != (targetStat.Mode&unix.S_IFMT == unix.S_IFDIR) {
-		return false, fmt.Errorf("the rendered %s/%s and the kernel's entry differ in type (mode %o, %o): a bind mount needs both files or both directories", source, name, srcStat.Mode&unix.S_IFMT, targetStat.Mode&unix.S_IFMT)
+	if kind(srcStat) != kind(targetStat) {
+		return false, fmt.Errorf("the rendered %s/%s is %s, the kernel's entry %s: a bind mount needs both files or both directories", source, name, kind(srcStat), kind(targetStat))
 	}
 	if err := unix.Mount(fdPath(src), fdPath(target), "", unix.MS_BIND, ""); err != nil {
 		return false, fmt.Errorf("bind-mount the rendered %s/%s: %w", source, name, err)
@@ -126,6 +126,14 @@ func procfsStat(fd int, what string) (unix.Stat_t, error) {
 		return st, fmt.Errorf("stat %s: %w", what, err)
 	}
 	return st, nil
+}
+
+// kind is what a bind mount must match: a directory or not.
+func kind(st unix.Stat_t) string {
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return "a directory"
+	}
+	return "a file"
 }
 
 // fdPath names an O_PATH descriptor for mount(2).

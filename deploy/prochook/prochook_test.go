@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -11,6 +12,9 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/prochook"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest/rendered"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
@@ -74,12 +78,19 @@ func TestEntries(t *testing.T) {
 	require.EqualError(t, err, "/r/proc/modules: type L---------: want a file or a directory")
 }
 
+// trees holds the render the tests share: none changes it.
+var trees rendered.Trees
+
+func TestMain(m *testing.M) {
+	code := overlaytest.Main(m)
+	trees.Close()
+	os.Exit(code)
+}
+
 // render is a complete render of a built-in profile.
 func render(t *testing.T) string {
 	t.Helper()
-	root := filepath.Join(t.TempDir(), "root")
-	_, _, err := overlay.Render(overlay.Options{Profile: "t4-vm", Root: root, Writer: writer.Options{SkipSync: true}})
-	require.NoError(t, err)
+	root, _ := trees.Render(t, overlay.Options{Profile: "t4-vm"})
 	return root
 }
 
@@ -133,4 +144,59 @@ func TestSummary(t *testing.T) {
 		"container c1: mounted /proc/devices, /proc/driver from /r/proc, read-only",
 	}, res.Summary("/r"))
 	require.Empty(t, prochook.Result{Container: "c1"}.Summary("/r"), "an empty proc directory says nothing")
+}
+
+// procRoot is a root holding a complete render's marker and, in its proc
+// directory, the given files: entries to aim at this host's own /proc.
+func procRoot(t *testing.T, files ...string) string {
+	t.Helper()
+	marker, err := os.ReadFile(filepath.Join(render(t), writer.MarkerFile))
+	require.NoError(t, err)
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(writer.MarkerFile)), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, writer.MarkerFile), marker, 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, plan.ProcDir), 0o755))
+	for _, f := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(root, plan.ProcDir, f), []byte("rendered\n"), 0o644))
+	}
+	return root
+}
+
+// The host's own root stands for a container's, its /proc for the
+// container's procfs: every case here stops before mount(2), and the
+// host's mounts are checked unchanged after.
+func TestRunAgainstThisHostsProc(t *testing.T) {
+	before := procMounts(t)
+	t.Cleanup(func() { require.Equal(t, before, procMounts(t), "a mount was made on this host's /proc") })
+
+	// A kernel lacks the entry: skipped, said, no error.
+	root := procRoot(t, "nvml-mock-sysfs-absent")
+	res, err := prochook.Run(root, bundle(t, "/"), prochook.Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{"/proc/nvml-mock-sysfs-absent"}, res.Missing)
+	require.Empty(t, res.Mounted)
+
+	// procfs's own links (/proc/self) are never followed nor mounted on.
+	_, err = prochook.Run(procRoot(t, "self"), bundle(t, "/"), prochook.Options{})
+	require.EqualError(t, err, "/proc/self (the container's /proc/self): the target is a symlink: refused")
+
+	// A file where the kernel has a directory cannot be bound there.
+	root = procRoot(t, "driver")
+	_, err = prochook.Run(root, bundle(t, "/"), prochook.Options{})
+	require.EqualError(t, err, "/proc/driver (the container's /proc/driver): the rendered "+filepath.Join(root, plan.ProcDir)+"/driver is a file, the kernel's entry a directory: a bind mount needs both files or both directories")
+}
+
+// procMounts lists this host's mounts at or below /proc (other tests'
+// mounts elsewhere come and go meanwhile).
+func procMounts(t *testing.T) []string {
+	t.Helper()
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	require.NoError(t, err)
+	var mounts []string
+	for _, line := range strings.Split(string(mountinfo), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && (f[4] == "/proc" || strings.HasPrefix(f[4], "/proc/")) {
+			mounts = append(mounts, line)
+		}
+	}
+	return mounts
 }

@@ -162,7 +162,7 @@ func TestProcHook(t *testing.T) {
 		_, code, stderr := runcRun(t, runc, prochook.Args(hook[0], broken))
 		require.NotZero(t, code, "runc started a container whose hook failed")
 		require.Contains(t, stderr, "nvml-mock-sysfs: proc-hook: container ")
-		require.Contains(t, stderr, "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver and the kernel's entry differ in type")
+		require.Contains(t, stderr, "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver is a file, the kernel's entry a directory")
 	})
 	t.Run("host", func(t *testing.T) {
 		rows.Expect(t, "the host's /proc and /sys/module", "after every run", "unchanged: no mount below them, the same /proc/devices and /proc/driver")
