@@ -5,6 +5,7 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/prochook"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
 // runProcHook is the OCI createContainer hook (deploy/prochook): the
@@ -19,6 +20,10 @@ func runProcHook(e *env, args []string) int {
 	flags.StringVar(&root, "root", overlay.DefaultRoot, "the overlay directory on the host")
 	if code, ok := parse(e, flags, args); !ok {
 		return code
+	}
+	// The runtime runs a hook in a directory of its choosing.
+	if err := writer.CheckRoot(root); err != nil {
+		return usageError(e, prochook.Command, "--root: %v", err)
 	}
 	state, err := prochook.ReadState(e.stdin)
 	if err != nil {

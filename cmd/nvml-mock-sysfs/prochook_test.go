@@ -35,4 +35,7 @@ func TestProcHookBadStateFailsInOneLine(t *testing.T) {
 	code, stderr = runHook(t, `{}`, "--root", t.TempDir(), "extra")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "unexpected arguments: extra")
+	code, stderr = runHook(t, `{}`, "--root", "overlay")
+	require.Equal(t, exitUsage, code)
+	require.Equal(t, "nvml-mock-sysfs proc-hook: --root: root \"overlay\" must be an absolute path; run 'nvml-mock-sysfs proc-hook -h' for usage\n", stderr)
 }

@@ -128,8 +128,9 @@ type Result struct {
 }
 
 // Run is the hook: state is what the runtime wrote to its standard input,
-// root the render to serve. An error is one line naming what failed; the
-// runtime then refuses to create the container.
+// root the render to serve (an absolute path: a runtime runs hooks in a
+// directory of its choosing). An error is one line naming what failed;
+// the runtime then refuses to create the container.
 func Run(root string, state []byte, opts Options) (Result, error) {
 	st, err := ParseState(state)
 	if err != nil {
@@ -175,8 +176,9 @@ func Run(root string, state []byte, opts Options) (Result, error) {
 	return res, nil
 }
 
-// Summary is the hook's line for standard error: what it mounted, what
-// the kernel lacks, or why it did nothing.
+// Summary is the hook's lines for standard error: one per entry the
+// kernel lacks and one for what it mounted, or one saying why it did
+// nothing.
 func (r Result) Summary(root string) []string {
 	if r.Unrendered != nil {
 		return []string{fmt.Sprintf("container %s: nothing mounted: %v", r.Container, r.Unrendered)}
