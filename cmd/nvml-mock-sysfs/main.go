@@ -27,6 +27,8 @@ const (
 // env is what a command may touch of the process.
 type env struct {
 	stdout, stderr io.Writer
+	// stdin is what the runtime writes a hook (proc-hook's OCI state).
+	stdin io.Reader
 	// executable names this binary's file, for render to install.
 	executable func() (string, error)
 	// lookupEnv reads the environment: verify and compat find nvml-mock's
@@ -57,11 +59,12 @@ func commands() []command {
 		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
 		{"slices", "print the ResourceSlices the NVIDIA DRA driver publishes on a node served a profile", runSlices},
 		{"publish", "keep published the slices of nodes that run nothing (KWOK's), per the fleet map: the publisher Deployment's entrypoint", runPublish},
+		{"proc-hook", "bind-mount the rendered /proc files in a container: an OCI createContainer hook", runProcHook},
 	}
 }
 
 func main() {
-	e := &env{stdout: os.Stdout, stderr: os.Stderr, executable: os.Executable, lookupEnv: os.LookupEnv}
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, stdin: os.Stdin, executable: os.Executable, lookupEnv: os.LookupEnv}
 	os.Exit(run(e, os.Args[1:]))
 }
 
