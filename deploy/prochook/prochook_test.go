@@ -129,12 +129,12 @@ func TestRunRefusesAProcThatIsNotProcfs(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(rootfs, "proc", "modules"), nil, 0o644))
 	_, err := prochook.Run(root, bundle(t, rootfs), prochook.Options{})
 	require.Error(t, err)
-	require.Regexp(t, `^`+rootfs+`/proc/driver \(the container's /proc/driver\): the container's /proc: file system type 0x[0-9a-f]+: want procfs \(0x9fa0\): the hook mounts only over the container's own /proc$`, err.Error())
+	require.Regexp(t, `^`+rootfs+`/proc/devices \(the container's /proc/devices\): the container's /proc: file system type 0x[0-9a-f]+: want procfs \(0x9fa0\): the hook mounts only over the container's own /proc$`, err.Error())
 
 	linked := t.TempDir()
 	require.NoError(t, os.Symlink("/proc", filepath.Join(linked, "proc")))
 	_, err = prochook.Run(root, bundle(t, linked), prochook.Options{})
-	require.EqualError(t, err, linked+"/proc/driver (the container's /proc/driver): open the container's /proc without following links: not a directory")
+	require.EqualError(t, err, linked+"/proc/devices (the container's /proc/devices): open the container's /proc without following links: not a directory")
 }
 
 func TestSummary(t *testing.T) {
