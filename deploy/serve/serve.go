@@ -150,8 +150,9 @@ type Options struct {
 	NoWatch bool
 	// NRI, when set, runs the node's NRI plugin (package nriplugin) beside
 	// the loop: it gives the containers its policy serves the spec's very
-	// edits as they are created (Edits is serve's own; Logger, if nil, is
-	// the server's). Not ready while it is not registered.
+	// edits as they are created (Edits and Beneath are serve's own;
+	// Logger, if nil, is the server's). Not ready while it is not
+	// registered.
 	NRI *nriplugin.Options
 	// Logger receives the structured log (default slog.Default()).
 	Logger *slog.Logger
