@@ -42,15 +42,17 @@ func (s *Server) installProcHook() error {
 // a runtime that runs the hook meanwhile runs the old binary or the new
 // one, never a torn one, and a running old one is replaced, not written
 // over (which would fail, text file busy). It writes nothing when dst
-// holds these bytes already, so a restart does not touch the node.
+// holds these bytes already and its owner (root, who runs hooks) may run
+// it, so a restart does not touch the node.
 func installExecutable(src, dst string) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	old, err := os.ReadFile(dst)
-	if err == nil && bytes.Equal(old, data) {
-		return nil
+	if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o100 != 0 {
+		if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, data) {
+			return nil
+		}
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err

@@ -29,13 +29,19 @@ func TestInstallExecutable(t *testing.T) {
 	require.Equal(t, os.FileMode(0o755), st.Mode().Perm())
 
 	// Unchanged: not rewritten (the same inode, and a mode changed since
-	// stays as it is).
+	// stays as it is), unless root may not run it.
 	require.NoError(t, os.Chmod(dst, 0o700))
 	require.NoError(t, installExecutable(src, dst))
 	again, err := os.Stat(dst)
 	require.NoError(t, err)
 	require.True(t, os.SameFile(st, again), "the same bytes write nothing")
 	require.Equal(t, os.FileMode(0o700), again.Mode().Perm())
+	require.NoError(t, os.Chmod(dst, 0o644))
+	require.NoError(t, installExecutable(src, dst))
+	fixed, err := os.Stat(dst)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o755), fixed.Mode().Perm(), "the same bytes, not executable: made again")
+	st = fixed
 
 	// Changed: replaced by a rename, never written in place, and no
 	// pending file left beside it.
