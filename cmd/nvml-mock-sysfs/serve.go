@@ -76,10 +76,20 @@ unless it opts out); every other one gets the read-only tree, the view
 mounted read-only, where a write fails with "Read-only file system".
 ` + nriplugin.WritableAnnotation + `: "false" keeps a pod to it.
 
+A served container that mounts the node's / or /sys elsewhere (the NVIDIA
+DRA driver's /host-root, nfd-worker's /host-sys) gets from the NRI plugin
+the module view beneath it (<dest>/sys/module, <dest>/module) and the
+tree's iommu groups where it has them.
+
+With --proc-hook-binary PATH, serve installs its own executable at PATH
+on the node (atomically, only when it differs) before it serves, and the
+edits of every channel carry a createContainer hook that runs
+"PATH proc-hook --root ROOT" in each served container.
+
 `
 
 func runServe(e *env, args []string) int {
-	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR] [--nri-writable-pods [NAMESPACE:]SELECTOR]...] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
+	flags := newFlags(e, "serve", "[--profile NAME|FILE | --fleet FILE [--fleet-configmap NAMESPACE/NAME] --node-name NAME [--kubeconfig FILE]] [--root DIR] (--output FILE [--kind KIND] | --merge-into FILE)... [--container-root DIR] [--also-at PATH]... [--hierarchy flat|hgx|dgx] [--host-devices none|merge] [--host-sysfs /sys] [--lock-timeout DURATION] [--no-binary] [--compare-content] [--strict] [--force] [--listen ADDR] [--resync DURATION] [--stop-timeout DURATION] [--no-watch] [--writable [--writable-tree DIR]] [--proc-hook-binary PATH] [--nri [--nri-socket PATH] [--nri-index NN] [--nri-inject node|selected|annotated] [--nri-exclude-namespaces NS,...] [--nri-namespaces NS,...] [--nri-pod-selector SELECTOR] [--nri-own-pods SELECTOR] [--nri-writable-pods [NAMESPACE:]SELECTOR]...] [--log-format text|json] [--log-level debug|info|warn|error]", serveHelp+renderHelp)
 	var ra renderArgs
 	flags.StringVar(&ra.o.Profile, "profile", shipped.Default, "a built-in profile name or a profile file, rendered at every sync")
 	var o serve.Options
@@ -97,6 +107,7 @@ func runServe(e *env, args []string) int {
 	flags.BoolVar(&o.NoWatch, "no-watch", false, "do not watch the profile's and the specs' directories; only resync")
 	flags.BoolVar(&o.Writable, "writable", false, "serve --root through FUSE, answering writes to driver_override, bind, unbind, drivers_probe and sriov_numvfs as the kernel does")
 	flags.StringVar(&o.WritableTree, "writable-tree", serve.DefaultWritableTree, "with --writable, where to render the tree the view serves")
+	flags.StringVar(&o.ProcHookBinary, "proc-hook-binary", "", "install this binary at PATH on the node, and give served containers the createContainer hook that runs it to serve the tree's /proc files")
 	var na nriArgs
 	na.register(flags)
 	var logFormat string

@@ -50,18 +50,19 @@ func CheckKind(kind string) error {
 	return nil
 }
 
-// NewSpec builds the standalone spec: device all with the mounts and the
-// variables of Env, or, when mounts is empty (--fail-open on an unrendered
-// root), with neither. Its cdiVersion is the lowest its content needs, so
-// older runtimes take it: podman 4.3 reads at most 0.5.0, and variables
-// need nothing newer than mounts do.
-func NewSpec(kind string, mounts []Mount, env []string) (*specs.Spec, error) {
+// NewSpec builds the standalone spec: device all with the mounts, the
+// variables of Env and the hooks (ProcHook), or, when mounts is empty
+// (--fail-open on an unrendered root), with none of them. Its cdiVersion
+// is the lowest its content needs, so older runtimes take it: podman 4.3
+// reads at most 0.5.0, and variables and hooks need nothing newer than
+// mounts do.
+func NewSpec(kind string, mounts []Mount, env []string, hooks ...*specs.Hook) (*specs.Spec, error) {
 	if err := CheckKind(kind); err != nil {
 		return nil, err
 	}
 	s := &specs.Spec{
 		Kind:    kind,
-		Devices: []specs.Device{{Name: DeviceName, ContainerEdits: DeviceEdits(mounts, env)}},
+		Devices: []specs.Device{{Name: DeviceName, ContainerEdits: DeviceEdits(mounts, env, hooks...)}},
 	}
 	v, err := specs.MinimumRequiredVersion(s)
 	if err != nil {
@@ -72,20 +73,52 @@ func NewSpec(kind string, mounts []Mount, env []string) (*specs.Spec, error) {
 }
 
 // DeviceEdits is the one definition of what a served container gets: the
-// mounts and the variables of Env, and StateEnv saying whether it got
-// them (with no mounts, --fail-open on an unrendered root, it gets
-// StateEnv alone). The CDI device carries these edits, and serve's NRI
-// plugin applies these very edits (package nriplugin), so the two channels
-// cannot drift apart.
-func DeviceEdits(mounts []Mount, env []string) specs.ContainerEdits {
+// mounts, the variables of Env and the hooks (ProcHook), and StateEnv
+// saying whether it got them (with no mounts, --fail-open on an
+// unrendered root, it gets StateEnv alone: a hook serves the tree's files
+// and needs the tree). The CDI device carries these edits, and serve's
+// NRI plugin applies these very edits (package nriplugin), so the two
+// channels cannot drift apart.
+func DeviceEdits(mounts []Mount, env []string, hooks ...*specs.Hook) specs.ContainerEdits {
 	state := stateMounted
 	if len(mounts) == 0 {
-		state, env = stateUnrendered, nil
+		state, env, hooks = stateUnrendered, nil, nil
 	}
 	return specs.ContainerEdits{
 		Env:    append([]string{StateEnv + "=" + state}, env...),
 		Mounts: cdiMounts(mounts),
+		Hooks:  cloneHooks(hooks),
 	}
+}
+
+// ProcHookCommand is the subcommand of our binary that a createContainer
+// hook runs (ProcHook): it bind-mounts the tree's /proc files in the
+// container, where runc refuses a mount (docs/design/modules.md).
+const ProcHookCommand = "proc-hook"
+
+// ProcHook is the one definition of the hook that serves the tree's /proc
+// files: the createContainer hook (run in the container's mount namespace
+// after its mounts, before pivot_root) that runs binary, our own executable on
+// the node, as `binary proc-hook --root ROOT`, ROOT the overlay root on
+// the node.
+func ProcHook(binary, root string) *specs.Hook {
+	return &specs.Hook{HookName: cdi.CreateContainerHook, Path: binary, Args: []string{binary, ProcHookCommand, "--root", root}}
+}
+
+// isProcHook reports whether a hook is one ProcHook made, whatever its
+// binary and root: an older copy of ours.
+func isProcHook(h *specs.Hook) bool {
+	return h != nil && h.HookName == cdi.CreateContainerHook && len(h.Args) > 1 && h.Args[1] == ProcHookCommand
+}
+
+func cloneHooks(hs []*specs.Hook) []*specs.Hook {
+	var out []*specs.Hook
+	for _, h := range hs {
+		c := *h
+		c.Args, c.Env = slices.Clone(h.Args), slices.Clone(h.Env)
+		out = append(out, &c)
+	}
+	return out
 }
 
 // cdiMounts converts the mount set. The type stays empty: runc and crun
@@ -104,6 +137,7 @@ type MergeResult struct {
 	Removed []specs.Mount // mounts taken out: /sys/devices and older copies of ours
 	Added   []specs.Mount // our mounts, appended to the top-level edits
 	Env     []string      // our variables in the top-level edits now
+	Hooks   []specs.Hook  // our hooks in the top-level edits now
 }
 
 // Merge edits an existing spec to serve the overlay: from every edit (top
@@ -112,12 +146,13 @@ type MergeResult struct {
 // the whole-/sys/devices mount that ours replace; with add it then appends
 // ours to the top-level edits, which runtimes apply with any of the spec's
 // devices. Everything else stays as it was, cdiVersion too: the mounts need
-// nothing newer than 0.3.0. Merging twice gives the same spec. Without add
+// nothing newer than 0.3.0, nor do hooks. Merging twice gives the same spec. Without add
 // (--fail-open on an unrendered root) it only removes our mounts, and leaves
 // the /sys/devices mount to serve as before. Our variables (Env) go the
 // same way: older copies leave every edit, and with add the top-level
-// edits get env.
-func Merge(s *specs.Spec, ours []Mount, env []string, add bool) MergeResult {
+// edits get env; and our hooks: older copies (any ProcHook) leave every
+// edit, and with add the top-level edits get hooks.
+func Merge(s *specs.Spec, ours []Mount, env []string, add bool, hooks ...*specs.Hook) MergeResult {
 	var r MergeResult
 	drop := func(m *specs.Mount) bool {
 		if m == nil {
@@ -142,6 +177,10 @@ func Merge(s *specs.Spec, ours []Mount, env []string, add bool) MergeResult {
 			e.Mounts = nil
 		}
 		e.Env = mergeEnv(e.Env, nil)
+		e.Hooks = slices.DeleteFunc(e.Hooks, isProcHook)
+		if len(e.Hooks) == 0 {
+			e.Hooks = nil
+		}
 	}
 	prune(&s.ContainerEdits)
 	for i := range s.Devices {
@@ -154,6 +193,10 @@ func Merge(s *specs.Spec, ours []Mount, env []string, add bool) MergeResult {
 		}
 		s.ContainerEdits.Env = mergeEnv(s.ContainerEdits.Env, env)
 		r.Env = slices.Clone(env)
+		for _, h := range cloneHooks(hooks) {
+			s.ContainerEdits.Hooks = append(s.ContainerEdits.Hooks, h)
+			r.Hooks = append(r.Hooks, *h)
+		}
 	}
 	return r
 }
@@ -236,11 +279,11 @@ func WriteSpec(file string, s *specs.Spec) (bool, error) {
 // with the mounts and variables when rendered, without them otherwise
 // (--fail-open on an unrendered root). It reports whether the file
 // changed. cdi --output and serve both write through it.
-func WriteStandalone(file, kind string, mounts []Mount, env []string, rendered bool) (*specs.Spec, bool, error) {
+func WriteStandalone(file, kind string, mounts []Mount, env []string, rendered bool, hooks ...*specs.Hook) (*specs.Spec, bool, error) {
 	if !rendered {
 		mounts = nil
 	}
-	s, err := NewSpec(kind, mounts, env)
+	s, err := NewSpec(kind, mounts, env, hooks...)
 	if err != nil {
 		return nil, false, err
 	}
@@ -252,12 +295,12 @@ func WriteStandalone(file, kind string, mounts []Mount, env []string, rendered b
 // and writes it back when that changed it. On any error the file is left as
 // it was; the error names the file, and the caller says why it was merging
 // into it. cdi --merge-into and serve both merge through it.
-func MergeInto(file string, mounts []Mount, env []string, rendered bool) (*specs.Spec, MergeResult, bool, error) {
+func MergeInto(file string, mounts []Mount, env []string, rendered bool, hooks ...*specs.Hook) (*specs.Spec, MergeResult, bool, error) {
 	s, err := ReadSpec(file)
 	if err != nil {
 		return nil, MergeResult{}, false, err
 	}
-	r := Merge(s, mounts, env, rendered)
+	r := Merge(s, mounts, env, rendered, hooks...)
 	wrote, err := WriteSpec(file, s)
 	if err != nil {
 		return nil, MergeResult{}, false, err

@@ -259,3 +259,40 @@ func TestMachineTypeFileEnv(t *testing.T) {
 	Merge(other, testMounts(t), nil, true)
 	require.Equal(t, []string{"A=1"}, other.ContainerEdits.Env, "a render without a machine type takes the variable away")
 }
+
+// The hook that serves the tree's /proc files rides the same edits: the
+// standalone spec carries it at a cdiVersion podman 4.3 takes, an
+// unrendered root gets none, and a merge replaces older copies of it
+// wherever they are and keeps other hooks.
+func TestProcHook(t *testing.T) {
+	hook := ProcHook("/var/lib/hook/nvml-mock-sysfs", "/var/lib/nvml-mock-sysfs")
+	require.Equal(t, &specs.Hook{HookName: "createContainer", Path: "/var/lib/hook/nvml-mock-sysfs",
+		Args: []string{"/var/lib/hook/nvml-mock-sysfs", "proc-hook", "--root", "/var/lib/nvml-mock-sysfs"}}, hook)
+
+	file := filepath.Join(t.TempDir(), "mock.yaml")
+	s, _, err := WriteStandalone(file, DefaultKind, testMounts(t), nil, true, hook)
+	require.NoError(t, err)
+	require.Equal(t, []*specs.Hook{hook}, s.Devices[0].ContainerEdits.Hooks)
+	require.Equal(t, "0.3.0", s.Version, "hooks need no newer cdiVersion than mounts; podman 4.3 takes up to 0.5.0")
+	read, err := ReadSpec(file)
+	require.NoError(t, err)
+	require.Equal(t, s, read, "the CDI library takes the hook")
+	open, err := NewSpec(DefaultKind, nil, nil, hook)
+	require.NoError(t, err)
+	require.Empty(t, open.Devices[0].ContainerEdits.Hooks, "--fail-open serves no hook: it needs the tree")
+
+	theirs := &specs.Hook{HookName: "createContainer", Path: "/usr/bin/nvidia-cdi-hook", Args: []string{"nvidia-cdi-hook", "update-ldcache"}}
+	old := ProcHook("/old/nvml-mock-sysfs", "/old/root")
+	other := &specs.Spec{Version: "0.5.0", Kind: "nvidia.com/gpu",
+		Devices:        []specs.Device{{Name: "0", ContainerEdits: specs.ContainerEdits{Env: []string{"A=1"}, Hooks: []*specs.Hook{old}}}},
+		ContainerEdits: specs.ContainerEdits{Hooks: []*specs.Hook{theirs, old}}}
+	r := Merge(other, testMounts(t), nil, true, hook)
+	require.Equal(t, []specs.Hook{*hook}, r.Hooks)
+	require.Equal(t, []*specs.Hook{theirs, hook}, other.ContainerEdits.Hooks)
+	require.Empty(t, other.Devices[0].ContainerEdits.Hooks)
+	require.Equal(t, "0.5.0", other.Version)
+	Merge(other, testMounts(t), nil, true, hook)
+	require.Equal(t, []*specs.Hook{theirs, hook}, other.ContainerEdits.Hooks, "merging twice gives the same spec")
+	Merge(other, testMounts(t), nil, false, hook)
+	require.Equal(t, []*specs.Hook{theirs}, other.ContainerEdits.Hooks, "unrendered, ours leave")
+}

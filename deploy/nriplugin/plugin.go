@@ -15,7 +15,10 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // Defaults of Options.
@@ -51,6 +54,10 @@ type Options struct {
 	// writable view (Verdict.Writable): serve --writable's, while Edits
 	// are then its read-only tree. Nil: every served container gets Edits.
 	WritableEdits Edits
+	// Beneath says what a served container that mounts the node's / or
+	// /sys elsewhere gets beneath that mount (cdispec.Beneath), read at
+	// each creation. Nil: nothing beneath.
+	Beneath func() cdispec.Beneath
 	// Retry is the wait between attempts to reach the socket (default
 	// DefaultRetry).
 	Retry  time.Duration
@@ -287,7 +294,32 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 	})
 	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "writable", v.Writable && p.opts.WritableEdits != nil)
-	return Adjustment(withoutHeld(edits, ctr)), nil, nil
+	return Adjustment(p.withBeneath(withoutHeld(edits, ctr), ctr)), nil, nil
+}
+
+// withBeneath adds to a served container's edits the mounts beneath its
+// binds of the node's / or /sys (cdispec.Beneath.Mounts decides them).
+func (p *Plugin) withBeneath(e specs.ContainerEdits, ctr *api.Container) specs.ContainerEdits {
+	if p.opts.Beneath == nil {
+		return e
+	}
+	var own []cdispec.Mount
+	for _, m := range ctr.GetMounts() {
+		opts := m.GetOptions()
+		// A mount of type bind is a bind, whatever its options say.
+		if m.GetType() == "bind" && !slices.Contains(opts, "bind") && !slices.Contains(opts, "rbind") {
+			opts = append(slices.Clone(opts), "bind")
+		}
+		own = append(own, cdispec.Mount{Source: m.GetSource(), Destination: m.GetDestination(), Options: opts})
+	}
+	var served []string
+	for _, m := range e.Mounts {
+		served = append(served, m.ContainerPath)
+	}
+	for _, m := range p.opts.Beneath().Mounts(own, served) {
+		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: m.Options})
+	}
+	return e
 }
 
 // withoutHeld leaves out the mounts the container already has as they are
@@ -319,7 +351,9 @@ func (p *Plugin) count(f func(*Counts)) {
 
 // Adjustment is the CDI device's edits as an NRI adjustment: the same
 // mounts (the runtime orders them by depth, so they land on top of a
-// container's own /sys) and the same variables.
+// container's own /sys), the same variables and the same OCI hooks (the
+// createContainer hook of cdispec.ProcHook). A hook of a name NRI does
+// not carry is left out (the CDI library refuses such a spec anyway).
 func Adjustment(e specs.ContainerEdits) *api.ContainerAdjustment {
 	adjust := &api.ContainerAdjustment{}
 	for _, m := range e.Mounts {
@@ -329,7 +363,31 @@ func Adjustment(e specs.ContainerEdits) *api.ContainerAdjustment {
 		name, value, _ := strings.Cut(v, "=")
 		adjust.AddEnv(name, value)
 	}
+	if len(e.Hooks) > 0 {
+		adjust.AddHooks(hooks(e.Hooks))
+	}
 	return adjust
+}
+
+// hooks are CDI hooks as NRI's, by their OCI name.
+func hooks(hs []*specs.Hook) *api.Hooks {
+	out := &api.Hooks{}
+	byName := map[string]*[]*api.Hook{
+		cdi.PrestartHook: &out.Prestart, cdi.CreateRuntimeHook: &out.CreateRuntime, cdi.CreateContainerHook: &out.CreateContainer,
+		cdi.StartContainerHook: &out.StartContainer, cdi.PoststartHook: &out.Poststart, cdi.PoststopHook: &out.Poststop,
+	}
+	for _, h := range hs {
+		list, ok := byName[h.HookName]
+		if !ok {
+			continue
+		}
+		nh := &api.Hook{Path: h.Path, Args: slices.Clone(h.Args), Env: slices.Clone(h.Env)}
+		if h.Timeout != nil {
+			nh.Timeout = api.Int(*h.Timeout)
+		}
+		*list = append(*list, nh)
+	}
+	return out
 }
 
 // sysDevices is the whole devices directory an older mock mounted.

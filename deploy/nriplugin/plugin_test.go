@@ -106,8 +106,15 @@ func served(t *testing.T) *tree {
 // register with the runtime at socket.
 func startPlugin(t *testing.T, socket string, tr *tree, policy Policy) *Plugin {
 	t.Helper()
-	p, err := New(Options{Socket: socket, Policy: policy, Edits: tr.Edits, Retry: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return runPlugin(t, Options{Socket: socket, Policy: policy, Edits: tr.Edits})
+}
+
+// runPlugin runs a plugin of o, quick to retry and quiet, until the test
+// ends, and waits for it to register.
+func runPlugin(t *testing.T, o Options) *Plugin {
+	t.Helper()
+	o.Retry, o.Logger = 20*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := New(o)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -164,14 +171,7 @@ func TestWritableOnlyToWriters(t *testing.T) {
 	rw := &tree{edits: cdispec.DeviceEdits(wm, nil)}
 	writer, err := ParseWriter("dra:component=kubelet-plugin")
 	require.NoError(t, err)
-	p, err := New(Options{Socket: sock, Policy: Policy{Writers: []Writer{writer}}, Edits: ro.Edits, WritableEdits: rw.Edits,
-		Retry: 20 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitRegistered(t, p, 1)
+	p := runPlugin(t, Options{Socket: sock, Policy: Policy{Writers: []Writer{writer}}, Edits: ro.Edits, WritableEdits: rw.Edits})
 
 	destinations := func(adjust *api.ContainerAdjustment) map[string]bool {
 		out := map[string]bool{}

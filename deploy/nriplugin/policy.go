@@ -1,8 +1,9 @@
 // Package nriplugin is serve's NRI plugin: registered with the container
 // runtime's NRI socket, it gives the containers it serves, as they are
 // created, the very edits of serve's CDI device (cdispec.DeviceEdits): the
-// overlay, the links directory at /sys/bus/pci/devices and the variables.
-// A pod needs no device plugin, no annotation and no hostPath of ours, so
+// overlay, the links directory at /sys/bus/pci/devices, the module view,
+// the variables and the hooks; and, beneath a container's own mount of
+// the node's / or /sys elsewhere, what cdispec.Beneath decides. A pod needs no device plugin, no annotation and no hostPath of ours, so
 // GPU Feature Discovery's or the DRA driver's own chart runs unedited.
 //
 // Which containers it serves, and which of them get serve --writable's

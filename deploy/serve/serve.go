@@ -25,8 +25,8 @@
 //
 // One topic a file: serve.go the options and Run; loop.go when to sync;
 // sync.go one sync (render, log, status); specs.go the CDI specs and the
-// NRI plugin's edits; health.go and metrics.go the endpoints' answers;
-// watcher.go the directories watched; fleetmirror.go and nodelabels.go
+// NRI plugin's edits; prochook.go the /proc hook's binary; health.go and
+// metrics.go the endpoints' answers; watcher.go the directories watched; fleetmirror.go and nodelabels.go
 // what a fleet map reads through the API; writable*.go the writable mode.
 package serve
 
@@ -121,6 +121,13 @@ type Options struct {
 	Kind      string
 	MergeInto string
 
+	// ProcHookBinary, when set, is a path on the node where Run installs
+	// serve's own executable before it hands out edits, for the edits of
+	// every channel (the CDI specs, the NRI plugin) to carry the
+	// createContainer hook that runs it (cdispec.ProcHook) to serve the
+	// tree's /proc files. Empty: no hook.
+	ProcHookBinary string
+
 	// Listen is the address of /healthz, /readyz and /metrics (default
 	// endpoints.DefaultListen); "127.0.0.1:0" picks a free port, see
 	// Server.Listen.
@@ -143,8 +150,9 @@ type Options struct {
 	NoWatch bool
 	// NRI, when set, runs the node's NRI plugin (package nriplugin) beside
 	// the loop: it gives the containers its policy serves the spec's very
-	// edits as they are created (Edits is serve's own; Logger, if nil, is
-	// the server's). Not ready while it is not registered.
+	// edits as they are created (Edits and Beneath are serve's own;
+	// Logger, if nil, is the server's). Not ready while it is not
+	// registered.
 	NRI *nriplugin.Options
 	// Logger receives the structured log (default slog.Default()).
 	Logger *slog.Logger
@@ -231,6 +239,11 @@ func (o Options) Validate() error {
 	case o.WritableTree != "" && !o.Writable:
 		return errors.New("--writable-tree applies to --writable")
 	}
+	if o.ProcHookBinary != "" {
+		if err := plan.CheckAbsolutePath(o.ProcHookBinary); err != nil {
+			return fmt.Errorf("--proc-hook-binary %q: %v", o.ProcHookBinary, err)
+		}
+	}
 	return nil
 }
 
@@ -287,7 +300,7 @@ func New(o Options) (*Server, error) {
 		// The writable view goes only to the containers the policy
 		// gives it; every other served one gets the read-only tree, the
 		// view mounted read-only: a write there is EROFS.
-		no.Edits, no.Logger = s.Edits, cmp.Or(no.Logger, o.Logger)
+		no.Edits, no.Logger, no.Beneath = s.Edits, cmp.Or(no.Logger, o.Logger), s.beneath
 		if o.Writable {
 			no.Edits, no.WritableEdits = s.ReadOnlyEdits, s.Edits
 		}
@@ -317,8 +330,12 @@ func (s *Server) NRI() (nriplugin.Counts, bool) {
 // Run serves until ctx ends, then waits up to StopTimeout for the sync in
 // flight and returns nil, leaving the tree and the specs in place: served
 // containers keep using them. It returns an error only when the listener
-// cannot be opened or the fleet mirror cannot be made.
+// cannot be opened, the fleet mirror cannot be made, or the hook's binary
+// cannot be installed.
 func (s *Server) Run(ctx context.Context) error {
+	if err := s.installProcHook(); err != nil {
+		return err
+	}
 	if _, err := s.Listen(); err != nil {
 		return err
 	}

@@ -1,12 +1,14 @@
 package serve
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
 // writeSpecs writes the standalone spec and merges into the other, as
@@ -19,7 +21,7 @@ func (s *Server) writeSpecs() (int, error) {
 	}
 	n := 0
 	if s.opts.Output != "" {
-		_, wrote, err := cdispec.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true)
+		_, wrote, err := cdispec.WriteStandalone(s.opts.Output, s.opts.Kind, s.mounts, env, true, s.hooks()...)
 		if err != nil {
 			return n, err
 		}
@@ -29,7 +31,7 @@ func (s *Server) writeSpecs() (int, error) {
 		}
 	}
 	if s.opts.MergeInto != "" {
-		_, r, wrote, err := cdispec.MergeInto(s.opts.MergeInto, s.mounts, env, true)
+		_, r, wrote, err := cdispec.MergeInto(s.opts.MergeInto, s.mounts, env, true, s.hooks()...)
 		if err != nil {
 			return n, fmt.Errorf("merge into %s: %w; left as it was", s.opts.MergeInto, err)
 		}
@@ -67,9 +69,17 @@ func (s *Server) ReadOnlyEdits() (specs.ContainerEdits, error) { return s.edits(
 
 func (s *Server) edits(mounts []cdispec.Mount) (specs.ContainerEdits, error) {
 	env, err := s.served()
-	edits := cdispec.DeviceEdits(mounts, env)
+	edits := cdispec.DeviceEdits(mounts, env, s.hooks()...)
 	if err != nil {
 		edits.Env = nil
 	}
 	return edits, err
+}
+
+// beneath is what the NRI plugin adds beneath a served container's binds
+// of the node's / or /sys, read at each creation: the tree's groups follow
+// the render, and the node's sysfs (Render.HostSysfs) is read as it is.
+func (s *Server) beneath() cdispec.Beneath {
+	root := s.opts.Render.Root
+	return cdispec.NewBeneath(root, os.DirFS(root), os.DirFS(cmp.Or(s.opts.Render.HostSysfs, plan.DefaultHostSysfs)))
 }

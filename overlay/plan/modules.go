@@ -26,6 +26,10 @@ const (
 	// the same links resolve on the host, and in a container that still
 	// has its own /sys/module.
 	HostModulesDir = HostSysDir + "/" + sysfs.ModulesDir
+	// IOMMUGroupsDir holds a group per function of the tree, as the
+	// kernel's /sys/kernel/iommu_groups does: the NVIDIA DRA driver needs
+	// it non-empty beneath the node's / it mounts (docs/design/modules.md).
+	IOMMUGroupsDir = "sys/kernel/iommu_groups"
 )
 
 // What the kernel prints in a loaded module's files.

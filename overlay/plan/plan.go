@@ -479,7 +479,7 @@ func (b *builder) node(n *Node, multiFunction bool) {
 		State: st, TotalVFs: n.TotalVFs, VFs: n.vfAddresses,
 	}
 	group := strconv.Itoa(n.ordinal)
-	gdir := "sys/kernel/iommu_groups/" + group
+	gdir := IOMMUGroupsDir + "/" + group
 	b.text(gdir, "type", "DMA\n")
 	b.dir(gdir + "/devices")
 	b.inTree = append(b.inTree,

@@ -13,8 +13,8 @@ import (
 
 // Paths of the /proc files a node with this profile has, rendered beside
 // the module view for a createContainer hook to bind-mount over the
-// container's /proc (runc refuses mounts inside /proc; the hook is not
-// built: docs/design/modules.md). ValidateContainerRoot keeps the
+// container's /proc (runc refuses mounts inside /proc; the hook is
+// deploy/prochook, docs/design/prochook.md). ValidateContainerRoot keeps the
 // container root out of proc/, so nothing else of the overlay lands here.
 const (
 	// ProcDir is the overlay's stand-in for /proc.

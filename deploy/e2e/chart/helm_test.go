@@ -239,6 +239,26 @@ func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
 	require.NotContains(t, marshalYAML(t, plain), "/var/run/nri")
 }
 
+// TestHelmProcHook: procHook.enabled has serve install its binary in
+// hostPaths.hook, mounted at its node path, and pass the flag naming it;
+// the default DaemonSet has neither.
+func TestHelmProcHook(t *testing.T) {
+	h := newHelm(t)
+	plain := h.template(t).DaemonSets[0]
+	ds := h.template(t, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]
+	c := ds.Spec.Template.Spec.Containers[0]
+	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--proc-hook-binary=/opt/hook/nvml-mock-sysfs"), c.Args)
+	require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "hook", MountPath: "/opt/hook/"})
+	dirOrCreate := corev1.HostPathDirectoryOrCreate
+	require.Contains(t, ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "hook",
+		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/opt/hook/", Type: &dirOrCreate}}})
+	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=hook")
+	require.ErrorContains(t, err, "/hostPaths/hook", "a relative path")
+	// Negative control: the default DaemonSet is none of that.
+	require.NotContains(t, strings.Join(plain.Spec.Template.Spec.Containers[0].Args, " "), "--proc-hook-binary")
+	require.NotContains(t, marshalYAML(t, plain), "nvml-mock-sysfs-hook")
+}
+
 // metav1LabelSelector is a selector's labels as a selector string.
 func metav1LabelSelector(labels map[string]string) string {
 	var parts []string
