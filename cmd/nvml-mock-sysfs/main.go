@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/shipped"
 )
@@ -59,7 +60,7 @@ func commands() []command {
 		{"fidelity", "compare rendered GPU directories with what real nodes show", runFidelity},
 		{"slices", "print the ResourceSlices the NVIDIA DRA driver publishes on a node served a profile", runSlices},
 		{"publish", "keep published the slices of nodes that run nothing (KWOK's), per the fleet map: the publisher Deployment's entrypoint", runPublish},
-		{"proc-hook", "bind-mount the rendered /proc files in a container: an OCI createContainer hook", runProcHook},
+		{cdispec.ProcHookCommand, "bind-mount the rendered /proc files in a container: an OCI createContainer hook", runProcHook},
 	}
 }
 

@@ -27,21 +27,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
-const (
-	// Command is the subcommand of nvml-mock-sysfs that runs the hook.
-	Command = "proc-hook"
-	// HookName is the OCI hook point the hook runs at: the one in the
-	// container's mount namespace, before pivot_root (CDI spells hook
-	// points this way).
-	HookName = "createContainer"
-)
-
-// Args is the hook's argv for a binary at binary serving the render at
-// root, argv[0] included, as an OCI hook (config.json, a CDI spec's hook,
-// an NRI adjustment) carries it.
-func Args(binary, root string) []string {
-	return []string{binary, Command, "--root", root}
-}
+// The hook's argv, as an OCI hook (config.json, a CDI spec's hook, an NRI
+// adjustment) carries it, has one definition: cdispec.ProcHook, whose
+// ProcHookCommand is this package's command.
 
 // stateName names the OCI state in messages: the runtime writes it to the
 // hook's standard input.

@@ -18,11 +18,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-func TestArgs(t *testing.T) {
-	require.Equal(t, []string{"/opt/nvml-mock/bin/nvml-mock-sysfs", "proc-hook", "--root", "/var/lib/nvml-mock"},
-		prochook.Args("/opt/nvml-mock/bin/nvml-mock-sysfs", "/var/lib/nvml-mock"))
-}
-
 func TestParseState(t *testing.T) {
 	st, err := prochook.ParseState([]byte(`{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":42,"bundle":"/run/b/c1"}`))
 	require.NoError(t, err)

@@ -16,11 +16,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
-	"github.com/nvml-mock/nvml-mock-sysfs/deploy/prochook"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -65,7 +65,7 @@ func TestProcHook(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	_, _, err = overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, Binary: hosttest.BuildBinary(t), Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
-	hook := prochook.Args(filepath.Join(root, plan.BinaryFile), root)
+	hook := procHookArgs(filepath.Join(root, plan.BinaryFile), root)
 	hostBefore := hostProc(t)
 
 	rows := &docmatrix.Rows{}
@@ -81,7 +81,7 @@ func TestProcHook(t *testing.T) {
 	require.Zero(t, code, "runc with the hook: %s", stderr)
 	node, code, stderr := runcRun(t, runc, nil)
 	require.Zero(t, code, "runc without the hook: %s", stderr)
-	unrendered, code, stderr := runcRun(t, runc, prochook.Args(hook[0], t.TempDir()))
+	unrendered, code, stderr := runcRun(t, runc, procHookArgs(hook[0], t.TempDir()))
 	require.Zero(t, code, "runc with the hook and a root without a render: %s", stderr)
 
 	t.Run("devices", func(t *testing.T) {
@@ -159,7 +159,7 @@ func TestProcHook(t *testing.T) {
 			require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(broken, name)), 0o755))
 			require.NoError(t, os.WriteFile(filepath.Join(broken, name), data, 0o644))
 		}
-		_, code, stderr := runcRun(t, runc, prochook.Args(hook[0], broken))
+		_, code, stderr := runcRun(t, runc, procHookArgs(hook[0], broken))
 		require.NotZero(t, code, "runc started a container whose hook failed")
 		require.Contains(t, stderr, "nvml-mock-sysfs: proc-hook: container ")
 		require.Contains(t, stderr, "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver is a file, the kernel's entry a directory")
@@ -285,4 +285,9 @@ func runcVersion(runc string) string {
 	out, _ := exec.Command(runc, "--version").Output()
 	first, _, _ := strings.Cut(string(out), "\n")
 	return strings.TrimSpace(first)
+}
+
+// procHookArgs is the hook's argv as the edits carry it (cdispec.ProcHook).
+func procHookArgs(binary, root string) []string {
+	return cdispec.ProcHook(binary, root).Args
 }
