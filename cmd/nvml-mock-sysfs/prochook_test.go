@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -27,15 +29,32 @@ func TestProcHookWithoutARenderMountsNothing(t *testing.T) {
 		" holds no complete render (no completion marker: open .nvml-mock-sysfs/complete: no such file or directory)\n", stderr)
 }
 
-func TestProcHookBadStateFailsInOneLine(t *testing.T) {
+// The hook fails open: a bad state costs the container the /proc files,
+// never its start, and the one line goes to stderr and to --failures.
+func TestProcHookFailsOpenInOneLine(t *testing.T) {
 	t.Parallel()
-	code, stderr := runHook(t, `{"id":"c1"}`, "--root", t.TempDir())
-	require.Equal(t, exitFailure, code)
-	require.Equal(t, "nvml-mock-sysfs: proc-hook: the OCI state on stdin: field bundle: value \"\": want the bundle's absolute path\n", stderr)
+	failures := filepath.Join(t.TempDir(), "proc-hook-failures")
+	want := "nvml-mock-sysfs: proc-hook: the OCI state on stdin: field bundle: value \"\": want the bundle's absolute path; the container starts with the node's /proc\n"
+	for range 2 {
+		code, stderr := runHook(t, `{"id":"c1"}`, "--root", t.TempDir(), "--failures", failures)
+		require.Equal(t, exitOK, code)
+		require.Equal(t, want, stderr)
+	}
+	recorded, err := os.ReadFile(failures)
+	require.NoError(t, err)
+	require.Equal(t, strings.Repeat(strings.TrimPrefix(want, "nvml-mock-sysfs: "), 2), string(recorded), "a line per failure")
+
+	code, stderr := runHook(t, `{"id":"c1"}`, "--root", t.TempDir(), "--failures", filepath.Join(t.TempDir(), "no", "such", "dir"))
+	require.Equal(t, exitOK, code, "an unwritable --failures fails open too")
+	require.Contains(t, stderr, "proc-hook: --failures ")
+
 	code, stderr = runHook(t, `{}`, "--root", t.TempDir(), "extra")
 	require.Equal(t, exitUsage, code)
 	require.Contains(t, stderr, "unexpected arguments: extra")
 	code, stderr = runHook(t, `{}`, "--root", "overlay")
 	require.Equal(t, exitUsage, code)
 	require.Equal(t, "nvml-mock-sysfs proc-hook: --root: root \"overlay\" must be an absolute path; run 'nvml-mock-sysfs proc-hook -h' for usage\n", stderr)
+	code, stderr = runHook(t, `{}`, "--root", t.TempDir(), "--failures", "failures")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, `--failures: "failures" is not an absolute path`)
 }

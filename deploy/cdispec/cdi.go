@@ -99,10 +99,20 @@ const ProcHookCommand = "proc-hook"
 // ProcHook is the one definition of the hook that serves the tree's /proc
 // files: the createContainer hook (run in the container's mount namespace
 // after its mounts, before pivot_root) that runs binary, our own executable on
-// the node, as `binary proc-hook --root ROOT`, ROOT the overlay root on
-// the node.
+// the node, as `binary proc-hook --root ROOT --failures FILE`, ROOT the
+// overlay root on the node and FILE ProcHookFailures(binary), where the
+// hook, which fails open, records what it could not do.
 func ProcHook(binary, root string) *specs.Hook {
-	return &specs.Hook{HookName: cdi.CreateContainerHook, Path: binary, Args: []string{binary, ProcHookCommand, "--root", root}}
+	return &specs.Hook{HookName: cdi.CreateContainerHook, Path: binary,
+		Args: []string{binary, ProcHookCommand, "--root", root, "--failures", ProcHookFailures(binary)}}
+}
+
+// ProcHookFailures is the file beside the hook's binary where the hook
+// appends a line per container it could not serve, which serve counts
+// (its metric proc_hook_failures_total): a hook that fails open says so
+// nowhere else, since a runtime shows a hook's output only when it fails.
+func ProcHookFailures(binary string) string {
+	return filepath.Join(filepath.Dir(binary), "proc-hook-failures")
 }
 
 // isProcHook reports whether a hook is one ProcHook made, whatever its

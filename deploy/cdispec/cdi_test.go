@@ -267,7 +267,7 @@ func TestMachineTypeFileEnv(t *testing.T) {
 func TestProcHook(t *testing.T) {
 	hook := ProcHook("/var/lib/hook/nvml-mock-sysfs", "/var/lib/nvml-mock-sysfs")
 	require.Equal(t, &specs.Hook{HookName: "createContainer", Path: "/var/lib/hook/nvml-mock-sysfs",
-		Args: []string{"/var/lib/hook/nvml-mock-sysfs", "proc-hook", "--root", "/var/lib/nvml-mock-sysfs"}}, hook)
+		Args: []string{"/var/lib/hook/nvml-mock-sysfs", "proc-hook", "--root", "/var/lib/nvml-mock-sysfs", "--failures", "/var/lib/hook/proc-hook-failures"}}, hook)
 
 	file := filepath.Join(t.TempDir(), "mock.yaml")
 	s, _, err := WriteStandalone(file, DefaultKind, testMounts(t), nil, true, hook)

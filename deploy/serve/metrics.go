@@ -1,9 +1,12 @@
 package serve
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"os"
 
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 )
 
@@ -14,6 +17,10 @@ func (s *Server) writeMetrics(w io.Writer) {
 	st := s.Status()
 	endpoints.Metric(w, "syncs_total", "counter", "Syncs finished.", fmt.Sprintf(" %d", st.Syncs))
 	endpoints.Metric(w, "sync_failures_total", "counter", "Syncs that failed.", fmt.Sprintf(" %d", st.Failures))
+	if s.opts.ProcHookBinary != "" {
+		endpoints.Metric(w, "proc_hook_failures_total", "counter", "Containers the /proc hook could not serve, which started with the node's /proc (the hook's lines are in "+cdispec.ProcHookFailures(s.opts.ProcHookBinary)+").",
+			fmt.Sprintf(" %d", procHookFailures(s.opts.ProcHookBinary)))
+	}
 	c, ok := s.NRI()
 	if !ok {
 		return
@@ -32,4 +39,15 @@ func (s *Server) writeMetrics(w io.Writer) {
 		fmt.Sprintf(" %d", c.ServedWritable))
 	endpoints.Metric(w, "nri_unserved_containers", "gauge", "Running containers the policy serves that run without the tree (serve's log names them).",
 		fmt.Sprintf(" %d", len(c.Unserved)))
+}
+
+// procHookFailures counts the lines the /proc hook appended, one per
+// container it could not serve (cdispec.ProcHookFailures): none while the
+// file does not exist.
+func procHookFailures(binary string) int {
+	data, err := os.ReadFile(cdispec.ProcHookFailures(binary))
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(data, []byte("\n"))
 }

@@ -10,6 +10,7 @@ import (
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/endpoints"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 )
 
@@ -111,4 +112,12 @@ func TestProcHookInTheEdits(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, hook, spec.Devices[0].ContainerEdits.Hooks)
 	require.Equal(t, "0.3.0", spec.Version)
+
+	// What the hook could not serve, it appends beside its binary; serve
+	// counts the lines.
+	_, body := s.probe(endpoints.MetricsPath)
+	require.Contains(t, body, "nvml_mock_sysfs_proc_hook_failures_total 0\n")
+	require.NoError(t, os.WriteFile(cdispec.ProcHookFailures(bin), []byte("proc-hook: container a: ...\nproc-hook: container b: ...\n"), 0o644))
+	_, body = s.probe(endpoints.MetricsPath)
+	require.Contains(t, body, "nvml_mock_sysfs_proc_hook_failures_total 2\n")
 }

@@ -65,7 +65,11 @@ func TestProcHook(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "overlay")
 	_, _, err = overlay.Render(overlay.Options{Profile: "hgx-h100", Root: root, Binary: hosttest.BuildBinary(t), Writer: writer.Options{SkipSync: true}})
 	require.NoError(t, err)
-	hook := procHookArgs(filepath.Join(root, plan.BinaryFile), root)
+	// The hook runs from a directory of its own, as serve
+	// --proc-hook-binary installs it, where it records its failures.
+	hookBinary := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
+	require.NoError(t, os.Link(filepath.Join(root, plan.BinaryFile), hookBinary))
+	hook := procHookArgs(hookBinary, root)
 	hostBefore := hostProc(t)
 
 	rows := &docmatrix.Rows{}
@@ -148,8 +152,8 @@ func TestProcHook(t *testing.T) {
 		require.NotContains(t, unrendered["file:driver/nvidia/version"], "NVRM")
 		require.NotContains(t, unrendered["mounts"], " /proc/driver ")
 	})
-	t.Run("refused", func(t *testing.T) {
-		rows.Expect(t, "a rendered entry the kernel's differs from in type", "with the hook", "runc refuses the container, with the hook's one line")
+	t.Run("fails open", func(t *testing.T) {
+		rows.Expect(t, "a rendered entry the kernel's differs from in type", "with the hook", "starts, with the node's /proc/driver: the hook fails open, its one line in its failures file")
 		// The render's completion marker, and a file where the kernel has
 		// the directory /proc/driver.
 		broken := t.TempDir()
@@ -159,10 +163,14 @@ func TestProcHook(t *testing.T) {
 			require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(broken, name)), 0o755))
 			require.NoError(t, os.WriteFile(filepath.Join(broken, name), data, 0o644))
 		}
-		_, code, stderr := runcRun(t, runc, procHookArgs(hook[0], broken))
-		require.NotZero(t, code, "runc started a container whose hook failed")
-		require.Contains(t, stderr, "nvml-mock-sysfs: proc-hook: container ")
-		require.Contains(t, stderr, "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver is a file, the kernel's entry a directory")
+		failed, code, stderr := runcRun(t, runc, procHookArgs(hookBinary, broken))
+		require.Zero(t, code, "runc refused a container whose hook could not serve it: %s", stderr)
+		require.NotContains(t, failed["file:driver/nvidia/version"], "NVRM")
+		recorded, err := os.ReadFile(cdispec.ProcHookFailures(hookBinary))
+		require.NoError(t, err, "the hook's failures file")
+		require.Contains(t, string(recorded), "proc-hook: container ")
+		require.Contains(t, string(recorded), "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver is a file, the kernel's entry a directory")
+		require.Equal(t, 1, strings.Count(string(recorded), "\n"), "one line")
 	})
 	t.Run("host", func(t *testing.T) {
 		rows.Expect(t, "the host's /proc and /sys/module", "after every run", "unchanged: no mount below them, the same /proc/devices and /proc/driver")
