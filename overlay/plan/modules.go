@@ -183,9 +183,9 @@ func (b *builder) modules() error {
 			b.inTree = append(b.inTree, link(ddir+"/pci:"+d, b.fromContainerRoot(ddir, DriversDir+"/"+d)))
 		}
 	}
-	if len(b.opts.HostModules) == 0 {
-		return nil
-	}
+	// The mount point of the node's own /sys/module is there even where the
+	// node lists none: the mount set mounts it whatever the node has, and a
+	// bind mount needs its target.
 	b.dir(HostModulesDir)
 	for _, name := range b.opts.HostModules {
 		if err := CheckModuleName(name); err != nil {

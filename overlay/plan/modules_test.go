@@ -304,3 +304,15 @@ func TestModuleViewBadNodeModule(t *testing.T) {
 	_, err = plan.New(machine(t, "t4-vm", ""), plan.Options{HostModules: []string{".."}})
 	require.ErrorContains(t, err, `node module "..": not a module name`)
 }
+
+// The mount point of the node's own /sys/module is planned even where the
+// node lists no module: the mount set mounts the node's /sys/module there
+// whatever it holds, and a runtime fails a container whose bind mount has
+// no target.
+func TestModuleViewNodeMountPointWithoutNodeModules(t *testing.T) {
+	p, err := plan.New(machine(t, "t4-vm", ""), plan.Options{})
+	require.NoError(t, err)
+	require.True(t, slices.ContainsFunc(p.Entries, func(e plan.Entry) bool {
+		return e.Path == plan.HostModulesDir && e.Kind == plan.Dir
+	}), "%s planned", plan.HostModulesDir)
+}
