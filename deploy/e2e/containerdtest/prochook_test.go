@@ -46,6 +46,7 @@ func procHookPage() docmatrix.Page {
 // gate's verdict, and its own mounts below /proc.
 const procHookScript = `for f in "$@"; do echo "== file:$f"; cat "/proc/$f" 2>&1; done
 echo '== gate'; if [ ! -e /proc/modules ]; then echo 'no /proc/modules'; elif ` + operatorGate + `; then echo passes; else echo waits; fi
+echo '== lsmod'; if [ ! -e /proc/modules ]; then echo 'no /proc/modules'; else lsmod 2>&1; fi
 echo '== mounts'; grep ' /proc/' /proc/self/mountinfo || true
 `
 
@@ -129,6 +130,16 @@ func TestProcHook(t *testing.T) {
 			require.Equal(t, gate.want, gate.out)
 		})
 	}
+	t.Run("lsmod", func(t *testing.T) {
+		rows.Expect(t, "`lsmod` (kmod's, from the node's /usr)", "with the hook", "nvidia and its stack beside the node's own modules")
+		if served["lsmod"] == "no /proc/modules" {
+			rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): lsmod has nothing to list, and the hook nothing to mount over")
+			return
+		}
+		require.Regexp(t, `(?m)^nvidia\s+\d+\s+\d+\s+\S*nvidia_uvm`, served["lsmod"])
+		node := strings.Count(node["lsmod"], "\n")
+		require.Greater(t, strings.Count(served["lsmod"], "\n"), node, "ours beside the node's own")
+	})
 	t.Run("mounts", func(t *testing.T) {
 		rows.Expect(t, "the container's mounts below /proc", "with the hook", "a read-only (ro,nosuid,nodev,noexec) bind of each rendered entry the kernel has")
 		for _, e := range []string{"/proc/driver", "/proc/devices"} {
@@ -243,7 +254,7 @@ func sections(out string) map[string]string {
 		got[name] += line
 	}
 	for name, text := range got {
-		if name == "gate" {
+		if name == "gate" || name == "lsmod" {
 			got[name] = strings.TrimSpace(text)
 		}
 	}
