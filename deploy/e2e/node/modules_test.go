@@ -126,10 +126,11 @@ func (s *suite) testOperandGate(t *testing.T) {
 	module, entries := nodeModule(t)
 
 	t.Run("opted out", func(t *testing.T) {
-		s.rows.Expect(t, "the GPU Operator's operand gate (main, aa22a385) in a pod opted out", "`"+operandGate+"` fails (the node's `/sys/module` has no `nvidia`: its init container would wait forever)")
+		s.rows.Expect(t, "the GPU Operator's operand gate (main, aa22a385) in a pod opted out", "`"+operandGate+"` fails (the node's `/sys/module` has no `nvidia`: its init container would wait forever), no `refcnt`, no `drivers/pci:nvidia/<bdf>`")
 		got := moduleState(t, s.c.RunPod(t, s.modulePod(t, "gate-opted-out", bdf, module, false)))
 		require.NotEqual(t, "0", got["gate"], "the gate's condition in a pod not served the module view")
 		require.NotEqual(t, "0", got["refcnt"], "/sys/module/nvidia/refcnt in a pod not served the module view")
+		require.NotEqual(t, "0x10de", got["vendor"], "/sys/module/nvidia/drivers/pci:nvidia/%s/vendor in a pod not served the module view", bdf)
 		s.figure("operand gate, opted out: exit %s, refcnt test exit %s", got["gate"], got["refcnt"])
 	})
 	t.Run("served", func(t *testing.T) {
