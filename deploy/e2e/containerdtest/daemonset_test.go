@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -217,9 +216,7 @@ func TestDaemonSetPod(t *testing.T) {
 		cdiSpec, err := cdi.ReadSpec(specFile, 0)
 		require.NoError(t, err, "the spec is in the directory containerd reads")
 		require.NotEmpty(t, cdiSpec.Devices)
-		for _, mnt := range cdiSpec.Devices[0].ContainerEdits.Mounts {
-			require.True(t, mnt.HostPath == overlay || strings.HasPrefix(mnt.HostPath, overlay+"/"), "the spec names the host's directory: %s", mnt.HostPath)
-		}
+		hosttest.RequireMountSet(t, cdiSpec.Devices[0].ContainerEdits.Mounts, overlay, spec.Containers[0].Args)
 		pod := h.RunPod(t, containerdtest.Pod{Name: "daemonset-verify"})
 		c := s.verifyContainer("verify")
 		c.CDIDevices = []string{device}

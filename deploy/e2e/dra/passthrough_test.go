@@ -50,6 +50,10 @@ const (
 	// controlTimeout bounds a plugin that must exit at its start: one that
 	// is still running then has started, and the control has failed.
 	controlTimeout = 30 * time.Second
+	// vfioModule is where, below a tree's root, its module view has
+	// vfio_pci: the driver stats it at <host root>/sys/module/vfio_pci
+	// before it binds a GPU to vfio-pci, and runs modprobe without it.
+	vfioModule = "sys/module/vfio_pci"
 	// vfioTimeout bounds a wait on the driver's binding or on the kubelet's
 	// retry of a container or an unprepare (its backoff is 10 s and more).
 	vfioTimeout = 90 * time.Second
@@ -57,11 +61,10 @@ const (
 
 // The steps, each a row of the matrix.
 const (
-	stepPublish       = "publish"
-	stepPrepareServed = "prepare, as served"
-	stepPrepare       = "prepare, vfio_pci loaded"
-	stepPod           = "the pod's /dev/vfio/<group>"
-	stepUnprepare     = "unprepare"
+	stepPublish   = "publish"
+	stepPrepare   = "prepare, as served"
+	stepPod       = "the pod's /dev/vfio/<group>"
+	stepUnprepare = "unprepare"
 )
 
 // passthroughSteps are the rows: step, what the plugin (or the node) is
@@ -70,10 +73,8 @@ func passthroughSteps() [][3]string {
 	return [][3]string{
 		{stepPublish, "the writable view; its iommu_groups at /sys/kernel/iommu_groups",
 			"a gpu-vfio device per GPU, with its pciBusID and pcieRoot; control: the node's own iommu_groups, and the driver exits"},
-		{stepPrepareServed, "the writable spec's mounts (its modules.alias names vfio_pci), the node's /sys/module",
-			"the claim prepared, or the driver's message where it stops"},
-		{stepPrepare, "the same, and a stand-in /sys/module/vfio_pci",
-			"the GPU bound to vfio-pci through the view, the claim's CDI spec naming /dev/vfio/<its group>; control: the read-only tree, and prepare fails with the driver's message"},
+		{stepPrepare, "the writable spec's mounts: its module view at /sys/module (vfio_pci loaded), its modules.alias naming vfio_pci",
+			"the GPU bound to vfio-pci through the view, the claim's CDI spec naming /dev/vfio/<its group>; control: the read-only tree's spec, whose module view has no vfio_pci, and the driver's modprobe fails"},
 		{stepPod, "/dev/vfio/<group> on the node: a stand-in char device 1:3",
 			"the pod's container has /dev/vfio/<group>; control: without it on the node, containerd refuses the container"},
 		{stepUnprepare, "the pod deleted",
@@ -94,12 +95,9 @@ type passthrough struct {
 	view     string
 	writable []*specs.Mount
 	// readOnly is the same profile rendered as the default mode does, for
-	// the control of prepare.
+	// the control of prepare: its module view has no vfio_pci.
 	readOnly string
-	// module is the stand-in of a node whose vfio_pci is loaded: a
-	// directory standing for /sys/module/vfio_pci.
-	module string
-	rows   docmatrix.Rows
+	rows     docmatrix.Rows
 	// objects is where the API objects and the CDI spec judged are kept.
 	objects string
 	// detail is what each step saw, the block under the matrix.
@@ -180,10 +178,23 @@ func TestVFIOPassthrough(t *testing.T) {
 	control, exitErr := p.exitsAtStart(t, append(slices.Clone(p.writable), bindRO(noGroups, "/sys/kernel/iommu_groups")))
 	p.lap(mark, "control of publish (the plugin's exit)")
 
+	// The control of prepare: the read-only tree's spec, whose module view
+	// has no vfio_pci (the tree lists no vfio-pci), so the driver runs
+	// modprobe, which a node of mock GPUs cannot.
+	mark = time.Now()
+	readOnly, err := p.readOnlyMounts()
+	require.NoError(t, err, "the read-only tree's mounts")
+	_, stop := p.start(t, "read-only", p.mounts(readOnly, p.readOnly))
+	roPrepared, roMsg := p.claimAndPod(t, "read-only")
+	p.releaseClaim(t, "read-only")
+	p.unpublish(t, stop)
+	p.lap(mark, "control of prepare (the read-only tree)")
+
 	// As served: the writable spec, and the tree's iommu_groups where the
 	// driver's host root has the kernel's.
 	mark = time.Now()
-	devices, stop := p.start(t, "served", p.mounts(p.writable, p.view, false))
+	served := p.mounts(p.writable, p.view)
+	devices, stop := p.start(t, "served", served)
 	p.lap(mark, "plugin published (as served)")
 	check(steps[0], func(t *testing.T) {
 		require.Error(t, exitErr, "the plugin served the node's own iommu_groups must exit at its start:\n%s", control)
@@ -193,69 +204,38 @@ func TestVFIOPassthrough(t *testing.T) {
 		kubetest.WriteObject(t, p.objects, "resourceslices.json", slices)
 		p.detail[stepPublish] = p.judgePublished(t, devices) + "; control (the node's own iommu_groups): the driver exits: " + lastLine(control, "IOMMU")
 	})
-	mark = time.Now()
-	check(steps[1], func(t *testing.T) {
-		prepared, msg := p.claimAndPod(t, "served")
-		if prepared {
-			p.detail[stepPrepareServed] = "prepared"
-			return
-		}
-		// The node cannot load a kernel module: the driver's own message is
-		// the row.
-		require.Contains(t, msg, `failed to load module "vfio_pci"`, "the driver's message where it stops")
-		p.detail[stepPrepareServed] = msg
-		p.rows.NotRun(t, programs.NotRunPrefix+"the driver stops: "+cell(msg))
-	})
-	p.releaseClaim(t, "served")
-	p.unpublish(t, stop)
-	p.lap(mark, "claim as served, and its clean-up")
-
-	// The control of prepare: the read-only tree, with every stand-in of
-	// a node whose vfio_pci is loaded.
-	mark = time.Now()
-	readOnly, err := p.readOnlyMounts()
-	require.NoError(t, err, "the read-only tree's mounts")
-	_, stop = p.start(t, "read-only", p.mounts(readOnly, p.readOnly, true))
-	roPrepared, roMsg := p.claimAndPod(t, "read-only")
-	p.releaseClaim(t, "read-only")
-	p.unpublish(t, stop)
-	p.lap(mark, "control of prepare (the read-only tree)")
-
-	// vfio_pci loaded: the writable view with the two stand-ins.
-	mark = time.Now()
-	loaded := p.mounts(p.writable, p.view, true)
-	_, stop = p.start(t, "loaded", loaded)
-	p.lap(mark, "plugin published (vfio_pci loaded)")
 	var bdf, group, spec string
 	mark = time.Now()
-	check(steps[2], func(t *testing.T) {
-		prepared, msg := p.claimAndPod(t, "loaded")
+	check(steps[1], func(t *testing.T) {
+		require.DirExists(t, p.viewPath(vfioModule), "the writable view's module view (a writable tree lists vfio-pci)")
+		require.NoDirExists(t, filepath.Join(p.readOnly, vfioModule), "the read-only tree's module view (it lists no vfio-pci)")
+		prepared, msg := p.claimAndPod(t, "served")
 		require.True(t, prepared, "the claim must be prepared; the driver: %s", msg)
-		bdf, group, spec = p.judgePrepared(t, "loaded")
+		bdf, group, spec = p.judgePrepared(t, "served")
 		require.False(t, roPrepared, "the read-only tree prepared a claim")
-		require.Regexp(t, `is the module loaded|read-only file system`, roMsg, "the driver's message on the read-only tree")
-		p.detail[stepPrepare] += "; control (the read-only tree): " + roMsg
+		require.Contains(t, roMsg, `failed to load module "vfio_pci"`, "the driver's message on the read-only tree")
+		p.detail[stepPrepare] += "; control (the read-only tree's spec, no vfio_pci in its module view): " + roMsg
 	})
 	p.lap(mark, "prepare")
 	mark = time.Now()
 	// The pod and the unprepare read the claim the step before prepared:
 	// where it was not, that step failed, and these fail with it (a row
 	// that cannot be judged for a failure upstream is red, never not run).
+	check(steps[2], func(t *testing.T) {
+		if group == "" {
+			t.Fatal("the claim was not prepared (step " + stepPrepare + " failed)")
+		}
+		p.detail[stepPod] = p.judgePod(t, "served", group)
+	})
+	p.lap(mark, "the pod's /dev/vfio")
+	mark = time.Now()
 	check(steps[3], func(t *testing.T) {
 		if group == "" {
 			t.Fatal("the claim was not prepared (step " + stepPrepare + " failed)")
 		}
-		p.detail[stepPod] = p.judgePod(t, "loaded", group)
+		stop = p.judgeUnprepare(t, "served", bdf, spec, served, stop)
 	})
-	p.lap(mark, "the pod's /dev/vfio")
-	mark = time.Now()
-	check(steps[4], func(t *testing.T) {
-		if group == "" {
-			t.Fatal("the claim was not prepared (step " + stepPrepare + " failed)")
-		}
-		stop = p.judgeUnprepare(t, "loaded", bdf, spec, loaded, stop)
-	})
-	p.releaseClaim(t, "loaded")
+	p.releaseClaim(t, "served")
 	p.unpublish(t, stop)
 	p.lap(mark, "unprepare and clean-up")
 }
@@ -297,7 +277,7 @@ func (p *passthrough) lap(mark time.Time, what string) {
 }
 
 // setup makes the profile servable, the driver root and its libraries,
-// the read-only render and the stand-ins of a loaded vfio_pci.
+// and the read-only render.
 func (p *passthrough) setup(t *testing.T, dir, mockNVML string) {
 	t.Helper()
 	src := filepath.Join(overlaytest.Repo(t), passthroughProfile)
@@ -325,9 +305,6 @@ func (p *passthrough) setup(t *testing.T, dir, mockNVML string) {
 	p.readOnly = filepath.Join(dir, "read-only")
 	_, _, err = overlay.Render(overlay.Options{Profile: p.file, Root: p.readOnly})
 	require.NoError(t, err, "render %s read-only", p.file)
-
-	p.module = filepath.Join(dir, "module-vfio_pci")
-	require.NoError(t, os.Mkdir(p.module, 0o755))
 }
 
 // serveWritable runs serve --writable on the node, in its mount namespace,
@@ -383,18 +360,10 @@ func bindRO(src, dst string) *specs.Mount {
 	return &specs.Mount{HostPath: src, ContainerPath: dst, Options: []string{"ro", "nosuid", "nodev", "bind"}}
 }
 
-// mounts is what the plugin is served: a spec's mounts, the tree's
-// iommu_groups where the driver's host root (/) has the kernel's, and,
-// loaded, the stand-ins of a node whose vfio_pci is loaded.
-func (p *passthrough) mounts(spec []*specs.Mount, tree string, loaded bool) []*specs.Mount {
-	var out []*specs.Mount
-	if loaded {
-		// First: /sys/module/vfio_pci is made in an in-memory layer over
-		// /sys (as runc makes a missing target in the container's root),
-		// which would hide the mounts below /sys made before it.
-		out = append(out, bindRO(p.module, "/sys/module/vfio_pci"))
-	}
-	return append(append(out, spec...), bindRO(filepath.Join(tree, "sys/kernel/iommu_groups"), "/sys/kernel/iommu_groups"))
+// mounts is what the plugin is served: a spec's mounts, and the tree's
+// iommu_groups where the driver's host root (/) has the kernel's.
+func (p *passthrough) mounts(spec []*specs.Mount, tree string) []*specs.Mount {
+	return append(slices.Clone(spec), bindRO(filepath.Join(tree, "sys/kernel/iommu_groups"), "/sys/kernel/iommu_groups"))
 }
 
 // readOnlyMounts is the default mode's spec of the read-only render, with

@@ -179,6 +179,7 @@ func TestNode(t *testing.T) {
 		{"GFD labels the Node", s.testGFD, true},
 		{"nfd-worker labels the Node", s.testNFDWorker, true},
 		{"GFD's own chart labels the Node", s.testStockGFD, true},
+		{"the GPU Operator's operand gate", s.testOperandGate, true},
 		{"a re-profile through the ConfigMap", s.testReprofile, true},
 		{"E2E_PROFILES through the ConfigMap", s.testExtraProfiles, true},
 		{"a bad profile makes the pod not Ready", s.testBadProfile, true},
@@ -297,9 +298,7 @@ func (s *suite) testApply(t *testing.T, helm string) {
 	spec, err := cdi.ReadSpec(s.nodePath(s.spec), 0)
 	require.NoError(t, err, "the CDI spec at the node's %s", s.spec)
 	require.NotEmpty(t, spec.Devices)
-	for _, mnt := range spec.Devices[0].ContainerEdits.Mounts {
-		require.True(t, mnt.HostPath == s.root || strings.HasPrefix(mnt.HostPath, s.root+"/"), "the spec names the node's directory: %s", mnt.HostPath)
-	}
+	hosttest.RequireMountSet(t, spec.Devices[0].ContainerEdits.Mounts, s.root, s.ds.Spec.Template.Spec.Containers[0].Args)
 	d, err := s.c.Client.AppsV1().DaemonSets(s.ds.Namespace).Get(ctx, s.ds.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	kubetest.WriteObject(t, s.objects, "daemonset.json", d)

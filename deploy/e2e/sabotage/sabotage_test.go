@@ -163,7 +163,8 @@ func suites(t *testing.T) []suite {
 		},
 		{
 			// Nothing the node suite runs reads pcieRoot: escaped links
-			// change none of its rows.
+			// change none of its rows (the escaped copy keeps the module
+			// view the operand gate reads).
 			name: "Kubernetes node", pkg: "./node",
 			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: nodeCells,
@@ -172,6 +173,7 @@ func suites(t *testing.T) []suite {
 				programs.SabotageNoTree: {
 					"GFD pod served our device",
 					"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
+					"the GPU Operator's operand gate (main, aa22a385) in a pod asking nothing",
 					"GFD's own chart (v0.17.4, values only), its pod asking nothing",
 					"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
 				},
@@ -241,17 +243,15 @@ func suites(t *testing.T) []suite {
 			// driver publishes them with their pcieRoot (a link's text)
 			// and binds them there, and the pod's /dev/vfio is the group
 			// the view names; the pod and the unprepare fail with the
-			// prepare they follow. But the prepare as served stops where
-			// the node cannot load vfio_pci, before any of that, in every
-			// run: it is not judged, sabotaged or not, unless no tree
-			// stops the suite first (the driver exits at its start), where
-			// every step is red, not reached.
+			// prepare they follow. The prepare needs the module view's
+			// vfio_pci, which the escaped copy of the read-only tree's
+			// spec lacks (the driver's modprobe fails) and no tree lacks
+			// too (the driver exits at its start, every step red).
 			name: "DRA driver, VFIO passthrough", pkg: "./dra",
 			run: "^TestVFIOPassthrough$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
-			cells:     vfioPassthrough,
-			unchecked: []string{vfioPrepareServed},
+			cells: vfioPassthrough,
 			red: map[string][]string{
-				programs.SabotageEscaped: without(vfioPassthrough, []string{vfioPrepareServed}),
+				programs.SabotageEscaped: vfioPassthrough,
 				programs.SabotageNoTree:  vfioPassthrough,
 			},
 		},
@@ -353,14 +353,10 @@ var kwokRed = []string{
 // set with HCAs, named for its own rows.
 const listAttributes = "built-in dgx-a100 list-attributes"
 
-// vfioPassthrough are TestVFIOPassthrough's rows (step | served), and
-// vfioPrepareServed the one a node that cannot load a module never judges.
-const vfioPrepareServed = "prepare, as served | the writable spec's mounts (its modules.alias names vfio_pci), the node's /sys/module"
-
+// vfioPassthrough are TestVFIOPassthrough's rows (step | served).
 var vfioPassthrough = []string{
 	"publish | the writable view; its iommu_groups at /sys/kernel/iommu_groups",
-	vfioPrepareServed,
-	"prepare, vfio_pci loaded | the same, and a stand-in /sys/module/vfio_pci",
+	"prepare, as served | the writable spec's mounts: its module view at /sys/module (vfio_pci loaded), its modules.alias naming vfio_pci",
 	"the pod's /dev/vfio/<group> | /dev/vfio/<group> on the node: a stand-in char device 1:3",
 	"unprepare | the pod deleted",
 }
