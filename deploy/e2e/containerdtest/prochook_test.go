@@ -27,14 +27,6 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/writer"
 )
 
-// operatorGate is the GPU Operator's operand gate as of v26.7.1 (its
-// toolkit-validation init container, in the assets/state-*/ DaemonSet
-// manifests; gpu-operator #2881, backported in #2896; quoted from
-// ../shared/WRITABLE.md, not copied from the manifests): the part that
-// asks whether the driver is loaded. The rest of the condition waits for
-// the toolkit's ready file, which no mock sysfs serves.
-const operatorGate = `grep -q '^nvidia ' /proc/modules`
-
 // procHookPage is the docs page that holds TestProcHook's rows.
 func procHookPage() docmatrix.Page {
 	return docmatrix.Page{Path: "../../../docs/design/prochook.md", Suite: "deploy/e2e/containerdtest TestProcHook", Keys: 2}
@@ -45,7 +37,7 @@ func procHookPage() docmatrix.Page {
 // names /proc/devices and /proc/driver/nvidia/version always), the
 // gate's verdict, and its own mounts below /proc.
 const procHookScript = `for f in "$@"; do echo "== file:$f"; cat "/proc/$f" 2>&1; done
-echo '== gate'; if [ ! -e /proc/modules ]; then echo 'no /proc/modules'; elif ` + operatorGate + `; then echo passes; else echo waits; fi
+echo '== gate'; if [ ! -e /proc/modules ]; then echo 'no /proc/modules'; elif ` + programs.OperandGateV2671 + `; then echo passes; else echo waits; fi
 echo '== lsmod'; if [ ! -e /proc/modules ]; then echo 'no /proc/modules'; else lsmod 2>&1; fi
 echo '== mounts'; grep ' /proc/' /proc/self/mountinfo || true
 `
@@ -122,7 +114,7 @@ func TestProcHook(t *testing.T) {
 		{"gate: control", "without the hook (control)", "waits", node["gate"]},
 	} {
 		t.Run(gate.name, func(t *testing.T) {
-			rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", gate.container, gate.want)
+			rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+programs.OperandGateV2671+"`", gate.container, gate.want)
 			if gate.out == "no /proc/modules" {
 				rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
 				return

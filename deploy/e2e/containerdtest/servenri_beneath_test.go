@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 )
 
@@ -45,6 +46,10 @@ test -d /host-sys/module/vfio_pci || { echo "no /host-sys/module/vfio_pci"; exit
 test -e /host-sys/module/vfio_pci/drivers/pci:vfio-pci || { echo "/host-sys/module/vfio_pci/drivers/pci:vfio-pci does not resolve"; exit 4; }
 test -n "$(ls /host-sys/kernel/iommu_groups)" || { echo "no iommu group at /host-sys/kernel/iommu_groups"; exit 5; }
 echo ok`
+	// The GPU Operator's operand gate (main), run once in a container of
+	// the node's containerd, served through the plugin with the mount set.
+	gate := containerdtest.Container{Name: "toolkit-validation", Image: containerdtest.ConsumerImage, Command: []string{"/bin/sh", "-c", programs.OperandGate},
+		Mounts: []containerdtest.Mount{{HostPath: "/usr", ContainerPath: "/usr", ReadOnly: true}}}
 	container := func(name, script, node, at string) containerdtest.Container {
 		return containerdtest.Container{
 			Name: name, Image: containerdtest.ConsumerImage, Command: []string{"/bin/sh", "-c", script},
@@ -52,6 +57,10 @@ echo ok`
 		}
 	}
 	rows := func(t *testing.T, pod string) {
+		t.Run("the GPU Operator's operand gate", func(t *testing.T) {
+			res := h.RunPod(t, containerdtest.Pod{Name: pod + "-gate"}).Run(t, gate)
+			require.Equal(t, 0, res.ExitCode, "%s: %s%s", programs.OperandGate, res.Stdout, res.Stderr)
+		})
 		t.Run("the node's / at /host-root", func(t *testing.T) {
 			res := h.RunPod(t, containerdtest.Pod{Name: pod + "-host-root"}).Run(t, container("plugin", draPrepare, "/", "/host-root"))
 			require.Equal(t, 0, res.ExitCode, "%s%s", res.Stdout, res.Stderr)
@@ -71,6 +80,8 @@ echo ok`
 			res := h.RunPod(t, containerdtest.Pod{Name: "nri-beneath-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}).
 				Run(t, container("plugin", draPrepare, "/", "/host-root"))
 			require.Equal(t, 3, res.ExitCode, "the node's own modules, no vfio_pci: %s%s", res.Stdout, res.Stderr)
+			res = h.RunPod(t, containerdtest.Pod{Name: "nri-beneath-gate-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}).Run(t, gate)
+			require.NotEqual(t, 0, res.ExitCode, "opted out, the gate keeps waiting: the node's /sys/module has no nvidia")
 		})
 	})
 	t.Run("a node without", func(t *testing.T) {

@@ -13,21 +13,9 @@ import (
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
-
-// operandGate is the condition the GPU Operator's operand DaemonSets
-// (GFD, the device plugin, DCGM, dcgm-exporter, the MIG manager, the MPS
-// control daemon) wait on in their toolkit-validation init container, as
-// its main branch has it since October 2026: gpu-operator commit aa22a385,
-// assets/state-*/ DaemonSet manifests (../shared/WRITABLE.md; quoted, the
-// manifests not copied). The init container loops
-// `until [ -f /run/nvidia/validations/toolkit-ready ] && <condition>; do ... sleep 5; done`;
-// the toolkit's file is the toolkit validator's, not the tree's, so the
-// pod runs the condition alone, once: an unserved pod's loop would wait
-// forever. v26.7.1's condition reads /proc/modules, which no mount can
-// serve (a createContainer hook will; not wired here).
-const operandGate = "grep -qsx live /sys/module/nvidia/initstate"
 
 // moduleScript runs, in a pod, the gate's condition and what the
 // Operator's other programs test of the module view, one key=value line
@@ -36,7 +24,7 @@ const operandGate = "grep -qsx live /sys/module/nvidia/initstate"
 // the vendor of $BDF through nvidia-container-toolkit's
 // /sys/module/nvidia/drivers/pci:nvidia/<bdf>; and the node module
 // $NODE_MODULE: its link's text and its directory's entries.
-const moduleScript = operandGate + `; echo "gate=$?"
+const moduleScript = programs.OperandGate + `; echo "gate=$?"
 [ -f /sys/module/nvidia/refcnt ]; echo "refcnt=$?"
 echo "vendor=$(cat "/sys/module/nvidia/drivers/pci:nvidia/$BDF/vendor" 2>&1)"
 echo "node-link=$(readlink "/sys/module/$NODE_MODULE")"
@@ -126,7 +114,7 @@ func (s *suite) testOperandGate(t *testing.T) {
 	module, entries := nodeModule(t)
 
 	t.Run("opted out", func(t *testing.T) {
-		s.rows.Expect(t, "the GPU Operator's operand gate (main, aa22a385) in a pod opted out", "`"+operandGate+"` fails (the node's `/sys/module` has no `nvidia`: its init container would wait forever), no `refcnt`, no `drivers/pci:nvidia/<bdf>`")
+		s.rows.Expect(t, "the GPU Operator's operand gate (main, aa22a385) in a pod opted out", "`"+programs.OperandGate+"` fails (the node's `/sys/module` has no `nvidia`: its init container would wait forever), no `refcnt`, no `drivers/pci:nvidia/<bdf>`")
 		got := moduleState(t, s.c.RunPod(t, s.modulePod(t, "gate-opted-out", bdf, module, false)))
 		require.NotEqual(t, "0", got["gate"], "the gate's condition in a pod not served the module view")
 		require.NotEqual(t, "0", got["refcnt"], "/sys/module/nvidia/refcnt in a pod not served the module view")
@@ -135,7 +123,7 @@ func (s *suite) testOperandGate(t *testing.T) {
 	})
 	t.Run("served", func(t *testing.T) {
 		s.rows.Expect(t, "the GPU Operator's operand gate (main, aa22a385) in a pod asking nothing", fmt.Sprintf(
-			"`%s` passes; `/sys/module/nvidia/refcnt` exists; `/sys/module/nvidia/drivers/pci:nvidia/<bdf>` is the GPU (vendor 0x10de); the node's own modules listed and readable (by %s)", operandGate, servedBy))
+			"`%s` passes; `/sys/module/nvidia/refcnt` exists; `/sys/module/nvidia/drivers/pci:nvidia/<bdf>` is the GPU (vendor 0x10de); the node's own modules listed and readable (by %s)", programs.OperandGate, servedBy))
 		got := moduleState(t, s.c.RunPod(t, s.modulePod(t, "gate-served", bdf, module, true)))
 		require.Equal(t, "0", got["gate"], "the gate's condition in a served pod")
 		require.Equal(t, "0", got["refcnt"], "/sys/module/nvidia/refcnt in a served pod")
