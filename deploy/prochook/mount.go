@@ -1,8 +1,10 @@
 package prochook
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +36,9 @@ func mountEntry(source, rootfs, name string) (bool, error) {
 	defer unix.Close(proc)
 	procStat, err := procfsStat(proc, "the container's /proc")
 	if err != nil {
+		return false, err
+	}
+	if err := notShared(proc); err != nil {
 		return false, err
 	}
 	target, err := unix.Openat(proc, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -138,3 +143,52 @@ func kind(st unix.Stat_t) string {
 
 // fdPath names an O_PATH descriptor for mount(2).
 func fdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// notShared refuses a container /proc whose mount propagates to its peers:
+// a pod that mounts the node's /proc with Bidirectional propagation (the
+// NVIDIA DRA driver's chart does, with PassthroughSupport) has a /proc
+// shared with the node's, and a bind made on it would appear on the
+// node's own /proc. The mount is found by its id in this mount namespace's
+// mountinfo (the hook runs in the container's).
+func notShared(fd int) error {
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &stx); err != nil {
+		return fmt.Errorf("statx the container's /proc: %w", err)
+	}
+	if stx.Mask&unix.STATX_MNT_ID == 0 {
+		return errors.New("the kernel names no mount of the container's /proc (statx without STATX_MNT_ID): its propagation cannot be checked, refused")
+	}
+	info, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read this mount namespace's mounts: %w", err)
+	}
+	switch shared, found := mountShared(info, stx.Mnt_id); {
+	case !found:
+		return fmt.Errorf("the container's /proc, mount %d, is not in this mount namespace's mountinfo: refused", stx.Mnt_id)
+	case shared:
+		return fmt.Errorf("the container's /proc is a shared mount (mount %d, a Bidirectional mount of the node's /proc): a bind on it would reach the node's /proc, refused", stx.Mnt_id)
+	}
+	return nil
+}
+
+// mountShared reads mountinfo (proc(5)) for the mount id: found, and
+// shared when its optional fields hold a "shared:N" peer group.
+func mountShared(mountinfo []byte, id uint64) (shared, found bool) {
+	want := []byte(strconv.FormatUint(id, 10))
+	for line := range bytes.SplitSeq(mountinfo, []byte("\n")) {
+		fields := bytes.Fields(line)
+		if len(fields) < 7 || !bytes.Equal(fields[0], want) {
+			continue
+		}
+		for _, f := range fields[6:] {
+			if string(f) == "-" {
+				break
+			}
+			if bytes.HasPrefix(f, []byte("shared:")) {
+				return true, true
+			}
+		}
+		return false, true
+	}
+	return false, false
+}

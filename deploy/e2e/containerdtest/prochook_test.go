@@ -175,6 +175,24 @@ func TestProcHook(t *testing.T) {
 		require.Contains(t, string(recorded), "(the container's /proc/driver): the rendered "+filepath.Join(broken, plan.ProcDir)+"/driver is a file, the kernel's entry a directory")
 		require.Equal(t, 1, strings.Count(string(recorded), "\n"), "one line")
 	})
+	t.Run("shared /proc", func(t *testing.T) {
+		rows.Expect(t, "a /proc mounted with shared propagation (Bidirectional)", "with the hook", "starts, with the node's /proc: the hook refuses, since its bind would reach the /proc's peers, its one line in its failures file")
+		before, err := os.ReadFile(cdispec.ProcHookFailures(hookBinary))
+		require.NoError(t, err, "the failures row before this one wrote the file")
+		shared, code, stderr := runcRunSpec(t, runc, hook, func(s *specs.Spec) {
+			for i, m := range s.Mounts {
+				if m.Destination == "/proc" {
+					s.Mounts[i].Options = append(s.Mounts[i].Options, "rshared")
+				}
+			}
+		})
+		require.Zero(t, code, "runc refused a container whose hook could not serve it: %s", stderr)
+		require.NotContains(t, shared["file:driver/nvidia/version"], "NVRM")
+		require.NotContains(t, shared["mounts"], " /proc/driver ")
+		after, err := os.ReadFile(cdispec.ProcHookFailures(hookBinary))
+		require.NoError(t, err)
+		require.Contains(t, strings.TrimPrefix(string(after), string(before)), "the container's /proc is a shared mount")
+	})
 	t.Run("host", func(t *testing.T) {
 		rows.Expect(t, "the host's /proc and /sys/module", "after every run", "unchanged: no mount below them, the same /proc/devices and /proc/driver")
 		require.Equal(t, hostBefore, hostProc(t))
@@ -187,6 +205,12 @@ func TestProcHook(t *testing.T) {
 // createContainer hook unless nil; files are the script's arguments. It returns the script's sections by
 // name, runc's exit code and its standard error.
 func runcRun(t *testing.T, runc string, hook []string, files ...string) (map[string]string, int, string) {
+	t.Helper()
+	return runcRunSpec(t, runc, hook, nil, files...)
+}
+
+// runcRunSpec is runcRun with the spec changed by edit, unless nil.
+func runcRunSpec(t *testing.T, runc string, hook []string, edit func(*specs.Spec), files ...string) (map[string]string, int, string) {
 	t.Helper()
 	bundle := t.TempDir()
 	rootfs := filepath.Join(bundle, "rootfs")
@@ -218,6 +242,9 @@ func runcRun(t *testing.T, runc string, hook []string, files ...string) (map[str
 	})
 	if hook != nil {
 		spec.Hooks = &specs.Hooks{CreateContainer: []specs.Hook{{Path: hook[0], Args: hook}}}
+	}
+	if edit != nil {
+		edit(&spec)
 	}
 	b, err = json.Marshal(spec)
 	require.NoError(t, err)
