@@ -41,7 +41,7 @@ func procHookPage() docmatrix.Page {
 }
 
 // procHookScript is what the container prints, a section each: the
-// /proc files its arguments name (relative to /proc), as "file:NAME" (runcRun
+// /proc files its arguments name (relative to /proc), as "file:NAME" (procHookCommand
 // names /proc/devices and /proc/driver/nvidia/version always), the
 // gate's verdict, and its own mounts below /proc.
 const procHookScript = `for f in "$@"; do echo "== file:$f"; cat "/proc/$f" 2>&1; done
@@ -121,12 +121,7 @@ func TestProcHook(t *testing.T) {
 		{"gate: control", "without the hook (control)", "waits", node["gate"]},
 	} {
 		t.Run(gate.name, func(t *testing.T) {
-			rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", gate.container, gate.want)
-			if gate.out == "no /proc/modules" {
-				rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
-				return
-			}
-			require.Equal(t, gate.want, gate.out)
+			requireGate(t, rows, gate.container, gate.want, gate.out)
 		})
 	}
 	t.Run("mounts", func(t *testing.T) {
@@ -178,6 +173,19 @@ func TestProcHook(t *testing.T) {
 	})
 }
 
+// requireGate is the row of the GPU Operator's gate in a container: out,
+// procHookScript's gate section, is want, or the row is not run where the
+// kernel has no /proc/modules.
+func requireGate(t *testing.T, rows *docmatrix.Rows, container, want, out string) {
+	t.Helper()
+	rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+operatorGate+"`", container, want)
+	if out == "no /proc/modules" {
+		rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
+		return
+	}
+	require.Equal(t, want, out)
+}
+
 // runcRun runs procHookScript in a runc container of a root holding the
 // host's /usr alone, in a private mount namespace with a private /run (as
 // containerd runs runc: its state stays off the host), with hook as its
@@ -202,9 +210,7 @@ func runcRun(t *testing.T, runc string, hook []string, files ...string) (map[str
 	var spec specs.Spec
 	require.NoError(t, json.Unmarshal(b, &spec))
 	spec.Process.Terminal = false
-	files = append([]string{"devices", "driver/nvidia/version"}, files...)
-	slices.Sort(files)
-	spec.Process.Args = append([]string{"sh", "-c", procHookScript, "sh"}, slices.Compact(files)...)
+	spec.Process.Args = procHookCommand(files)
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}})
 	cgroup := fmt.Sprintf("/nvml-mock-sysfs-prochook-%d", time.Now().UnixNano())
 	spec.Linux.CgroupsPath = cgroup
@@ -229,6 +235,14 @@ func runcRun(t *testing.T, runc string, hook []string, files ...string) (map[str
 		t.Fatalf("runc run: %v", err)
 	}
 	return sections(stdout.String()), code, stderr.String()
+}
+
+// procHookCommand runs procHookScript with files, and the two it names
+// always, each once.
+func procHookCommand(files []string) []string {
+	files = append([]string{"devices", "driver/nvidia/version"}, files...)
+	slices.Sort(files)
+	return append([]string{"sh", "-c", procHookScript, "sh"}, slices.Compact(files)...)
 }
 
 // sections splits procHookScript's output at its "== name" lines.
