@@ -134,13 +134,7 @@ func TestProcHook(t *testing.T) {
 		}
 	})
 	t.Run("control: node", func(t *testing.T) {
-		rows.Expect(t, "/proc/devices, /proc/driver/nvidia/version, mounts", "without the hook (control)", "the node's: its /proc/devices, no NVRM, no mount below /proc")
-		hostDevices, err := os.ReadFile("/proc/devices")
-		require.NoError(t, err)
-		require.Equal(t, string(hostDevices), node["file:devices"])
-		require.NotContains(t, node["file:driver/nvidia/version"], "NVRM")
-		require.NotContains(t, node["mounts"], " /proc/driver ")
-		require.NotContains(t, node["mounts"], " /proc/devices ")
+		requireNodeProc(t, rows, "without the hook (control)", node)
 	})
 	t.Run("control: unrendered", func(t *testing.T) {
 		rows.Expect(t, "/proc/driver/nvidia/version", "with the hook, its root without a render", "starts, with the node's files: the hook mounts nothing")
@@ -184,6 +178,20 @@ func requireGate(t *testing.T, rows *docmatrix.Rows, container, want, out string
 		return
 	}
 	require.Equal(t, want, out)
+}
+
+// requireNodeProc is the control's row: container, whose procHookScript
+// sections are node, sees the node's /proc: its /proc/devices, no NVRM,
+// no mount below /proc.
+func requireNodeProc(t *testing.T, rows *docmatrix.Rows, container string, node map[string]string) {
+	t.Helper()
+	rows.Expect(t, "/proc/devices, /proc/driver/nvidia/version, mounts", container, "the node's: its /proc/devices, no NVRM, no mount below /proc")
+	hostDevices, err := os.ReadFile("/proc/devices")
+	require.NoError(t, err)
+	require.Equal(t, string(hostDevices), node["file:devices"])
+	require.NotContains(t, node["file:driver/nvidia/version"], "NVRM")
+	require.NotContains(t, node["mounts"], " /proc/driver ")
+	require.NotContains(t, node["mounts"], " /proc/devices ")
 }
 
 // runcRun runs procHookScript in a runc container of a root holding the
