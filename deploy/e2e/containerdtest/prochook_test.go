@@ -33,7 +33,7 @@ func procHookPage() docmatrix.Page {
 }
 
 // procHookScript is what the container prints, a section each: the
-// /proc files its arguments name (relative to /proc), as "file:NAME" (runcRun
+// /proc files its arguments name (relative to /proc), as "file:NAME" (procHookCommand
 // names /proc/devices and /proc/driver/nvidia/version always), the
 // gate's verdict, and its own mounts below /proc.
 const procHookScript = `for f in "$@"; do echo "== file:$f"; cat "/proc/$f" 2>&1; done
@@ -114,12 +114,7 @@ func TestProcHook(t *testing.T) {
 		{"gate: control", "without the hook (control)", "waits", node["gate"]},
 	} {
 		t.Run(gate.name, func(t *testing.T) {
-			rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+programs.OperandGateV2671+"`", gate.container, gate.want)
-			if gate.out == "no /proc/modules" {
-				rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
-				return
-			}
-			require.Equal(t, gate.want, gate.out)
+			requireGate(t, rows, gate.container, gate.want, gate.out)
 		})
 	}
 	t.Run("lsmod", func(t *testing.T) {
@@ -142,13 +137,7 @@ func TestProcHook(t *testing.T) {
 		}
 	})
 	t.Run("control: node", func(t *testing.T) {
-		rows.Expect(t, "/proc/devices, /proc/driver/nvidia/version, mounts", "without the hook (control)", "the node's: its /proc/devices, no NVRM, no mount below /proc")
-		hostDevices, err := os.ReadFile("/proc/devices")
-		require.NoError(t, err)
-		require.Equal(t, string(hostDevices), node["file:devices"])
-		require.NotContains(t, node["file:driver/nvidia/version"], "NVRM")
-		require.NotContains(t, node["mounts"], " /proc/driver ")
-		require.NotContains(t, node["mounts"], " /proc/devices ")
+		requireNodeProc(t, rows, "without the hook (control)", node)
 	})
 	t.Run("control: unrendered", func(t *testing.T) {
 		rows.Expect(t, "/proc/driver/nvidia/version", "with the hook, its root without a render", "starts, with the node's files: the hook mounts nothing")
@@ -199,6 +188,33 @@ func TestProcHook(t *testing.T) {
 	})
 }
 
+// requireGate is the row of the GPU Operator's gate in a container: out,
+// procHookScript's gate section, is want, or the row is not run where the
+// kernel has no /proc/modules.
+func requireGate(t *testing.T, rows *docmatrix.Rows, container, want, out string) {
+	t.Helper()
+	rows.Expect(t, "GPU Operator v26.7.1 gate, "+"`"+programs.OperandGateV2671+"`", container, want)
+	if out == "no /proc/modules" {
+		rows.NotRun(t, programs.NotRunPrefix+"this kernel has no /proc/modules (built without modules): nothing to grep, and nothing for the hook to mount over (it skips it)")
+		return
+	}
+	require.Equal(t, want, out)
+}
+
+// requireNodeProc is the control's row: container, whose procHookScript
+// sections are node, sees the node's /proc: its /proc/devices, no NVRM,
+// no mount below /proc.
+func requireNodeProc(t *testing.T, rows *docmatrix.Rows, container string, node map[string]string) {
+	t.Helper()
+	rows.Expect(t, "/proc/devices, /proc/driver/nvidia/version, mounts", container, "the node's: its /proc/devices, no NVRM, no mount below /proc")
+	hostDevices, err := os.ReadFile("/proc/devices")
+	require.NoError(t, err)
+	require.Equal(t, string(hostDevices), node["file:devices"])
+	require.NotContains(t, node["file:driver/nvidia/version"], "NVRM")
+	require.NotContains(t, node["mounts"], " /proc/driver ")
+	require.NotContains(t, node["mounts"], " /proc/devices ")
+}
+
 // runcRun runs procHookScript in a runc container of a root holding the
 // host's /usr alone, in a private mount namespace with a private /run (as
 // containerd runs runc: its state stays off the host), with hook as its
@@ -229,9 +245,7 @@ func runcRunSpec(t *testing.T, runc string, hook []string, edit func(*specs.Spec
 	var spec specs.Spec
 	require.NoError(t, json.Unmarshal(b, &spec))
 	spec.Process.Terminal = false
-	files = append([]string{"devices", "driver/nvidia/version"}, files...)
-	slices.Sort(files)
-	spec.Process.Args = append([]string{"sh", "-c", procHookScript, "sh"}, slices.Compact(files)...)
+	spec.Process.Args = procHookCommand(files)
 	spec.Mounts = append(spec.Mounts, specs.Mount{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}})
 	cgroup := fmt.Sprintf("/nvml-mock-sysfs-prochook-%d", time.Now().UnixNano())
 	spec.Linux.CgroupsPath = cgroup
@@ -259,6 +273,14 @@ func runcRunSpec(t *testing.T, runc string, hook []string, edit func(*specs.Spec
 		t.Fatalf("runc run: %v", err)
 	}
 	return sections(stdout.String()), code, stderr.String()
+}
+
+// procHookCommand runs procHookScript with files, and the two it names
+// always, each once.
+func procHookCommand(files []string) []string {
+	files = append([]string{"devices", "driver/nvidia/version"}, files...)
+	slices.Sort(files)
+	return append([]string{"sh", "-c", procHookScript, "sh"}, slices.Compact(files)...)
 }
 
 // sections splits procHookScript's output at its "== name" lines.

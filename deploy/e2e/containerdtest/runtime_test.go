@@ -349,20 +349,7 @@ func testNRI(t *testing.T, s *served) {
 	t.Run("nvml-mock-nri", func(t *testing.T) {
 		bin, supplied := programs.NeedSupplied(t, programs.NvmlMockNRI)
 		if supplied {
-			// Configured as docs/user/nvml-mock.md's switch-over says: its shims
-			// without libpcimocksys, the second PCI mock verify refuses.
-			plugin := exec.Command(bin,
-				"--socket-path", s.h.NRISocket,
-				"--plugin-index", "10",
-				"--health-addr", "",
-				"--device-injection-mode", "cdi",
-				"--cdi-device-name", device,
-				"--cdi-spec-host-path", s.spec,
-				"--overlay-host-path", s.root,
-				"--overlay-mount-path", plan.DefaultContainerRoot,
-			)
-			plugin.Env = append(os.Environ(), "NVML_MOCK_LD_PRELOAD_SHIMS="+strings.Join(nvmlMockShimsWithoutPCI(), ","))
-			s.h.StartNRIPlugin(t, "10-nvml-mock", plugin)
+			s.startNvmlMockNRI(t, bin)
 		}
 		// The pod as docs/user/nvml-mock.md has it: MOCK_PCI_ROOT empty (the plugin
 		// keeps a container's own value), and MOCK_NVML_CONFIG naming the
@@ -435,6 +422,25 @@ func testNRI(t *testing.T, s *served) {
 			t.Logf("nvml-mock-nri's environment:\n%s", res.Stdout)
 		})
 	})
+}
+
+// startNvmlMockNRI runs nvml-mock's NRI plugin, bin, on s's tree,
+// configured as docs/user/nvml-mock.md's switch-over says: its shims
+// without libpcimocksys, the second PCI mock verify refuses.
+func (s *served) startNvmlMockNRI(t testing.TB, bin string) *containerdtest.NRIPlugin {
+	t.Helper()
+	plugin := exec.Command(bin,
+		"--socket-path", s.h.NRISocket,
+		"--plugin-index", "10",
+		"--health-addr", "",
+		"--device-injection-mode", "cdi",
+		"--cdi-device-name", device,
+		"--cdi-spec-host-path", s.spec,
+		"--overlay-host-path", s.root,
+		"--overlay-mount-path", plan.DefaultContainerRoot,
+	)
+	plugin.Env = append(os.Environ(), "NVML_MOCK_LD_PRELOAD_SHIMS="+strings.Join(nvmlMockShimsWithoutPCI(), ","))
+	return s.h.StartNRIPlugin(t, "10-nvml-mock", plugin)
 }
 
 // nvmlMockShimsWithoutPCI are nvml-mock-nri's default LD_PRELOAD shims

@@ -3,6 +3,7 @@ package containerdtest_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,30 +13,39 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 )
 
 // BenchmarkServeNRI measures what serve --nri adds to a container's
 // creation on the real containerd, and what it costs the node: CRI
-// CreateContainer (through crictl, as a kubelet asks it) timed with no
-// plugin and with serve --nri serving the container, in alternating
-// rounds of one run; and serve's resident memory idle, once registered,
-// and after 100 creations it served. The figures are b.ReportMetric's:
-// the medians and 99th percentiles in ms, their differences, and the
-// memory in MiB.
+// CreateContainer and StartContainer (through crictl, as a kubelet asks
+// them) timed with no plugin, with serve --nri serving the container,
+// with serve --nri --proc-hook-binary (its mounts and the /proc hook,
+// which runc runs at StartContainer), and, where supplied, with
+// nvml-mock-nri and with containerd/nri's device-injector giving the
+// container the same mounts, in alternating rounds of one run; and
+// serve's resident memory idle, once registered, and after 100 creations
+// it served. The figures are b.ReportMetric's: the medians and 99th
+// percentiles in ms per variant, serve's additions, and the memory in
+// MiB.
 func BenchmarkServeNRI(b *testing.B) {
 	h := containerdtest.Start(b, containerdtest.Options{})
 	s := serve(b, h, unseenProfile)
 	const rounds, perRound, served = 5, 20, 100
-	var without, with []time.Duration
+	variants := benchVariants(b, s)
 	var idle, after, peak int
 	for b.Loop() {
-		without, with = nil, nil
+		for _, v := range variants {
+			v.create, v.start = nil, nil
+		}
 		for r := range rounds {
-			without = append(without, creations(b, s, fmt.Sprintf("without-%d", r), perRound)...)
-			n := s.startServeNRI(b, false)
-			with = append(with, creations(b, s, fmt.Sprintf("with-%d", r), perRound)...)
-			h.StopNRIPlugin(b, n.Plugin)
+			for _, v := range variants {
+				annotations, stop := v.serve(b)
+				create, start := creations(b, s, fmt.Sprintf("%s-%d", v.name, r), perRound, annotations)
+				v.create, v.start = append(v.create, create...), append(v.start, start...)
+				stop()
+			}
 		}
 		// The memory: registered and rendered, then after the creations.
 		n := s.startServeNRI(b, false)
@@ -43,40 +53,105 @@ func BenchmarkServeNRI(b *testing.B) {
 			return n.Metric(b, "nvml_mock_sysfs_syncs_total") > 0, n.Plugin.Log()
 		})
 		idle, _ = memory(b, n.Plugin.PID())
-		creations(b, s, "memory", served)
+		creations(b, s, "memory", served, nil)
 		require.Equal(b, served, n.Metric(b, `nvml_mock_sysfs_nri_containers_total{result="served"}`))
 		after, peak = memory(b, n.Plugin.PID())
 		h.StopNRIPlugin(b, n.Plugin)
 	}
-	p50w, p99w := percentile(without, 50), percentile(without, 99)
-	p50s, p99s := percentile(with, 50), percentile(with, 99)
-	b.ReportMetric(ms(p50w), "ms-p50-without")
-	b.ReportMetric(ms(p99w), "ms-p99-without")
-	b.ReportMetric(ms(p50s), "ms-p50-with")
-	b.ReportMetric(ms(p99s), "ms-p99-with")
-	b.ReportMetric(ms(p50s-p50w), "ms-p50-added")
+	without := variants[0]
+	for _, v := range variants {
+		for _, timed := range []struct {
+			call  string
+			took  []time.Duration
+			since []time.Duration
+		}{{"", v.create, without.create}, {"start-", v.start, without.start}} {
+			b.ReportMetric(ms(percentile(timed.took, 50)), "ms-"+timed.call+"p50-"+v.name)
+			b.ReportMetric(ms(percentile(timed.took, 99)), "ms-"+timed.call+"p99-"+v.name)
+			if v != without {
+				b.ReportMetric(ms(percentile(timed.took, 50)-percentile(timed.since, 50)), "ms-"+timed.call+"p50-added-"+v.name)
+			}
+		}
+		b.Logf("FIGURES %s over %d creations: CreateContainer p50 %s p99 %s; StartContainer p50 %s p99 %s", v.name, len(v.create),
+			percentile(v.create, 50).Round(time.Microsecond), percentile(v.create, 99).Round(time.Microsecond),
+			percentile(v.start, 50).Round(time.Microsecond), percentile(v.start, 99).Round(time.Microsecond))
+	}
 	b.ReportMetric(float64(idle)/1024, "MiB-rss-idle")
 	b.ReportMetric(float64(after)/1024, "MiB-rss-after-served")
 	b.ReportMetric(float64(peak)/1024, "MiB-rss-peak")
-	b.Logf("FIGURES CreateContainer over %d creations each: without serve --nri p50 %s p99 %s; with it p50 %s p99 %s; serve's RSS idle %d KiB, after %d served creations %d KiB (peak %d KiB)",
-		len(without), p50w.Round(time.Microsecond), p99w.Round(time.Microsecond), p50s.Round(time.Microsecond), p99s.Round(time.Microsecond), idle, served, after, peak)
+	b.Logf("FIGURES serve's RSS idle %d KiB, after %d served creations %d KiB (peak %d KiB)", idle, served, after, peak)
 }
 
-// creations creates n containers in a new pod, one by one, timing each
-// CreateContainer, and removes them.
-func creations(b *testing.B, s *served, pod string, n int) []time.Duration {
+// benchVariant is one of BenchmarkServeNRI's ways to create a container,
+// and what it measured.
+type benchVariant struct {
+	// name is the metrics' suffix.
+	name string
+	// serve connects the variant's plugin, if any, and returns the
+	// annotations its pods carry and how to disconnect it.
+	serve func(b *testing.B) (map[string]string, func())
+	// create and start are CreateContainer's and StartContainer's times.
+	create, start []time.Duration
+}
+
+// benchVariants are no plugin (first, the baseline), serve --nri without
+// and with the /proc hook, and the supplied plugins: nvml-mock-nri with
+// its devices annotation, the device-injector with the mounts annotation
+// naming serve's mount set.
+func benchVariants(b *testing.B, s *served) []*benchVariant {
+	none := func(*testing.B) (map[string]string, func()) { return nil, func() {} }
+	serveNRI := func(flags ...string) func(*testing.B) (map[string]string, func()) {
+		return func(b *testing.B) (map[string]string, func()) {
+			n := s.startServeNRI(b, false, flags...)
+			return nil, func() { s.h.StopNRIPlugin(b, n.Plugin) }
+		}
+	}
+	variants := []*benchVariant{
+		{name: "without", serve: none},
+		{name: "with", serve: serveNRI()},
+		{name: "with-hook", serve: serveNRI("--proc-hook-binary", filepath.Join(b.TempDir(), "nvml-mock-sysfs"))},
+	}
+	if bin, ok := programs.NeedSupplied(b, programs.NvmlMockNRI); ok {
+		variants = append(variants, &benchVariant{name: "nvml-mock-nri", serve: func(b *testing.B) (map[string]string, func()) {
+			p := s.startNvmlMockNRI(b, bin)
+			return map[string]string{"nvml-mock.nvidia.com/devices": "true"}, func() { s.h.StopNRIPlugin(b, p) }
+		}})
+	} else {
+		b.Logf("FIGURES nvml-mock-nri: %s%s is not supplied", programs.NotRunPrefix, programs.NvmlMockNRI)
+	}
+	if _, ok := programs.NeedSupplied(b, programs.DeviceInjector); ok {
+		mounts := s.cli(b, "mounts", "--root", s.root, "--format", "json", "--also-at", "/host-sys/bus/pci/devices")
+		variants = append(variants, &benchVariant{name: "device-injector", serve: func(b *testing.B) (map[string]string, func()) {
+			p, _ := s.h.StartDeviceInjector(b)
+			annotations := map[string]string{}
+			for i := range 100 {
+				annotations[fmt.Sprintf("mounts.noderesource.dev/container.c%d", i)] = mounts
+			}
+			return annotations, func() { s.h.StopNRIPlugin(b, p) }
+		}})
+	} else {
+		b.Logf("FIGURES device-injector: %s%s is not supplied", programs.NotRunPrefix, programs.DeviceInjector)
+	}
+	return variants
+}
+
+// creations creates and starts n containers in a new pod with
+// annotations, one by one, timing each CreateContainer and
+// StartContainer, and removes them.
+func creations(b *testing.B, s *served, pod string, n int, annotations map[string]string) (create, start []time.Duration) {
 	b.Helper()
-	sandbox := s.h.RunPod(b, containerdtest.Pod{Name: "bench-" + pod})
-	var took []time.Duration
+	sandbox := s.h.RunPod(b, containerdtest.Pod{Name: "bench-" + pod, Annotations: annotations})
 	for i := range n {
 		c := containerdtest.Container{Name: fmt.Sprintf("c%d", i), Image: containerdtest.PauseImage}
 		began := time.Now()
 		id, err := sandbox.Create(b, c)
-		took = append(took, time.Since(began))
+		create = append(create, time.Since(began))
 		require.NoError(b, err)
+		began = time.Now()
+		s.h.Crictl(b, "start", id)
+		start = append(start, time.Since(began))
 		s.h.Crictl(b, "rm", "--force", id)
 	}
-	return took
+	return create, start
 }
 
 // memory is a process's resident set and its peak, in KiB.
