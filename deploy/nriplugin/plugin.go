@@ -294,7 +294,22 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 	})
 	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "writable", v.Writable && p.opts.WritableEdits != nil)
-	return Adjustment(p.withBeneath(withoutHeld(edits, ctr), ctr)), nil, nil
+	edits = p.withBeneath(withoutHeld(edits, ctr), ctr)
+	adjust := Adjustment(edits)
+	var ours []string
+	for _, m := range edits.Mounts {
+		ours = append(ours, m.ContainerPath)
+	}
+	// NRI lets a plugin replace a mount the CRI gave the container: the
+	// removal takes it out of the request, and the runtime's generator
+	// removes the mount at a destination before adding one there.
+	for _, m := range Slaved(ctr.GetMounts(), ours) {
+		p.log.Info("re-mounting the container's shared mount as rslave, so that ours beneath it do not reach the node",
+			"pod", podName(pod), "container", ctr.GetName(), "destination", m.GetDestination(), "source", m.GetSource())
+		adjust.RemoveMount(m.GetDestination())
+		adjust.AddMount(m)
+	}
+	return adjust, nil, nil
 }
 
 // withBeneath adds to a served container's edits the mounts beneath its
