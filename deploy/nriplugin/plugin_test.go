@@ -512,4 +512,13 @@ func TestSharedSysfsMadeSlave(t *testing.T) {
 	adjust, err = r.create(t, pod("kube-system", nil, nil), ctr("system"))
 	require.NoError(t, err)
 	require.Empty(t, adjust.GetMounts(), "not served: its mounts as they were")
+
+	// A device plugin's request for our CDI device: the runtime mounts
+	// the device's edits, and the plugin makes the shared /sys a slave
+	// all the same.
+	withDevice := ctr("device")
+	withDevice.CDIDevices = []*api.CDIDevice{{Name: (Policy{}).device()}}
+	adjust, err = r.create(t, pod("default", nil, nil), withDevice)
+	require.NoError(t, err)
+	require.Equal(t, []*api.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rslave", "rw"}}}, adjust.GetMounts())
 }
