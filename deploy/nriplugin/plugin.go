@@ -284,8 +284,10 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		return nil, nil, nil
 	}
 	if hasOurDevice(ctr, p.opts.Policy.device()) {
+		// The runtime mounts the device's edits itself; a shared mount
+		// above them would carry those to the node as well.
 		p.log.Debug("the runtime injects our CDI device itself", "pod", podName(pod), "container", ctr.GetName())
-		return nil, nil, nil
+		return p.slaved(&api.ContainerAdjustment{}, pod, ctr, edits), nil, nil
 	}
 	p.count(func(c *Counts) {
 		c.Served++
@@ -294,7 +296,27 @@ func (p *Plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, ctr *ap
 		}
 	})
 	p.log.Debug("serving", "pod", podName(pod), "container", ctr.GetName(), "why", v.Why, "writable", v.Writable && p.opts.WritableEdits != nil)
-	return Adjustment(p.withBeneath(withoutHeld(edits, ctr), ctr)), nil, nil
+	edits = p.withBeneath(withoutHeld(edits, ctr), ctr)
+	return p.slaved(Adjustment(edits), pod, ctr, edits), nil, nil
+}
+
+// slaved adds to adjust the container's shared mounts at or above the
+// destinations of edits, re-added rslave (Slaved decides which). NRI lets
+// a plugin replace a mount the CRI gave the container: the removal takes
+// it out of the request, and the runtime's generator removes the mount at
+// a destination before adding one there.
+func (p *Plugin) slaved(adjust *api.ContainerAdjustment, pod *api.PodSandbox, ctr *api.Container, edits specs.ContainerEdits) *api.ContainerAdjustment {
+	var ours []string
+	for _, m := range edits.Mounts {
+		ours = append(ours, m.ContainerPath)
+	}
+	for _, m := range Slaved(ctr.GetMounts(), ours) {
+		p.log.Info("re-mounting the container's shared mount as rslave, so that ours beneath it do not reach the node",
+			"pod", podName(pod), "container", ctr.GetName(), "destination", m.GetDestination(), "source", m.GetSource())
+		adjust.RemoveMount(m.GetDestination())
+		adjust.AddMount(m)
+	}
+	return adjust
 }
 
 // withBeneath adds to a served container's edits the mounts beneath its

@@ -480,3 +480,45 @@ func TestHooksThroughTheEdits(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, adjust.GetHooks().GetCreateContainer(), "not served: no hook")
 }
+
+// TestSharedSysfsMadeSlave: a served container with the node's /sys at
+// /sys in shared propagation (the NVIDIA DRA driver's chart with
+// PassthroughSupport: Bidirectional) gets it back rslave in the same
+// adjustment as our mounts beneath it, so they cannot reach the node's own
+// /sys; its Bidirectional /proc, beneath none of ours, and a container not
+// served are left as they are.
+func TestSharedSysfsMadeSlave(t *testing.T) {
+	sock := socket(t)
+	r := startRuntime(t, sock, nil, nil)
+	startPlugin(t, sock, served(t), Policy{})
+	sys := &api.Mount{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rshared", "rw"}}
+	proc := &api.Mount{Destination: "/proc", Source: "/proc", Type: "bind", Options: []string{"rbind", "rshared", "rw"}}
+	ctr := func(id string) *api.Container {
+		return &api.Container{Id: id, Name: "gpus", Mounts: []*api.Mount{sys, proc}}
+	}
+	adjust, err := r.create(t, pod("nvidia-dra-driver-gpu", nil, nil), ctr("dra"))
+	require.NoError(t, err)
+	var got []*api.Mount
+	for _, m := range adjust.GetMounts() {
+		if m.GetDestination() == "/sys" || m.GetDestination() == "/proc" {
+			got = append(got, m)
+		}
+		_, removal := m.IsMarkedForRemoval()
+		require.False(t, removal, "the runtime gets the re-added mount, not its removal: %v", m)
+	}
+	require.Equal(t, []*api.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rslave", "rw"}}}, got)
+	require.Len(t, adjust.GetMounts(), 5, "our four and the node's /sys")
+
+	adjust, err = r.create(t, pod("kube-system", nil, nil), ctr("system"))
+	require.NoError(t, err)
+	require.Empty(t, adjust.GetMounts(), "not served: its mounts as they were")
+
+	// A device plugin's request for our CDI device: the runtime mounts
+	// the device's edits, and the plugin makes the shared /sys a slave
+	// all the same.
+	withDevice := ctr("device")
+	withDevice.CDIDevices = []*api.CDIDevice{{Name: (Policy{}).device()}}
+	adjust, err = r.create(t, pod("default", nil, nil), withDevice)
+	require.NoError(t, err)
+	require.Equal(t, []*api.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rslave", "rw"}}}, adjust.GetMounts())
+}

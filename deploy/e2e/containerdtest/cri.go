@@ -58,6 +58,10 @@ type Security struct {
 type Mount struct {
 	HostPath, ContainerPath string
 	ReadOnly                bool
+	// Bidirectional is a volume's mountPropagation: Bidirectional (CRI's
+	// PROPAGATION_BIDIRECTIONAL): containerd binds it rshared, and wants
+	// its source a shared mount in its own mount namespace.
+	Bidirectional bool
 }
 
 // The CRI messages, in the JSON crictl reads (the protobuf field names of
@@ -95,6 +99,8 @@ type (
 		ContainerPath string `json:"container_path"`
 		HostPath      string `json:"host_path"`
 		Readonly      bool   `json:"readonly,omitempty"`
+		// Propagation is a MountPropagation: 2 is BIDIRECTIONAL.
+		Propagation int `json:"propagation,omitempty"`
 	}
 	criCDIDevice struct {
 		Name string `json:"name"`
@@ -133,6 +139,9 @@ type (
 
 // namespaceModeNode is CRI's NamespaceMode NODE: the host's namespace.
 const namespaceModeNode = 2
+
+// propagationBidirectional is CRI's MountPropagation BIDIRECTIONAL.
+const propagationBidirectional = 2
 
 // Sandbox is a running pod sandbox.
 type Sandbox struct {
@@ -264,7 +273,11 @@ func (s *Sandbox) Create(t testing.TB, c Container) (string, error) {
 		cfg.Envs = append(cfg.Envs, criKeyValue{Key: k, Value: v})
 	}
 	for _, m := range c.Mounts {
-		cfg.Mounts = append(cfg.Mounts, criMount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, Readonly: m.ReadOnly})
+		cm := criMount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, Readonly: m.ReadOnly}
+		if m.Bidirectional {
+			cm.Propagation = propagationBidirectional
+		}
+		cfg.Mounts = append(cfg.Mounts, cm)
 	}
 	for _, d := range c.CDIDevices {
 		cfg.CDIDevices = append(cfg.CDIDevices, criCDIDevice{Name: d})

@@ -26,10 +26,13 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/hosttest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
@@ -474,4 +477,33 @@ func (h *Harness) removeCtrContainers(t testing.TB) {
 			t.Errorf("runtime: %v", err)
 		}
 	}
+}
+
+// NodeCommand runs name with args in containerd's mount namespace: the
+// node's, as the containers it creates see it. Without Options.Namespace
+// that is the harness's private one, made with private propagation, so
+// nothing done there reaches the host's mounts.
+func (h *Harness) NodeCommand(name string, args ...string) *exec.Cmd {
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(h.pid), "--mount", "--", name}, args...)...)
+}
+
+// NodeMounts are the mounts of containerd's mount namespace, the node's.
+func (h *Harness) NodeMounts(t testing.TB) []*mountinfo.Info {
+	t.Helper()
+	return ReadMountinfo(t, fmt.Sprintf("/proc/%d/mountinfo", h.pid))
+}
+
+// ReadMountinfo reads a mountinfo file (/proc/PID/mountinfo).
+func ReadMountinfo(t testing.TB, file string) []*mountinfo.Info {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatalf("mounts: %v", err)
+	}
+	defer f.Close()
+	mounts, err := mountinfo.GetMountsFromReader(f, nil)
+	if err != nil {
+		t.Fatalf("mounts: %s: %v", file, err)
+	}
+	return mounts
 }
