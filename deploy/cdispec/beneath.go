@@ -103,7 +103,7 @@ func nodeSysfsAt(m Mount) (string, bool) {
 	has := func(o ...string) bool {
 		return slices.ContainsFunc(m.Options, func(x string) bool { return slices.Contains(o, x) })
 	}
-	if has("shared", "rshared") {
+	if SharedPropagation(m.Options) {
 		return "", false
 	}
 	dest := path.Clean(m.Destination)
@@ -114,4 +114,11 @@ func nodeSysfsAt(m Mount) (string, bool) {
 		return dest, has("bind", "rbind")
 	}
 	return "", false
+}
+
+// SharedPropagation reports whether a mount's options give it shared
+// propagation (a pod's Bidirectional volume): a mount made beneath it
+// reaches its peers, the node's own.
+func SharedPropagation(options []string) bool {
+	return slices.Contains(options, "shared") || slices.Contains(options, "rshared")
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/containerd/nri/pkg/api"
+
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 )
 
 // Slaved decides which of a served container's own mounts must lose their
@@ -25,7 +27,7 @@ import (
 func Slaved(mounts []*api.Mount, ours []string) []*api.Mount {
 	var out []*api.Mount
 	for _, m := range mounts {
-		if !shared(m.GetOptions()) {
+		if !cdispec.SharedPropagation(m.GetOptions()) {
 			continue
 		}
 		dst := path.Clean(m.GetDestination())
@@ -46,11 +48,6 @@ func Slaved(mounts []*api.Mount, ours []string) []*api.Mount {
 		out = append(out, &api.Mount{Destination: m.GetDestination(), Source: m.GetSource(), Type: m.GetType(), Options: opts})
 	}
 	return out
-}
-
-// shared reports whether mount options give shared propagation.
-func shared(opts []string) bool {
-	return slices.Contains(opts, "shared") || slices.Contains(opts, "rshared")
 }
 
 // beneath reports whether p is dir or lies under it (both clean).
