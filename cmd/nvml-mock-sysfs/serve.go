@@ -84,7 +84,8 @@ tree's iommu groups where it has them.
 With --proc-hook-binary PATH, serve installs its own executable at PATH
 on the node (atomically, only when it differs) before it serves, and the
 edits of every channel carry a createContainer hook that runs
-"PATH proc-hook --root ROOT" in each served container.
+"PATH proc-hook --root ROOT --failures FILE" in each served container
+(FILE beside PATH; the hook fails open, and serve counts its failures).
 
 `
 
