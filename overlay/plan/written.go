@@ -87,6 +87,9 @@ const (
 	// Linux 5.16), so the module is named vfio_pci as on a real node; a
 	// node of mock GPUs has no vfio_pci variant driver for them.
 	ModulesAlias = "lib/modules.alias"
+	// VFIOPCIAlias is that line: vfio_pci's match-all entry, as a kernel
+	// built with vfio-pci as a module lists it in modules.alias.
+	VFIOPCIAlias = "alias vfio_pci:v*d*sv*sd*bc*sc*i* vfio_pci"
 )
 
 // driverControlFiles are a driver directory's files: the kernel's,
@@ -242,7 +245,7 @@ func (b *builder) writableFiles(bridges bool) {
 		}
 	}
 	b.fileMode(DriversProbe, nil, 0o200)
-	b.text("lib", "modules.alias", "# nvml-mock-sysfs: a stand-in for the node's modules.alias. It lists what a\n# kernel with vfio-pci lists, vfio_pci's driver_override match-all line, and\n# no variant driver: go-nvlib binds every GPU to vfio-pci.\nalias vfio_pci:v*d*sv*sd*bc*sc*i* vfio_pci\n")
+	b.text("lib", "modules.alias", "# nvml-mock-sysfs: a stand-in for the node's modules.alias. It lists what a\n# kernel with vfio-pci lists, vfio_pci's driver_override match-all line, and\n# no variant driver: go-nvlib binds every GPU to vfio-pci.\n"+VFIOPCIAlias+"\n")
 	b.text("sys/bus/pci", "drivers_autoprobe", "1\n")
 	b.dir(HostSysDir + "/bus/pci/drivers")
 	b.dir(HostSysDir + "/devices")
