@@ -482,9 +482,11 @@ func (h *Harness) removeCtrContainers(t testing.TB) {
 // NodeCommand runs name with args in containerd's mount namespace: the
 // node's, as the containers it creates see it. Without Options.Namespace
 // that is the harness's private one, made with private propagation, so
-// nothing done there reaches the host's mounts.
+// nothing done there reaches the host's mounts. It runs in containerd's
+// pid namespace too, whose processes that namespace's /proc lists: a
+// worker node's /proc/self is then the program's own.
 func (h *Harness) NodeCommand(name string, args ...string) *exec.Cmd {
-	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(h.pid), "--mount", "--", name}, args...)...)
+	return exec.Command("nsenter", append([]string{"--target", strconv.Itoa(h.pid), "--mount", "--pid", "--", name}, args...)...)
 }
 
 // NodeMounts are the mounts of containerd's mount namespace, the node's.

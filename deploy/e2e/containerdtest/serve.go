@@ -38,6 +38,11 @@ type ServeNRIOptions struct {
 	Unrendered bool
 	// Flags are more of serve's flags (--nri-inject and the like).
 	Flags []string
+	// InNode runs serve in containerd's mount namespace, the node's, as
+	// the chart's DaemonSet pod runs it: a writable view's FUSE mount is
+	// then the node's, where the runtime makes the containers' mounts,
+	// and never the host's.
+	InNode bool
 }
 
 // StartServeNRI runs bin's serve --nri on h with the flags the chart's
@@ -60,7 +65,11 @@ func (h *Harness) StartServeNRI(t testing.TB, bin string, o ServeNRIOptions) *Se
 	} else {
 		args = append(args, "--root", o.Root, "--profile", o.Profile)
 	}
-	p := h.StartNRIPlugin(t, ServeNRIName, exec.Command(bin, append(args, o.Flags...)...))
+	cmd := exec.Command(bin, append(args, o.Flags...)...)
+	if o.InNode {
+		cmd = h.NodeCommand(bin, append(args, o.Flags...)...)
+	}
+	p := h.StartNRIPlugin(t, ServeNRIName, cmd)
 	return &ServeNRI{Plugin: p, Metrics: "http://" + serveAddr(t, p) + "/metrics"}
 }
 
