@@ -22,7 +22,9 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/kubetest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/ociimage"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/programs"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
+	"github.com/nvml-mock/nvml-mock-sysfs/overlay/overlaytest"
 )
 
 // The driver's own chart, installed unedited: values only.
@@ -39,6 +41,12 @@ const (
 
 	checkChartOptedOut = "the driver's chart, its pod opted out"
 	checkChartServed   = "the driver's chart, its pod asking nothing"
+	checkChartVFIO     = "the driver's chart with PassthroughSupport, a VFIO claim"
+
+	// chartWriter is the chart's kubelet plugin pod as our chart's
+	// writable mode names it among its writers (values.yaml,
+	// nri.writable.writers): serve --writable gives it the writable view.
+	chartWriter = "dra-driver-nvidia-gpu-component=kubelet-plugin"
 )
 
 // TestDRADriverChart installs the NVIDIA DRA driver's own Helm chart
@@ -54,7 +62,7 @@ func TestDRADriverChart(t *testing.T) {
 	p := programs.SuiteProfiles(t)[0]
 	p.Name += " driver's chart"
 	var rows docmatrix.Rows
-	checks := []string{checkChartOptedOut, checkChartServed}
+	checks := []string{checkChartOptedOut, checkChartServed, checkChartVFIO}
 	matrix := func(t *testing.T) {
 		kubetest.AppendMatrix(t, fmt.Sprintf("The NVIDIA DRA driver's own chart on a node served by serve --nri (%s, in %s):\n\n%s", p.Name, time.Since(began).Round(time.Second), rows.Table("profile", "check", "result")))
 	}
@@ -110,27 +118,30 @@ func TestDRADriverChart(t *testing.T) {
 	}
 	optOut := []string{"--set-json", `kubeletPlugin.podAnnotations={"` + nriplugin.InjectAnnotation + `":"false"}`}
 	objects := kubetest.ObjectsDir(t, kubetest.Slug(p.Name))
-	install := func(t *testing.T, name string, extra ...string) ([]resourcev1.Device, []corev1.Pod) {
+	// install installs the chart with the values and extra, and waits
+	// until its pod publishes want devices; it returns them, the chart's
+	// pods, and what uninstalls the release, which goes with the driver's
+	// registration and slices before the next install: each is judged
+	// alone.
+	install := func(t *testing.T, name string, want int, extra ...string) ([]resourcev1.Device, []corev1.Pod, func()) {
 		t.Helper()
 		args := append([]string{"install", chartRelease, chart, "--namespace", chartNamespace, "--create-namespace"}, values...)
 		out, err := s.c.Run(programs.HelmEnv(home), helm, append(args, extra...)...)
 		require.NoError(t, err, "helm install the driver's chart:\n%s", out)
-		// Each install is judged alone: the release and the driver's
-		// registration and slices go before the next.
-		defer func() {
+		uninstall := func() {
 			if out, err := s.c.Run(programs.HelmEnv(home), helm, "uninstall", chartRelease, "--namespace", chartNamespace, "--wait"); err != nil {
 				t.Errorf("helm uninstall the driver's chart: %v\n%s", err, out)
 			}
 			s.c.Unpublish(t, driverName, slicesTimeout)
-		}()
+		}
 		var devices []resourcev1.Device
-		s.c.Wait(t, fmt.Sprintf("ResourceSlices with %d GPUs from the chart's pod", len(x.gpus)), podTimeout, func() error {
+		s.c.Wait(t, fmt.Sprintf("ResourceSlices with %d devices from the chart's pod", want), podTimeout, func() error {
 			list, err := s.c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driverName})
 			if err != nil {
 				return err
 			}
-			if devices = devicesOf(list.Items); len(devices) != len(x.gpus) {
-				return fmt.Errorf("%d devices, want %d\nevents:\n%s\nthe plugin's pod:\n%s", len(devices), len(x.gpus), s.c.Events(chartNamespace), chartPodLogs(s.c))
+			if devices = devicesOf(list.Items); len(devices) != want {
+				return fmt.Errorf("%d devices, want %d\nevents:\n%s\nthe plugin's pod:\n%s", len(devices), want, s.c.Events(chartNamespace), chartPodLogs(s.c))
 			}
 			kubetest.WriteObject(t, objects, name+"-resourceslices.json", list)
 			return nil
@@ -138,12 +149,13 @@ func TestDRADriverChart(t *testing.T) {
 		pods, err := s.c.Client.CoreV1().Pods(chartNamespace).List(ctx, metav1.ListOptions{})
 		require.NoError(t, err)
 		kubetest.WriteObject(t, objects, name+"-pods.json", pods)
-		return devices, pods.Items
+		return devices, pods.Items, uninstall
 	}
 
 	t.Run(checkChartOptedOut, func(t *testing.T) {
 		rows.Expect(t, p.Name, checkChartOptedOut, "a device per GPU NVML lists, none with a pcieRoot")
-		devices, _ := install(t, "opted-out", optOut...)
+		devices, _, uninstall := install(t, "opted-out", len(x.gpus), optOut...)
+		defer uninstall()
 		for _, d := range devices {
 			_, ok := d.Attributes[resourcev1.QualifiedName(programs.PCIeRootAttribute)]
 			require.False(t, ok, "device %s has a pcieRoot, served nothing", d.Name)
@@ -151,7 +163,8 @@ func TestDRADriverChart(t *testing.T) {
 	})
 	t.Run(checkChartServed, func(t *testing.T) {
 		rows.Expect(t, p.Name, checkChartServed, "a device per GPU NVML lists, each with its root complex as pcieRoot")
-		devices, pods := install(t, "served")
+		devices, pods, uninstall := install(t, "served", len(x.gpus))
+		defer uninstall()
 		// Installed with the chart's values alone, its pods ask nothing of
 		// ours: no annotation, no hostPath of our overlay.
 		for _, pod := range pods {
@@ -168,7 +181,60 @@ func TestDRADriverChart(t *testing.T) {
 		judgeSlices(t, x, devices, s.driverNUMA, &r)
 		t.Logf("the chart's pod published %s", strings.Join(r.perGPU, ", "))
 	})
+	t.Run(checkChartVFIO, func(t *testing.T) {
+		rows.Expect(t, p.Name, checkChartVFIO, "serve --writable's view, its pod named a writer: the GPU bound to vfio-pci through the view, the claim's CDI spec naming /dev/vfio/<its group>, nothing stood in beneath /host-root; control: the read-only tree, whose module view has no vfio_pci, and the driver's own error")
+		t.Log(chartVFIO(t, s, x, install))
+	})
 	matrix(t)
+}
+
+// chartVFIO installs the driver's chart with PassthroughSupport, which
+// mounts the node's / at /host-root, its /lib/modules at /lib/modules, and
+// its /sys and /proc Bidirectional, and claims one VFIO device: first on
+// the read-only tree (the control: its module view has no vfio_pci, so the
+// driver runs chroot /host-root modprobe vfio_pci, which a node of mock
+// GPUs cannot), then with serve --writable in the node's namespace, the
+// chart's pod one of its writers, as our chart's writable mode runs it.
+// What the plugin adds beneath /host-root (the module view, the tree's
+// iommu_groups) is all the driver gets there. It returns the row's text.
+func chartVFIO(t *testing.T, s *suite, x *subject, install func(*testing.T, string, int, ...string) ([]resourcev1.Device, []corev1.Pod, func())) string {
+	overlaytest.RequireFUSE(t)
+	// The driver waits for a GPU to be free with the node's fuser, chroot
+	// into /host-root: without one it retries for a minute and fails.
+	overlaytest.RequireProgram(t, "fuser", "psmisc")
+	node := s.c.Nodes[0]
+	nodeModules(t, node.Runtime)
+	gate := []string{"--set", "featureGates.PassthroughSupport=true"}
+	want := 2 * len(x.gpus) // a gpu and a vfio device per GPU
+	p := &passthrough{suite: s, gpus: x.gpus, cdiDir: node.ProcPath("/var/run/cdi"), objects: kubetest.ObjectsDir(t, "chart-vfio"), detail: map[string]string{}}
+
+	_, _, uninstall := install(t, "vfio-read-only", want, gate...)
+	roPrepared, roMsg := p.claimAndPod(t, "chart-read-only")
+	p.releaseClaim(t, "chart-read-only")
+	uninstall()
+	require.False(t, roPrepared, "the read-only tree prepared a claim")
+	require.Contains(t, roMsg, `failed to load module "vfio_pci"`, "the driver's message on the read-only tree")
+
+	s.c.Runtime.StopNRIPlugin(t, x.serving.Plugin)
+	dir := t.TempDir()
+	p.view = filepath.Join(dir, "view")
+	s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: p.view, Profile: x.File, InNode: true,
+		Flags: []string{"--writable", "--writable-tree", filepath.Join(dir, "tree"), "--nri-writable-pods", chartNamespace + ":" + chartWriter}})
+	_, _, uninstall = install(t, "vfio-served", want, gate...)
+	defer uninstall()
+	require.DirExists(t, p.viewPath(vfioModule), "the writable view's module view")
+	prepared, msg := p.claimAndPod(t, "chart-served")
+	require.True(t, prepared, "the claim must be prepared; the driver: %s", msg)
+	bdf, _, _ := p.judgePrepared(t, "chart-served")
+	p.releaseClaim(t, "chart-served")
+	p.c.Wait(t, bdf+" back on nvidia once the claim is released", vfioTimeout, func() error {
+		driver, err := p.driverOf(bdf)
+		if err == nil && driver != profilefacts.DriverNVIDIA {
+			err = fmt.Errorf("%s is on %q", bdf, driver)
+		}
+		return err
+	})
+	return p.detail[stepPrepare] + ", back on nvidia once released; control (the read-only tree): " + cell(roMsg)
 }
 
 // chartPodLogs are the last lines of each container of the chart's pods,
@@ -210,7 +276,9 @@ func chartImageOf(t *testing.T, chart, plugin, prestart, mockNVML string) ociima
 	bash, err := exec.LookPath("bash")
 	require.NoError(t, err)
 	files = append(files, ociimage.File{Path: "/bin/bash", Source: bash, Mode: 0o755}, ociimage.File{Path: "/bin/sh", Source: bash, Mode: 0o755})
-	for _, name := range []string{"basename", "cat", "cp", "date", "env", "find", "head", "ln", "ls", "sed", "sleep"} {
+	// chroot: with PassthroughSupport the plugin runs the node's fuser
+	// and modprobe through it, into /host-root.
+	for _, name := range []string{"basename", "cat", "chroot", "cp", "date", "env", "find", "head", "ln", "ls", "sed", "sleep"} {
 		p, err := exec.LookPath(name)
 		require.NoError(t, err, "the chart's scripts run %s", name)
 		files = append(files, ociimage.File{Path: "/usr/bin/" + name, Source: p, Mode: 0o755})

@@ -274,8 +274,9 @@ type subject struct {
 	// sabotaged run escaped or nothing (""), as our spec serves too.
 	root, escaped, served string
 	// servedByNRI is the root serve --nri renders and serves the node's
-	// pods.
+	// pods; serving is that serve.
 	servedByNRI string
+	serving     *containerdtest.ServeNRI
 	// perRoot counts the GPUs NVML lists under each root complex.
 	perRoot map[string]int
 	// facts are the profile as the wing's reader states it, with the
@@ -650,7 +651,7 @@ func (s *suite) render(t *testing.T, p programs.SuiteProfile) *subject {
 	// into a root of its own; they ask for nothing. In a sabotaged run it
 	// serves a root it cannot render, so they start without the tree.
 	x.servedByNRI = filepath.Join(t.TempDir(), "served")
-	s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: x.servedByNRI, Profile: p.File})
+	x.serving = s.c.Runtime.StartServeNRI(t, s.bin, containerdtest.ServeNRIOptions{Root: x.servedByNRI, Profile: p.File})
 	return x
 }
 

@@ -43,10 +43,10 @@ const (
 	// passthroughProfile is the writable suite's profile: two H100 SXM
 	// GPUs on nvidia (beside HCAs this run does not touch).
 	passthroughProfile = "testdata/profiles/sriov.yaml"
-	// nodeDevLayer is where, in the node's private /run, the in-memory
-	// layer over the node's /dev lives that holds /dev/vfio: the host has
-	// no /dev/vfio, and a directory made in its /dev would outlive the test.
-	nodeDevLayer = "/run/nvml-mock-sysfs-dev"
+	// nodeLayers is where, in the node's private /run, the in-memory
+	// layers over the node's directories live (nodeLayer): the layer over
+	// its /dev holds /dev/vfio, which the host has not.
+	nodeLayers = "/run/nvml-mock-sysfs-layers"
 	// controlTimeout bounds a plugin that must exit at its start: one that
 	// is still running then has started, and the control has failed.
 	controlTimeout = 30 * time.Second
@@ -100,6 +100,9 @@ type passthrough struct {
 	rows     docmatrix.Rows
 	// objects is where the API objects and the CDI spec judged are kept.
 	objects string
+	// cdiDir is where the driver writes a claim's CDI spec, as the test
+	// reads it: the node's /var/run/cdi.
+	cdiDir string
 	// detail is what each step saw, the block under the matrix.
 	detail map[string]string
 	took   []string
@@ -144,6 +147,7 @@ func TestVFIOPassthrough(t *testing.T) {
 	dir := t.TempDir()
 	p.setup(t, dir, mockNVML)
 	p.c = kubetest.Start(t, kubetest.Options{})
+	p.cdiDir = p.c.Runtime.CDIDir
 	// Not TestDRA's bin/k8s/vfio-passthrough/ (the same profile, read
 	// only), which this one would empty.
 	p.objects = kubetest.ObjectsDir(t, "vfio-passthrough-writable")
@@ -157,7 +161,8 @@ func TestVFIOPassthrough(t *testing.T) {
 	if sabotage := programs.Sabotage(t); sabotage != "" {
 		p.writable = p.sabotaged(t, sabotage)
 	}
-	p.nodeVFIODir(t)
+	nodeVFIODir(t, p.c.Runtime)
+	nodeModules(t, p.c.Runtime)
 	p.lap(began, "node, programs and serve --writable ready")
 
 	check := func(row [3]string, f func(t *testing.T)) {
@@ -333,26 +338,49 @@ func (p *passthrough) serveWritable(t *testing.T, dir string) {
 	p.writable = spec.Devices[0].ContainerEdits.Mounts
 }
 
-// nodeVFIODir gives the node a /dev/vfio, as a node whose vfio is loaded
-// has: an in-memory layer over the node's /dev, in its own mount namespace
-// (the host's /dev has none, and a directory made there would stay), with
-// the node's mounts below /dev bound back over the layer.
-func (p *passthrough) nodeVFIODir(t *testing.T) {
+// nodeLayer puts an in-memory layer over the node's dir, in its mount
+// namespace (containerd's), with the node's mounts directly below dir
+// bound back over the layer, then runs more there: what a real node has
+// in dir and this host lacks (its /dev/vfio, its /lib/modules) is made in
+// the layer, and never in the host's dir, where it would outlive the test.
+func nodeLayer(t *testing.T, h *containerdtest.Harness, dir string, more ...string) {
 	t.Helper()
-	script := strings.Join([]string{
+	script := strings.Join(append([]string{
 		"set -eu",
-		"d=" + nodeDevLayer,
+		`dir="$1"`,
+		`d="` + nodeLayers + `$dir"`,
 		`mkdir -p "$d"`,
 		`mount -t tmpfs -o mode=0755 tmpfs "$d"`,
-		`mkdir "$d/dev" "$d/upper" "$d/work"`,
-		`subs=$(awk '$5 ~ "^/dev/[^/]+$" {print $5}' /proc/self/mountinfo)`,
-		`mount --rbind /dev "$d/dev"`,
-		`mount -t overlay overlay -o "lowerdir=/dev,upperdir=$d/upper,workdir=$d/work" /dev`,
-		`for m in $subs; do mount --rbind "$d$m" "$m"; done`,
-		`mkdir -m 0755 /dev/vfio`,
-	}, "\n")
-	out, err := p.c.Run(nil, "sh", "-c", script)
-	require.NoError(t, err, "the node's /dev/vfio: %s", out)
+		`mkdir "$d/lower" "$d/upper" "$d/work"`,
+		`subs=$(awk -v dir="$dir" 'index($5, dir "/") == 1 && substr($5, length(dir) + 2) !~ "/" {print $5}' /proc/self/mountinfo)`,
+		`mount --rbind "$dir" "$d/lower"`,
+		`mount -t overlay overlay -o "lowerdir=$dir,upperdir=$d/upper,workdir=$d/work" "$dir"`,
+		`for m in $subs; do mount --rbind "$d/lower${m#"$dir"}" "$m"; done`,
+	}, more...), "\n")
+	out, err := h.NodeCommand("sh", "-c", script, "sh", dir).CombinedOutput()
+	require.NoError(t, err, "the node's layer over %s: %s", dir, out)
+}
+
+// nodeVFIODir gives the node a /dev/vfio, as a node whose vfio is loaded
+// has.
+func nodeVFIODir(t *testing.T, h *containerdtest.Harness) {
+	t.Helper()
+	nodeLayer(t, h, "/dev", "mkdir -m 0755 /dev/vfio")
+}
+
+// nodeModules gives the node a /lib/modules/<release> of its own, as a
+// node whose kernel has modules has: the driver's chart mounts the node's
+// /lib/modules (a hostPath of type Directory), and its modules.alias names
+// vfio_pci by the line a real kernel's has (the driver publishes no VFIO
+// device without it; the writable spec's stand-in is mounted over it). It
+// holds no module, whatever the host has: the controls' chroot modprobe
+// then fails on any host, and never loads a module into the host's kernel.
+func nodeModules(t *testing.T, h *containerdtest.Harness) {
+	t.Helper()
+	lib, err := filepath.EvalSymlinks("/lib")
+	require.NoError(t, err)
+	nodeLayer(t, h, lib, `r=$(uname -r)`, `mkdir -p /lib/modules`, `mount -t tmpfs -o mode=0755 tmpfs /lib/modules`,
+		`mkdir "/lib/modules/$r"`, `printf '%s\n' '`+plan.VFIOPCIAlias+`' > "/lib/modules/$r/modules.alias"`)
 }
 
 // bindRO is a read-only bind mount, as a CDI spec gives one.
@@ -560,13 +588,13 @@ func (p *passthrough) claimSpec(name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(p.c.Runtime.CDIDir, claimSpecPrefix+string(c.UID)+".yaml"), nil
+	return filepath.Join(p.cdiDir, claimSpecPrefix+string(c.UID)+".yaml"), nil
 }
 
 // viewPath is a path of serve --writable's view as the node's mount
 // namespace (and every plugin's, made from it) sees it.
 func (p *passthrough) viewPath(path string) string {
-	return p.c.ProcPath(filepath.Join(p.view, path))
+	return p.c.Nodes[0].ProcPath(filepath.Join(p.view, path))
 }
 
 // driverOf is the driver the view binds the GPU at bdf to ("" unbound).
@@ -658,7 +686,7 @@ func (p *passthrough) judgePod(t *testing.T, name, group string) string {
 	require.NotEqual(t, corev1.PodRunning, pod.Status.Phase, "pod %s runs although the node has no %s", name, node)
 	require.Contains(t, refused, node, "containerd's refusal names the device node")
 
-	out, err := p.c.Run(nil, "mknod", "-m", "0666", node, "c", "1", "3")
+	out, err := p.c.Runtime.NodeCommand("mknod", "-m", "0666", node, "c", "1", "3").CombinedOutput()
 	require.NoError(t, err, "the node's %s: %s", node, out)
 	p.c.WaitPod(t, namespace, name, vfioTimeout, func(pod *corev1.Pod) bool { return pod.Status.Phase == corev1.PodRunning })
 
