@@ -140,6 +140,12 @@ func TestDRADriverChart(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			// A plugin that exits (the driver does at its start where
+			// it cannot serve the gate it is given) publishes nothing:
+			// its restart ends the wait at once.
+			if crashed := chartPodRestarted(s.c); crashed != "" {
+				t.Fatalf("the chart's pod restarted: %s\nevents:\n%s\nthe plugin's pod:\n%s", crashed, s.c.Events(chartNamespace), chartPodLogs(s.c))
+			}
 			if devices = devicesOf(list.Items); len(devices) != want {
 				return fmt.Errorf("%d devices, want %d\nevents:\n%s\nthe plugin's pod:\n%s", len(devices), want, s.c.Events(chartNamespace), chartPodLogs(s.c))
 			}
@@ -235,6 +241,23 @@ func chartVFIO(t *testing.T, s *suite, x *subject, install func(*testing.T, stri
 		return err
 	})
 	return p.detail[stepPrepare] + ", back on nvidia once released; control (the read-only tree): " + cell(roMsg)
+}
+
+// chartPodRestarted names a container of the chart's pods that has
+// restarted, or is "".
+func chartPodRestarted(c *kubetest.Cluster) string {
+	pods, err := c.Client.CoreV1().Pods(chartNamespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, st := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+			if st.RestartCount > 0 {
+				return fmt.Sprintf("%s/%s, %d times", p.Name, st.Name, st.RestartCount)
+			}
+		}
+	}
+	return ""
 }
 
 // chartPodLogs are the last lines of each container of the chart's pods,
