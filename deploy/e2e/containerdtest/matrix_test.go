@@ -43,18 +43,25 @@ func (r *routes) expectWith(t *testing.T, supplied bool, program, route, asks, w
 func (r *routes) table() string { return r.Table("route", "the pod asks with", "it gets") }
 
 // writeDocs writes the matrix where matrixEnv says, and checks it against
-// docs/evidence/runtime.md (or rewrites it, make docs) after a green run
-// (docmatrix.Page.Sync leaves out a run of some subtests only): a failed
-// one has said why already.
+// docs/evidence/runtime.md (writeMatrix).
 func (r *routes) writeDocs(t *testing.T) {
 	t.Helper()
-	table := r.table()
-	if file := os.Getenv(matrixEnv); file != "" {
+	writeMatrix(t, runtimePage(), matrixEnv, r.table())
+}
+
+// writeMatrix writes a suite's table to the file env names (make and the
+// sabotage suite read it there), and checks it against page (or rewrites
+// it, make docs) after a green run (docmatrix.Page.Sync leaves out a run
+// of some subtests only, or a sabotaged one): a failed one has said why
+// already.
+func writeMatrix(t *testing.T, page docmatrix.Page, env, table string) {
+	t.Helper()
+	if file := os.Getenv(env); file != "" {
 		if err := os.WriteFile(file, []byte(table), 0o644); err != nil {
-			t.Errorf("%s: %v", matrixEnv, err)
+			t.Errorf("%s: %v", env, err)
 		}
 	}
 	if !t.Failed() {
-		runtimePage().Sync(t, table, os.Getenv(matrixEnv))
+		page.Sync(t, table, os.Getenv(env))
 	}
 }

@@ -32,6 +32,10 @@ func procHookPage() docmatrix.Page {
 	return docmatrix.Page{Path: "../../../docs/design/prochook.md", Suite: "deploy/e2e/containerdtest TestProcHook", Keys: 2}
 }
 
+// procHookMatrixEnv names a file TestProcHook also writes its rows to (the
+// sabotage suite reads them there).
+const procHookMatrixEnv = "NVML_MOCK_SYSFS_PROCHOOK_MATRIX"
+
 // procHookScript is what the container prints, a section each: the
 // /proc files its arguments name (relative to /proc), as "file:NAME" (procHookCommand
 // names /proc/devices and /proc/driver/nvidia/version always), the
@@ -47,7 +51,10 @@ echo '== mounts'; grep ' /proc/' /proc/self/mountinfo || true
 // the CDI spec and the NRI plugin will add it), and the same containers
 // without it: with the hook, the container's /proc shows the rendered
 // files; without, the node's. The host's /proc and /sys/module are the
-// same after as before.
+// same after as before. A sabotaged run (programs.Sabotage) gives the
+// hook the sabotaged root (programs.SabotagedRoot) while the rows expect
+// the render's files: with no tree the hook has nothing to mount, and the
+// rows it serves turn red; escaped links change nothing it reads.
 func TestProcHook(t *testing.T) {
 	programs.SkipShort(t)
 	overlaytest.RequireRoot(t, "runc")
@@ -62,16 +69,15 @@ func TestProcHook(t *testing.T) {
 	// --proc-hook-binary installs it, where it records its failures.
 	hookBinary := filepath.Join(t.TempDir(), "nvml-mock-sysfs")
 	require.NoError(t, os.Link(filepath.Join(root, plan.BinaryFile), hookBinary))
-	hook := procHookArgs(hookBinary, root)
+	servedRoot, _ := programs.SabotagedRoot(t, programs.Sabotage(t), root)
+	hook := procHookArgs(hookBinary, servedRoot)
 	hostBefore := hostProc(t)
 
 	rows := &docmatrix.Rows{}
 	defer func() {
 		table := rows.Table("row", "container", "shows")
 		t.Logf("proc-hook in %s:\n%s", runcVersion(runc), table)
-		if !t.Failed() {
-			procHookPage().Sync(t, table, "")
-		}
+		writeMatrix(t, procHookPage(), procHookMatrixEnv, table)
 	}()
 	files := renderedProc(t, root)
 	served, code, stderr := runcRun(t, runc, hook, files...)
@@ -168,7 +174,9 @@ func TestProcHook(t *testing.T) {
 		rows.Expect(t, "a /proc mounted with shared propagation (Bidirectional)", "with the hook", "starts, with the node's /proc: the hook refuses, since its bind would reach the /proc's peers, its one line in its failures file")
 		before, err := os.ReadFile(cdispec.ProcHookFailures(hookBinary))
 		require.NoError(t, err, "the failures row before this one wrote the file")
-		shared, code, stderr := runcRunSpec(t, runc, hook, func(s *specs.Spec) {
+		// The render itself, not the sabotaged root: the row is the
+		// hook's refusal, which a root without a render would never reach.
+		shared, code, stderr := runcRunSpec(t, runc, procHookArgs(hookBinary, root), func(s *specs.Spec) {
 			for i, m := range s.Mounts {
 				if m.Destination == "/proc" {
 					s.Mounts[i].Options = append(s.Mounts[i].Options, "rshared")

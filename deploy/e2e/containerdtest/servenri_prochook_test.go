@@ -19,6 +19,16 @@ import (
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
 )
 
+// procHookNRIPage is the docs page that holds TestServeNRIProcHook's rows,
+// beside TestProcHook's.
+func procHookNRIPage() docmatrix.Page {
+	return docmatrix.Page{Path: procHookPage().Path, Suite: "deploy/e2e/containerdtest TestServeNRIProcHook", Keys: 2}
+}
+
+// procHookNRIMatrixEnv names a file TestServeNRIProcHook also writes its
+// rows to (the sabotage suite reads them there).
+const procHookNRIMatrixEnv = "NVML_MOCK_SYSFS_NRI_PROCHOOK_MATRIX"
+
 // procHookFailuresMetric is serve's count of the containers the hook
 // could not serve.
 const procHookFailuresMetric = "nvml_mock_sysfs_proc_hook_failures_total"
@@ -31,14 +41,19 @@ const procHookFailuresMetric = "nvml_mock_sysfs_proc_hook_failures_total"
 // file; the control, the same container opted out, sees the node's. A
 // container whose root the hook cannot serve (a rendered proc/driver
 // that is a file) starts anyway, counted in serve's /metrics. The host's
-// /proc is the same after as before.
+// /proc is the same after as before. A sabotaged run (programs.Sabotage)
+// has serve serve a root it cannot render (containerdtest.ServeNRIOptions):
+// every served row turns red, the hook finding no render, and the failure
+// it would count never happens; the control stays green.
 func TestServeNRIProcHook(t *testing.T) {
 	h := containerdtest.Start(t, containerdtest.Options{})
 	s := serve(t, h, unseenProfile)
 	hostBefore := hostProc(t)
 	rows := &docmatrix.Rows{}
 	defer func() {
-		t.Logf("proc-hook through serve --nri:\n%s", rows.Table("row", "container", "shows"))
+		table := rows.Table("row", "container", "shows")
+		t.Logf("proc-hook through serve --nri:\n%s", table)
+		writeMatrix(t, procHookNRIPage(), procHookNRIMatrixEnv, table)
 	}()
 	version := driverVersion(t, s.profile)
 	gpu := s.facts.NVIDIABound()[0].BusID
@@ -46,7 +61,9 @@ func TestServeNRIProcHook(t *testing.T) {
 
 	t.Run("served", func(t *testing.T) {
 		s.startServeNRI(t, false, "--proc-hook-binary", filepath.Join(t.TempDir(), "nvml-mock-sysfs"))
-		files := renderedProc(t, s.root)
+		// The files the rows read, named rather than listed from s.root,
+		// which a sabotaged run leaves empty.
+		files := []string{information}
 		served := procHookContainer(t, h, containerdtest.Pod{Name: "nri-proc-hook"}, files)
 		node := procHookContainer(t, h, containerdtest.Pod{Name: "nri-proc-hook-opt-out", Annotations: map[string]string{nriplugin.NVMLMockInjectAnnotation: "false"}}, files)
 		t.Run("version", func(t *testing.T) {
@@ -86,6 +103,10 @@ func TestServeNRIProcHook(t *testing.T) {
 		require.Zero(t, n.Metric(t, procHookFailuresMetric))
 		driver := filepath.Join(root, plan.ProcDir, "driver")
 		require.NoError(t, os.RemoveAll(driver))
+		// Where serve rendered root, a no-op; in a sabotaged run, which
+		// serves another root, the broken file is still made, and the row
+		// turns red where it must: nothing counted.
+		require.NoError(t, os.MkdirAll(filepath.Dir(driver), 0o755))
 		require.NoError(t, os.WriteFile(driver, []byte("a file\n"), 0o644))
 		failed := procHookContainer(t, h, containerdtest.Pod{Name: "nri-proc-hook-fails"}, nil)
 		require.NotContains(t, failed["file:driver/nvidia/version"], "NVRM")

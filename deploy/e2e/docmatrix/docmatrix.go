@@ -36,7 +36,8 @@ type Page struct {
 	// top, as the suite's test finds it (../../../docs/evidence/consumers.md).
 	Path string
 	// Suite names what writes the table, in the markers and messages:
-	// "deploy/e2e/consumermatrix TestConsumers".
+	// "deploy/e2e/consumermatrix TestConsumers". A page may hold several
+	// suites' tables: each is found by the begin marker naming its Suite.
 	Suite string
 	// Keys is how many leading cells name a row (profile, served): those
 	// are compared as text, every other cell by its verdict.
@@ -70,7 +71,7 @@ func (p Page) Sync(t testing.TB, table, fresh string) {
 	if err != nil {
 		t.Fatalf("%s: %v (the page for %s's matrix)", p.Path, err, p.Suite)
 	}
-	before, committed, after, err := split(string(data))
+	before, committed, after, err := split(string(data), p.Suite)
 	if err != nil {
 		t.Fatalf("%s: %v", p.Path, err)
 	}
@@ -94,13 +95,13 @@ func (p Page) Sync(t testing.TB, table, fresh string) {
 }
 
 // Committed returns the page's copy of the matrix: the table between its
-// markers.
+// markers, those naming Suite where the page holds several.
 func (p Page) Committed() (string, error) {
 	data, err := os.ReadFile(p.Path)
 	if err != nil {
 		return "", err
 	}
-	_, table, _, err := split(string(data))
+	_, table, _, err := split(string(data), p.Suite)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", p.Path, err)
 	}
@@ -114,18 +115,35 @@ func partial() bool {
 	return (run != nil && strings.Contains(run.Value.String(), "/")) || (skip != nil && skip.Value.String() != "")
 }
 
-// split cuts a page into the text before its table, the table and the
-// text after (which begins with a newline, if any).
-func split(page string) (before, table, after string, err error) {
-	b := strings.Index(page, beginMarker)
-	e := strings.Index(page, endMarker)
-	if b < 0 || e < b {
-		return "", "", "", fmt.Errorf("no generated matrix: want a line starting %q and, after it, %q", beginMarker, endMarker)
+// split cuts a page into the text before suite's table, the table and
+// the text after (which begins with a newline, if any). A page may hold
+// several suites' tables, each between markers naming its suite; suite ""
+// takes the page's one table.
+func split(page, suite string) (before, table, after string, err error) {
+	begin := beginMarker + suite
+	if suite == "" {
+		if n := strings.Count(page, beginMarker); n > 1 {
+			return "", "", "", fmt.Errorf("%d generated matrices: name the suite whose table to take", n)
+		}
+	} else {
+		begin += " -->"
+		if n := strings.Count(page, begin); n > 1 {
+			return "", "", "", fmt.Errorf("%d lines %q: want one", n, begin)
+		}
 	}
+	b := strings.Index(page, begin)
+	e := -1
+	if b >= 0 {
+		e = strings.Index(page[b:], endMarker)
+	}
+	if e < 0 {
+		return "", "", "", fmt.Errorf("no generated matrix: want a line starting %q and, after it, %q", begin, endMarker)
+	}
+	e += b
 	body := page[b:e]
 	nl := strings.IndexByte(body, '\n')
 	if nl < 0 {
-		return "", "", "", fmt.Errorf("the line %q has nothing after it", beginMarker)
+		return "", "", "", fmt.Errorf("the line %q has nothing after it", begin)
 	}
 	return page[:b], body[nl+1:], page[e+len(endMarker):], nil
 }

@@ -68,6 +68,37 @@ func TestSync(t *testing.T) {
 	require.Equal(t, "# Consumers\n\nProse.\n\n"+beginMarker+"test -->\n"+committed+endMarker+"\n\nMore prose.\n", string(b))
 }
 
+// TestSyncSeveral: a page holding two suites' tables, each found by the
+// marker naming its suite: a run compares and rewrites its own table
+// alone, and a Page without Suite is refused rather than given the first.
+func TestSyncSeveral(t *testing.T) {
+	other := strings.Replace(committed, "✓ unknown", "✗ unknown", 1)
+	path := filepath.Join(t.TempDir(), "hook.md")
+	text := "# Hook\n\n" + beginMarker + "first -->\n" + committed + endMarker + "\n\nBetween.\n\n" + beginMarker + "second -->\n" + other + endMarker + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	first, second := Page{Path: path, Suite: "first", Keys: 2}, Page{Path: path, Suite: "second", Keys: 2}
+	for p, want := range map[Page]string{first: committed, second: other} {
+		got, err := p.Committed()
+		require.NoError(t, err)
+		require.Equal(t, want, got, p.Suite)
+	}
+	first.Sync(t, committed, "")
+	second.Sync(t, other, "")
+	var ft failRecorder
+	second.Sync(&ft, committed, "") // the first's table is not the second's
+	require.True(t, ft.failed)
+	_, err := Page{Path: path}.Committed()
+	require.ErrorContains(t, err, "2 generated matrices")
+	_, err = Page{Path: path, Suite: "third"}.Committed()
+	require.ErrorContains(t, err, "no generated matrix")
+
+	t.Setenv(UpdateEnv, "1")
+	second.Sync(t, committed, "")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, strings.Replace(text, other, committed, 1), string(b))
+}
+
 // failRecorder is a testing.TB that records a failure instead of failing.
 type failRecorder struct {
 	testing.TB

@@ -45,13 +45,15 @@ type suite struct {
 	red map[string][]string
 }
 
-// committedCells are the cells of a suite's committed page in docs/
-// (docmatrix.Page; its path as the suites' tests name it, which is the
-// same from this package) whose names start with one of prefixes (all,
-// without), and those of them it leaves – by design.
-func committedCells(t *testing.T, path string, prefixes ...string) (cells, unchecked []string) {
+// committedCells are the cells of a suite's committed table in docs/
+// (page: its path as the suites' tests name it, which is the same from
+// this package, and its Suite where the page holds several tables) whose
+// names start with one of prefixes (all, without), and those of them it
+// leaves – by design.
+func committedCells(t *testing.T, page docmatrix.Page, prefixes ...string) (cells, unchecked []string) {
 	t.Helper()
-	table, err := docmatrix.Page{Path: path}.Committed()
+	path := page.Path
+	table, err := page.Committed()
 	require.NoError(t, err)
 	v := docmatrix.ReadVerdicts(table)
 	selected := func(names []string) []string {
@@ -111,9 +113,11 @@ func suites(t *testing.T) []suite {
 		"NRI serve --nri --nri-inject selected --nri-namespaces gpu --nri-pod-selector app=gfd | nothing; labelled `app=gfd`, in `gpu`",
 		"NRI serve --nri, restarted | nothing, created after containerd restarted",
 	}
-	consumerCells, consumerUnchecked := committedCells(t, "../../../docs/evidence/consumers.md", "built-in dgx-a100", "vfio-passthrough")
-	runtimeCells, _ := committedCells(t, "../../../docs/evidence/runtime.md")
-	nodeCells, _ := committedCells(t, "../../../docs/evidence/kubernetes.md")
+	consumerCells, consumerUnchecked := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/consumers.md"}, "built-in dgx-a100", "vfio-passthrough")
+	runtimeCells, _ := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/runtime.md"})
+	nodeCells, _ := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/kubernetes.md"})
+	hookCells, hookUnchecked := committedCells(t, docmatrix.Page{Path: procHookPage, Suite: "deploy/e2e/containerdtest TestProcHook"})
+	hookNRICells, hookNRIUnchecked := committedCells(t, docmatrix.Page{Path: procHookPage, Suite: "deploy/e2e/containerdtest TestServeNRIProcHook"})
 	unjudgedNUMA := numaUnjudged(t, "built-in dgx-a100", "vfio-passthrough", listAttributes)
 	// TestFleet's upgrade row reads a link's text, the new slices'
 	// pcieRoot, only where the DRA driver is supplied to publish them;
@@ -159,6 +163,35 @@ func suites(t *testing.T) []suite {
 				programs.SabotageNoTree: append([]string{ctrDevice, criDevices, criAnnotate, merged, injector, mockNRI,
 					"NRI nvml-mock-nri, its defaults | `nvml-mock.nvidia.com/devices: \"true\"`",
 					"NRI nvml-mock-nri (shims without libpcimocksys) | nothing"}, serveNRI...),
+			},
+		},
+		{
+			// The hook reads regular files and the completion marker alone,
+			// which the escaped copy keeps: nothing changes. Given a root
+			// with no render, it mounts nothing: the rows with the hook that
+			// read the rendered files turn red; its controls, its rows of a
+			// broken or shared root (given the render itself) and the host's
+			// stay green.
+			name: "proc hook", pkg: "./containerdtest",
+			run: "^TestProcHook$", matrixEnv: "NVML_MOCK_SYSFS_PROCHOOK_MATRIX",
+			cells: hookCells, unchecked: hookUnchecked,
+			red: map[string][]string{
+				programs.SabotageEscaped: {},
+				programs.SabotageNoTree:  procHookRed(t),
+			},
+		},
+		{
+			// serve --nri is served a root it cannot render under either
+			// sabotage (as TestContainerd's serve --nri rows): every served
+			// row turns red, the hook finding no render to mount and no
+			// broken one to count; the opted-out control and the host's row
+			// stay green.
+			name: "proc hook through serve --nri", pkg: "./containerdtest",
+			run: "^TestServeNRIProcHook$", matrixEnv: "NVML_MOCK_SYSFS_NRI_PROCHOOK_MATRIX",
+			cells: hookNRICells, unchecked: hookNRIUnchecked,
+			red: map[string][]string{
+				programs.SabotageEscaped: procHookNRIRed(t, hookNRICells),
+				programs.SabotageNoTree:  procHookNRIRed(t, hookNRICells),
 			},
 		},
 		{
@@ -299,6 +332,52 @@ func suites(t *testing.T) []suite {
 			},
 		},
 	}
+}
+
+// procHookPage holds the hook's two tables, TestProcHook's and
+// TestServeNRIProcHook's.
+const procHookPage = "../../../docs/design/prochook.md"
+
+// procHookGate is the hook's rows of the GPU Operator v26.7.1 gate on
+// /proc/modules (container's column: "with the hook", "served").
+const procHookGate = "GPU Operator v26.7.1 gate, `" + programs.OperandGateV2671 + "` | "
+
+// procHookRed are TestProcHook's rows that must turn red with no tree:
+// those with the hook that read what it mounts, the gate's and lsmod's
+// only where the kernel has /proc/modules (elsewhere they are not run,
+// sabotaged or not).
+func procHookRed(t *testing.T) []string {
+	red := []string{
+		"/proc/devices | with the hook",
+		"/proc/driver/nvidia/version | with the hook",
+		"every file of <root>/proc | with the hook",
+		"the container's mounts below /proc | with the hook",
+	}
+	if hasProcModules(t) {
+		red = append(red, procHookGate+"with the hook", "`lsmod` (kmod's, from the node's /usr) | with the hook")
+	}
+	return red
+}
+
+// procHookNRIRed are TestServeNRIProcHook's served rows (cells, its
+// committed ones, whose container is "served"), which both sabotages turn
+// red: the gate's only where the kernel has /proc/modules.
+func procHookNRIRed(t *testing.T, cells []string) []string {
+	modules := hasProcModules(t)
+	return slices.DeleteFunc(slices.Clone(cells), func(c string) bool {
+		return !strings.HasSuffix(c, " | served") || (!modules && strings.HasPrefix(c, procHookGate))
+	})
+}
+
+// hasProcModules reports whether this kernel has /proc/modules (one built
+// without modules has none, and the hook's gate rows are not run).
+func hasProcModules(t *testing.T) bool {
+	t.Helper()
+	_, err := os.Stat("/proc/modules")
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return err == nil
 }
 
 // TestFleet's workers, with its default profiles (nvml-mock's a100 and
