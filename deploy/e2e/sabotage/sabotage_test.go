@@ -289,6 +289,18 @@ func suites(t *testing.T) []suite {
 			},
 		},
 		{
+			// The driver's own chart, on the first profile: serve --nri
+			// (and serve --writable --nri after it) is served a root it
+			// cannot render under either sabotage, so the pod asking
+			// nothing publishes no pcieRoot, and with PassthroughSupport
+			// the driver finds no iommu_groups beneath /host-root and
+			// exits; the opted-out control stays green.
+			name: "DRA driver's own chart", pkg: "./dra",
+			run: "^TestDRADriverChart$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
+			cells: append([]string{driverChart + " | the driver's chart, its pod opted out"}, driverChartRed()...),
+			red:   map[string][]string{programs.SabotageEscaped: driverChartRed(), programs.SabotageNoTree: driverChartRed()},
+		},
+		{
 			// The plugin is served nothing in both (serve --writable cannot
 			// serve an escaped copy): every row it judges turns red; the
 			// write through the view stays green.
@@ -331,6 +343,18 @@ func suites(t *testing.T) []suite {
 				},
 			},
 		},
+	}
+}
+
+// driverChart is TestDRADriverChart's profile cell (the first of the
+// suites' profiles).
+const driverChart = "built-in dgx-a100 driver's chart"
+
+// driverChartRed are TestDRADriverChart's rows that read the tree.
+func driverChartRed() []string {
+	return []string{
+		driverChart + " | the driver's chart, its pod asking nothing",
+		driverChart + " | the driver's chart with PassthroughSupport, a VFIO claim",
 	}
 }
 
