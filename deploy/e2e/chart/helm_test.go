@@ -173,7 +173,10 @@ func TestHelmWritable(t *testing.T) {
 	plain := h.template(t).DaemonSets[0]
 	ds := h.template(t, "--values", chartWritableValues).DaemonSets[0]
 	c := ds.Spec.Template.Spec.Containers[0]
-	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
+	// The flags before the /proc hook's, which comes after them.
+	plainArgs := plain.Spec.Template.Spec.Containers[0].Args
+	hook := slices.IndexFunc(plainArgs, func(a string) bool { return strings.HasPrefix(a, "--proc-hook-binary=") })
+	require.Equal(t, slices.Insert(slices.Clone(plainArgs), hook, "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
 	require.True(t, *c.SecurityContext.Privileged)
 	require.Equal(t, corev1.MountPropagationBidirectional, *c.VolumeMounts[0].MountPropagation)
 	vols := map[string]corev1.Volume{}
@@ -239,24 +242,28 @@ func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
 	require.NotContains(t, marshalYAML(t, plain), "/var/run/nri")
 }
 
-// TestHelmProcHook: procHook.enabled has serve install its binary in
-// hostPaths.hook, mounted at its node path, and pass the flag naming it;
-// the default DaemonSet has neither.
+// TestHelmProcHook: procHook.enabled, the default (the hook fails open),
+// has serve install its binary in hostPaths.hook, mounted at its node
+// path, and pass the flag naming it; procHook.enabled=false has neither,
+// and nothing else changes.
 func TestHelmProcHook(t *testing.T) {
 	h := newHelm(t)
 	plain := h.template(t).DaemonSets[0]
-	ds := h.template(t, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]
+	require.Contains(t, plain.Spec.Template.Spec.Containers[0].Args, "--proc-hook-binary=/var/lib/nvml-mock-sysfs-hook/nvml-mock-sysfs", "on by default")
+	off := h.template(t, "--set", "procHook.enabled=false").DaemonSets[0]
+	ds := h.template(t, "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]
 	c := ds.Spec.Template.Spec.Containers[0]
-	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--proc-hook-binary=/opt/hook/nvml-mock-sysfs"), c.Args)
+	require.Equal(t, append(slices.Clone(off.Spec.Template.Spec.Containers[0].Args), "--proc-hook-binary=/opt/hook/nvml-mock-sysfs"), c.Args)
 	require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "hook", MountPath: "/opt/hook/"})
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
 	require.Contains(t, ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "hook",
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/opt/hook/", Type: &dirOrCreate}}})
-	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=hook")
+	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--set", "hostPaths.hook=hook")
 	require.ErrorContains(t, err, "/hostPaths/hook", "a relative path")
-	// Negative control: the default DaemonSet is none of that.
-	require.NotContains(t, strings.Join(plain.Spec.Template.Spec.Containers[0].Args, " "), "--proc-hook-binary")
-	require.NotContains(t, marshalYAML(t, plain), "nvml-mock-sysfs-hook")
+	// Negative control: procHook.enabled=false is none of that.
+	require.NotContains(t, strings.Join(off.Spec.Template.Spec.Containers[0].Args, " "), "--proc-hook-binary")
+	require.NotContains(t, marshalYAML(t, off), "nvml-mock-sysfs-hook")
+	require.NotContains(t, marshalYAML(t, h.template(t, "--set", "procHook.enabled=false", "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]), "/opt/hook")
 }
 
 // metav1LabelSelector is a selector's labels as a selector string.
