@@ -136,15 +136,21 @@ func TestHelmLint(t *testing.T) {
 	require.ErrorContains(t, err, "hostDevices")
 }
 
+// rawProcHook are the values that make the chart's DaemonSet the raw
+// manifests': they do not carry the /proc hook, which the chart turns on
+// by default (TestHelmProcHook checks what it adds).
+var rawProcHook = []string{"--set", "procHook.enabled=false"}
+
 // TestHelmDefaultsRenderTheRawDaemonSet keeps the chart and the raw
-// manifests in step: with its default values, in nvml-mock's namespace,
-// the chart renders deploy/kubernetes/nvml-mock-sysfs.yaml's DaemonSet and
-// nothing else, but for the labels Helm's tools read on the DaemonSet's
-// own metadata. The selector is compared as rendered.
+// manifests in step: with its default values but the /proc hook's
+// (rawProcHook), in nvml-mock's namespace, the chart renders
+// deploy/kubernetes/nvml-mock-sysfs.yaml's DaemonSet and nothing else, but
+// for the labels Helm's tools read on the DaemonSet's own metadata. The
+// selector is compared as rendered.
 func TestHelmDefaultsRenderTheRawDaemonSet(t *testing.T) {
 	raw := podtest.DecodeManifests(t, "../../kubernetes").DaemonSets[0]
 	h := newHelm(t)
-	objs := h.template(t)
+	objs := h.template(t, rawProcHook...)
 	require.Len(t, objs.DaemonSets, 1)
 	require.Empty(t, objs.ConfigMaps, "the profile is nvml-mock's ConfigMap, never the chart's")
 	require.Empty(t, objs.Namespaces)
@@ -161,8 +167,9 @@ func TestHelmDefaultsRenderTheRawDaemonSet(t *testing.T) {
 
 	// Negative control: a value that changes the DaemonSet fails the
 	// comparison.
-	changed := h.template(t, "--set", "listenPort=9090").DaemonSets[0]
+	changed := h.template(t, append(slices.Clone(rawProcHook), "--set", "listenPort=9090")...).DaemonSets[0]
 	require.NotEqual(t, raw, withoutHelmLabels(changed))
+	require.NotEqual(t, raw, withoutHelmLabels(h.template(t).DaemonSets[0]), "the chart's default has the hook")
 }
 
 // TestHelmWritable: writable.enabled runs serve --writable with what it
@@ -214,14 +221,15 @@ func TestHelmWritable(t *testing.T) {
 
 // TestHelmNRIRendersTheRawNRIDaemonSet: nri.enabled runs serve --nri with
 // the runtime's socket directory mounted, and renders
-// deploy/kubernetes/nri's DaemonSet; each mode's flags follow its values.
+// deploy/kubernetes/nri's DaemonSet (without the /proc hook, rawProcHook);
+// each mode's flags follow its values.
 func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
 	raw := podtest.DecodeManifests(t, "../../kubernetes/nri").DaemonSets[0]
 	h := newHelm(t)
-	ds := h.template(t, "--values", chartNRIValues).DaemonSets[0]
+	ds := h.template(t, append([]string{"--values", chartNRIValues}, rawProcHook...)...).DaemonSets[0]
 	require.Equal(t, marshalYAML(t, raw), marshalYAML(t, withoutHelmLabels(ds)))
 	require.Equal(t, raw, withoutHelmLabels(ds))
-	plain := h.template(t).DaemonSets[0]
+	plain := h.template(t, rawProcHook...).DaemonSets[0]
 	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args),
 		"--nri", "--nri-socket=/var/run/nri/nri.sock", "--nri-index=90", "--nri-inject=node", "--nri-exclude-namespaces=kube-system"),
 		ds.Spec.Template.Spec.Containers[0].Args)

@@ -87,8 +87,7 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 		}
 	}
 	const root, containerRoot = "/var/lib/nvml-mock-sysfs", "/opt/nvml-mock-sysfs"
-	const hookDir = "/var/lib/nvml-mock-sysfs-hook"
-	require.ElementsMatch(t, []string{root, cdiSpecDir, hookDir}, hostPaths)
+	require.ElementsMatch(t, []string{root, cdiSpecDir}, hostPaths)
 	require.NotEqual(t, nvmlMockOverlay, root, "nvml-mock's setup renders render-pci-sysfs's tree there")
 
 	// The profile is nvml-mock's ConfigMap, by name and key; the standalone
@@ -112,10 +111,6 @@ func TestDaemonSetServesTheNode(t *testing.T) {
 	require.Equal(t, []string{"merge"}, flags["host-devices"], "the node's own devices stay listed")
 	require.Len(t, flags["output"], 1)
 	require.Equal(t, cdiSpecDir, path.Dir(flags["output"][0]))
-	// The /proc hook's binary, on by default: serve installs it outside the
-	// overlay, which the render owns, at the node path the specs name.
-	require.Equal(t, []string{hookDir + "/nvml-mock-sysfs"}, flags["proc-hook-binary"])
-	require.NotEqual(t, root, hookDir)
 }
 
 // argFlags reads a container's args, each --name=value, as a map of the
