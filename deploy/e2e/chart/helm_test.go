@@ -183,6 +183,7 @@ func TestHelmWritable(t *testing.T) {
 	// The flags before the /proc hook's, which comes after them.
 	plainArgs := plain.Spec.Template.Spec.Containers[0].Args
 	hook := slices.IndexFunc(plainArgs, func(a string) bool { return strings.HasPrefix(a, "--proc-hook-binary=") })
+	require.NotEqual(t, -1, hook, "the default has the /proc hook's flag")
 	require.Equal(t, slices.Insert(slices.Clone(plainArgs), hook, "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
 	require.True(t, *c.SecurityContext.Privileged)
 	require.Equal(t, corev1.MountPropagationBidirectional, *c.VolumeMounts[0].MountPropagation)
