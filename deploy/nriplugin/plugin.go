@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"k8s.io/apimachinery/pkg/labels"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	specs "tags.cncf.io/container-device-interface/specs-go"
 
@@ -56,7 +57,8 @@ type Options struct {
 	WritableEdits Edits
 	// Beneath says what a served container that mounts the node's / or
 	// /sys elsewhere gets beneath that mount (cdispec.Beneath), read at
-	// each creation. Nil: nothing beneath.
+	// each creation of such a container, so that it follows a re-profile.
+	// Nil: nothing beneath.
 	Beneath func() cdispec.Beneath
 	// Retry is the wait between attempts to reach the socket (default
 	// DefaultRetry).
@@ -117,6 +119,14 @@ func New(o Options) (*Plugin, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	// The policy's defaults, parsed once here rather than at each of the
+	// node's creations, which the plugin holds up.
+	if o.Policy.OwnPods == nil {
+		o.Policy.OwnPods, _ = labels.Parse(DefaultOwnPods)
+	}
+	if o.Policy.ExcludeNamespaces == nil {
+		o.Policy.ExcludeNamespaces = strings.Split(DefaultExcludeNamespaces, ",")
 	}
 	return &Plugin{opts: o, log: o.Logger, unserved: map[string]string{}}, nil
 }
@@ -322,7 +332,11 @@ func (p *Plugin) slaved(adjust *api.ContainerAdjustment, pod *api.PodSandbox, ct
 // withBeneath adds to a served container's edits the mounts beneath its
 // binds of the node's / or /sys (cdispec.Beneath.Mounts decides them).
 func (p *Plugin) withBeneath(e specs.ContainerEdits, ctr *api.Container) specs.ContainerEdits {
-	if p.opts.Beneath == nil {
+	// Only a bind of the node's / or /sys has anything beneath it
+	// (cdispec.Beneath.Mounts): the facts, a read of the tree's and the
+	// node's directories, are read for such a container alone, not at
+	// each of the node's creations.
+	if p.opts.Beneath == nil || !slices.ContainsFunc(ctr.GetMounts(), bindsNodeRootOrSysfs) {
 		return e
 	}
 	var own []cdispec.Mount
@@ -342,6 +356,14 @@ func (p *Plugin) withBeneath(e specs.ContainerEdits, ctr *api.Container) specs.C
 		e.Mounts = append(e.Mounts, &specs.Mount{HostPath: m.Source, ContainerPath: m.Destination, Options: m.Options})
 	}
 	return e
+}
+
+// bindsNodeRootOrSysfs reports whether a mount's source is the node's /
+// or /sys, beneath which alone cdispec.Beneath.Mounts adds anything (it
+// decides which of those binds count).
+func bindsNodeRootOrSysfs(m *api.Mount) bool {
+	src := filepath.Clean(m.GetSource())
+	return src == "/" || src == "/sys"
 }
 
 // withoutHeld leaves out the mounts the container already has as they are

@@ -522,3 +522,25 @@ func TestSharedSysfsMadeSlave(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []*api.Mount{{Destination: "/sys", Source: "/sys", Type: "bind", Options: []string{"rbind", "rslave", "rw"}}}, adjust.GetMounts())
 }
+
+// TestBeneathReadOnlyWhenItCounts: the node's and the tree's facts
+// (Options.Beneath, a read of two directories) are read for a served
+// container that binds the node's / or /sys, at each such creation, so
+// that a re-profile is followed; not for the node's other creations.
+func TestBeneathReadOnlyWhenItCounts(t *testing.T) {
+	reads := 0
+	p, err := New(Options{Edits: served(t).Edits, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Beneath: func() cdispec.Beneath { reads++; return cdispec.Beneath{Root: "/var/lib/nvml-mock-sysfs"} }})
+	require.NoError(t, err)
+	create := func(mounts ...*api.Mount) {
+		_, _, err := p.CreateContainer(context.Background(), pod("default", nil, nil), &api.Container{Id: "c", Name: "c", Mounts: mounts})
+		require.NoError(t, err)
+	}
+	create(hostPath("/var/lib/kubelet/pods/0123/volumes/etc-hosts", "/etc/hosts"))
+	create(hostPath("/sys/fs/cgroup", "/host-cgroup"))
+	require.Zero(t, reads, "no bind of the node's / or /sys")
+	create(hostPath("/", "/host-root"))
+	create(hostPath("/sys/", "/host-sys"))
+	create(hostPath("/", "/host-root"))
+	require.Equal(t, 3, reads, "read at each creation that binds them")
+}

@@ -136,15 +136,21 @@ func TestHelmLint(t *testing.T) {
 	require.ErrorContains(t, err, "hostDevices")
 }
 
+// rawProcHook are the values that make the chart's DaemonSet the raw
+// manifests': they do not carry the /proc hook, which the chart turns on
+// by default (TestHelmProcHook checks what it adds).
+var rawProcHook = []string{"--set", "procHook.enabled=false"}
+
 // TestHelmDefaultsRenderTheRawDaemonSet keeps the chart and the raw
-// manifests in step: with its default values, in nvml-mock's namespace,
-// the chart renders deploy/kubernetes/nvml-mock-sysfs.yaml's DaemonSet and
-// nothing else, but for the labels Helm's tools read on the DaemonSet's
-// own metadata. The selector is compared as rendered.
+// manifests in step: with its default values but the /proc hook's
+// (rawProcHook), in nvml-mock's namespace, the chart renders
+// deploy/kubernetes/nvml-mock-sysfs.yaml's DaemonSet and nothing else, but
+// for the labels Helm's tools read on the DaemonSet's own metadata. The
+// selector is compared as rendered.
 func TestHelmDefaultsRenderTheRawDaemonSet(t *testing.T) {
 	raw := podtest.DecodeManifests(t, "../../kubernetes").DaemonSets[0]
 	h := newHelm(t)
-	objs := h.template(t)
+	objs := h.template(t, rawProcHook...)
 	require.Len(t, objs.DaemonSets, 1)
 	require.Empty(t, objs.ConfigMaps, "the profile is nvml-mock's ConfigMap, never the chart's")
 	require.Empty(t, objs.Namespaces)
@@ -161,8 +167,9 @@ func TestHelmDefaultsRenderTheRawDaemonSet(t *testing.T) {
 
 	// Negative control: a value that changes the DaemonSet fails the
 	// comparison.
-	changed := h.template(t, "--set", "listenPort=9090").DaemonSets[0]
+	changed := h.template(t, append(slices.Clone(rawProcHook), "--set", "listenPort=9090")...).DaemonSets[0]
 	require.NotEqual(t, raw, withoutHelmLabels(changed))
+	require.NotEqual(t, raw, withoutHelmLabels(h.template(t).DaemonSets[0]), "the chart's default has the hook")
 }
 
 // TestHelmWritable: writable.enabled runs serve --writable with what it
@@ -173,7 +180,11 @@ func TestHelmWritable(t *testing.T) {
 	plain := h.template(t).DaemonSets[0]
 	ds := h.template(t, "--values", chartWritableValues).DaemonSets[0]
 	c := ds.Spec.Template.Spec.Containers[0]
-	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
+	// The flags before the /proc hook's, which comes after them.
+	plainArgs := plain.Spec.Template.Spec.Containers[0].Args
+	hook := slices.IndexFunc(plainArgs, func(a string) bool { return strings.HasPrefix(a, "--proc-hook-binary=") })
+	require.NotEqual(t, -1, hook, "the default has the /proc hook's flag")
+	require.Equal(t, slices.Insert(slices.Clone(plainArgs), hook, "--writable", "--writable-tree=/run/nvml-mock-sysfs/tree"), c.Args)
 	require.True(t, *c.SecurityContext.Privileged)
 	require.Equal(t, corev1.MountPropagationBidirectional, *c.VolumeMounts[0].MountPropagation)
 	vols := map[string]corev1.Volume{}
@@ -211,14 +222,15 @@ func TestHelmWritable(t *testing.T) {
 
 // TestHelmNRIRendersTheRawNRIDaemonSet: nri.enabled runs serve --nri with
 // the runtime's socket directory mounted, and renders
-// deploy/kubernetes/nri's DaemonSet; each mode's flags follow its values.
+// deploy/kubernetes/nri's DaemonSet (without the /proc hook, rawProcHook);
+// each mode's flags follow its values.
 func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
 	raw := podtest.DecodeManifests(t, "../../kubernetes/nri").DaemonSets[0]
 	h := newHelm(t)
-	ds := h.template(t, "--values", chartNRIValues).DaemonSets[0]
+	ds := h.template(t, append([]string{"--values", chartNRIValues}, rawProcHook...)...).DaemonSets[0]
 	require.Equal(t, marshalYAML(t, raw), marshalYAML(t, withoutHelmLabels(ds)))
 	require.Equal(t, raw, withoutHelmLabels(ds))
-	plain := h.template(t).DaemonSets[0]
+	plain := h.template(t, rawProcHook...).DaemonSets[0]
 	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args),
 		"--nri", "--nri-socket=/var/run/nri/nri.sock", "--nri-index=90", "--nri-inject=node", "--nri-exclude-namespaces=kube-system"),
 		ds.Spec.Template.Spec.Containers[0].Args)
@@ -239,24 +251,28 @@ func TestHelmNRIRendersTheRawNRIDaemonSet(t *testing.T) {
 	require.NotContains(t, marshalYAML(t, plain), "/var/run/nri")
 }
 
-// TestHelmProcHook: procHook.enabled has serve install its binary in
-// hostPaths.hook, mounted at its node path, and pass the flag naming it;
-// the default DaemonSet has neither.
+// TestHelmProcHook: procHook.enabled, the default (the hook fails open),
+// has serve install its binary in hostPaths.hook, mounted at its node
+// path, and pass the flag naming it; procHook.enabled=false has neither,
+// and nothing else changes.
 func TestHelmProcHook(t *testing.T) {
 	h := newHelm(t)
 	plain := h.template(t).DaemonSets[0]
-	ds := h.template(t, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]
+	require.Contains(t, plain.Spec.Template.Spec.Containers[0].Args, "--proc-hook-binary=/var/lib/nvml-mock-sysfs-hook/nvml-mock-sysfs", "on by default")
+	off := h.template(t, "--set", "procHook.enabled=false").DaemonSets[0]
+	ds := h.template(t, "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]
 	c := ds.Spec.Template.Spec.Containers[0]
-	require.Equal(t, append(slices.Clone(plain.Spec.Template.Spec.Containers[0].Args), "--proc-hook-binary=/opt/hook/nvml-mock-sysfs"), c.Args)
+	require.Equal(t, append(slices.Clone(off.Spec.Template.Spec.Containers[0].Args), "--proc-hook-binary=/opt/hook/nvml-mock-sysfs"), c.Args)
 	require.Contains(t, c.VolumeMounts, corev1.VolumeMount{Name: "hook", MountPath: "/opt/hook/"})
 	dirOrCreate := corev1.HostPathDirectoryOrCreate
 	require.Contains(t, ds.Spec.Template.Spec.Volumes, corev1.Volume{Name: "hook",
 		VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/opt/hook/", Type: &dirOrCreate}}})
-	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--set", "procHook.enabled=true", "--set", "hostPaths.hook=hook")
+	_, err := h.run("template", "nvml-mock-sysfs", chartDir, "--set", "hostPaths.hook=hook")
 	require.ErrorContains(t, err, "/hostPaths/hook", "a relative path")
-	// Negative control: the default DaemonSet is none of that.
-	require.NotContains(t, strings.Join(plain.Spec.Template.Spec.Containers[0].Args, " "), "--proc-hook-binary")
-	require.NotContains(t, marshalYAML(t, plain), "nvml-mock-sysfs-hook")
+	// Negative control: procHook.enabled=false is none of that.
+	require.NotContains(t, strings.Join(off.Spec.Template.Spec.Containers[0].Args, " "), "--proc-hook-binary")
+	require.NotContains(t, marshalYAML(t, off), "nvml-mock-sysfs-hook")
+	require.NotContains(t, marshalYAML(t, h.template(t, "--set", "procHook.enabled=false", "--set", "hostPaths.hook=/opt/hook/").DaemonSets[0]), "/opt/hook")
 }
 
 // metav1LabelSelector is a selector's labels as a selector string.
