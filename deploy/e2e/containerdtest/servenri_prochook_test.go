@@ -4,16 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/cdispec"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/containerdtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/docmatrix"
+	"github.com/nvml-mock/nvml-mock-sysfs/deploy/e2e/profilefacts"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/nriplugin"
 	"github.com/nvml-mock/nvml-mock-sysfs/deploy/podtest"
 	"github.com/nvml-mock/nvml-mock-sysfs/overlay/plan"
@@ -135,16 +134,10 @@ func procHookContainer(t *testing.T, h *containerdtest.Harness, pod containerdte
 // driverVersion is the profile's system.driver_version.
 func driverVersion(t *testing.T, profile string) string {
 	t.Helper()
-	data, err := os.ReadFile(profile)
+	facts, err := profilefacts.Read(profile)
 	require.NoError(t, err)
-	var doc struct {
-		System struct {
-			DriverVersion string `yaml:"driver_version"`
-		}
-	}
-	require.NoError(t, yaml.Unmarshal(data, &doc), "profile %s", profile)
-	require.NotEmpty(t, doc.System.DriverVersion, "profile %s: system.driver_version", profile)
-	return strings.TrimSpace(doc.System.DriverVersion)
+	require.NotEmpty(t, facts.DriverVersion, "profile %s: system.driver_version", profile)
+	return facts.DriverVersion
 }
 
 // readOr is a file's content, or why it could not be read.

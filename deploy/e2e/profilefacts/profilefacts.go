@@ -72,6 +72,10 @@ type Profile struct {
 	// many virtual functions each HCA's physical function offers; 0 when
 	// not given.
 	TotalVFs int
+	// DriverVersion is system.driver_version, trimmed: what
+	// /proc/driver/nvidia/version and the module view's nvidia/version
+	// carry.
+	DriverVersion string
 }
 
 // HCADevice is the PCI device id HCAType names: docs/reference/profiles.md
@@ -148,8 +152,9 @@ func Read(file string) (*Profile, error) {
 // renderer's extensions that name a fact judged.
 type document struct {
 	System struct {
-		NumDevices  *int   `yaml:"num_devices"`
-		ProductName string `yaml:"product_name"`
+		NumDevices    *int   `yaml:"num_devices"`
+		ProductName   string `yaml:"product_name"`
+		DriverVersion string `yaml:"driver_version"`
 	} `yaml:"system"`
 	DeviceDefaults device   `yaml:"device_defaults"`
 	Devices        []device `yaml:"devices"`
@@ -200,7 +205,7 @@ func Parse(name string, data []byte) (*Profile, error) {
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("profile %s: %w", name, err)
 	}
-	p := &Profile{File: name, Machine: strings.TrimSpace(doc.System.ProductName)}
+	p := &Profile{File: name, Machine: strings.TrimSpace(doc.System.ProductName), DriverVersion: strings.TrimSpace(doc.System.DriverVersion)}
 	// The GPUs that carry HCAs (nil: every one), and how many each.
 	var carriers map[int]bool
 	perGPU := 1

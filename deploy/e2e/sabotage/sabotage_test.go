@@ -197,19 +197,14 @@ func suites(t *testing.T) []suite {
 		{
 			// Nothing the node suite runs reads pcieRoot: escaped links
 			// change none of its rows (the escaped copy keeps the module
-			// view the operand gate reads).
+			// view the operand gate reads, and the regular files the /proc
+			// hook mounts).
 			name: "Kubernetes node", pkg: "./node",
 			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
 			cells: nodeCells,
 			red: map[string][]string{
 				programs.SabotageEscaped: {},
-				programs.SabotageNoTree: {
-					"GFD pod served our device",
-					"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
-					"the GPU Operator's operand gate (main, aa22a385) in a pod asking nothing",
-					"GFD's own chart (v0.17.4, values only), its pod asking nothing",
-					"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
-				},
+				programs.SabotageNoTree:  nodeNoTreeRed(t),
 			},
 		},
 		{
@@ -344,6 +339,24 @@ func suites(t *testing.T) []suite {
 			},
 		},
 	}
+}
+
+// nodeNoTreeRed are TestNode's rows that a run with no tree turns red:
+// the served pods' and the re-profile's, v26.7.1's gate only where the
+// kernel has /proc/modules (elsewhere it is not run, sabotaged or not).
+func nodeNoTreeRed(t *testing.T) []string {
+	red := []string{
+		"GFD pod served our device",
+		"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
+		"the GPU Operator's operand gate (main, aa22a385) in a pod asking nothing",
+		"`/proc/driver/nvidia/version` and `/proc/devices` in a pod asking nothing",
+		"GFD's own chart (v0.17.4, values only), its pod asking nothing",
+		"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
+	}
+	if hasProcModules(t) {
+		red = append(red, "the GPU Operator's v26.7.1 operand gate in a pod asking nothing")
+	}
+	return red
 }
 
 // driverChart is TestDRADriverChart's profile cell (the first of the
