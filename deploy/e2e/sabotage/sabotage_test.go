@@ -353,10 +353,7 @@ func nodeNoTreeRed(t *testing.T) []string {
 		"GFD's own chart (v0.17.4, values only), its pod asking nothing",
 		"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
 	}
-	if hasProcModules(t) {
-		red = append(red, "the GPU Operator's v26.7.1 operand gate in a pod asking nothing")
-	}
-	return red
+	return withProcModules(t, red, "the GPU Operator's v26.7.1 operand gate in a pod asking nothing")
 }
 
 // driverChart is TestDRADriverChart's profile cell (the first of the
@@ -390,10 +387,7 @@ func procHookRed(t *testing.T) []string {
 		"every file of <root>/proc | with the hook",
 		"the container's mounts below /proc | with the hook",
 	}
-	if hasProcModules(t) {
-		red = append(red, procHookGate+"with the hook", "`lsmod` (kmod's, from the node's /usr) | with the hook")
-	}
-	return red
+	return withProcModules(t, red, procHookGate+"with the hook", "`lsmod` (kmod's, from the node's /usr) | with the hook")
 }
 
 // procHookNRIRed are TestServeNRIProcHook's served rows (cells, its
@@ -404,6 +398,16 @@ func procHookNRIRed(t *testing.T, cells []string) []string {
 	return slices.DeleteFunc(slices.Clone(cells), func(c string) bool {
 		return !strings.HasSuffix(c, " | served") || (!modules && strings.HasPrefix(c, procHookGate))
 	})
+}
+
+// withProcModules is red with rows, rows that read /proc/modules, where
+// the kernel has it: elsewhere they are not run, sabotaged or not.
+func withProcModules(t *testing.T, red []string, rows ...string) []string {
+	t.Helper()
+	if hasProcModules(t) {
+		return append(red, rows...)
+	}
+	return red
 }
 
 // hasProcModules reports whether this kernel has /proc/modules (one built
