@@ -115,7 +115,7 @@ func suites(t *testing.T) []suite {
 	}
 	consumerCells, consumerUnchecked := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/consumers.md"}, "built-in dgx-a100", "vfio-passthrough")
 	runtimeCells, _ := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/runtime.md"})
-	nodeCells, _ := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/kubernetes.md"})
+	nodeCells, nodeUnchecked := committedCells(t, docmatrix.Page{Path: "../../../docs/evidence/kubernetes.md"})
 	hookCells, hookUnchecked := committedCells(t, docmatrix.Page{Path: procHookPage, Suite: "deploy/e2e/containerdtest TestProcHook"})
 	hookNRICells, hookNRIUnchecked := committedCells(t, docmatrix.Page{Path: procHookPage, Suite: "deploy/e2e/containerdtest TestServeNRIProcHook"})
 	unjudgedNUMA := numaUnjudged(t, "built-in dgx-a100", "vfio-passthrough", listAttributes)
@@ -196,14 +196,15 @@ func suites(t *testing.T) []suite {
 		},
 		{
 			// Nothing the node suite runs reads pcieRoot: escaped links
-			// change none of its rows (the escaped copy keeps the module
-			// view the operand gate reads, and the regular files the /proc
-			// hook mounts).
+			// change none of its rows that read the tree (the escaped
+			// copy keeps the module view the operand gate reads). The
+			// escaped copy is served by hostPath volumes, which carry no
+			// hook: the served /proc row turns red.
 			name: "Kubernetes node", pkg: "./node",
 			run: "^TestNode$", matrixEnv: "NVML_MOCK_SYSFS_K8S_MATRIX",
-			cells: nodeCells,
+			cells: nodeCells, unchecked: nodeUnchecked,
 			red: map[string][]string{
-				programs.SabotageEscaped: {},
+				programs.SabotageEscaped: {nodeProcServed},
 				programs.SabotageNoTree:  nodeNoTreeRed(t),
 			},
 		},
@@ -349,12 +350,16 @@ func nodeNoTreeRed(t *testing.T) []string {
 		"GFD pod served our device",
 		"nfd-worker pod served our device (links at `/host-sys/bus/pci/devices`)",
 		"the GPU Operator's operand gate (main, aa22a385) in a pod asking nothing",
-		"`/proc/driver/nvidia/version` and `/proc/devices` in a pod asking nothing",
+		nodeProcServed,
 		"GFD's own chart (v0.17.4, values only), its pod asking nothing",
 		"ConfigMap updated through the API to built-in gb200-tray (system.product_name GB200 compute tray)",
 	}
 	return withProcModules(t, red, "the GPU Operator's v26.7.1 operand gate in a pod asking nothing")
 }
+
+// nodeProcServed is TestNode's row of the /proc files the chart's hook
+// serves.
+const nodeProcServed = "`/proc/driver/nvidia/version` and `/proc/devices` in a pod asking nothing"
 
 // driverChart is TestDRADriverChart's profile cell (the first of the
 // suites' profiles).
